@@ -1,0 +1,301 @@
+"""The shared base of every setting: AEC bookkeeping done once.
+
+A setting subclasses :class:`TurnBasedEnv` and supplies only what is specific to it:
+
+- ``AGENTS`` / ``SINGLE_AGENTS``: agent names in turn order for ``mode="multi"`` / ``"single"``;
+- ``config_cls``: its frozen :class:`~envs.core.config.EnvConfig` subclass;
+- ``_generate_instance(rng)``: a fresh instance (generation + verification) from a numpy
+  ``Generator``; ``_instance_key(instance)``: its JSON-able canonical content (hashed for splits);
+  ``_instance_from_dict(d)``: validation of an explicit instance from ``reset(options=...)``;
+  or override ``_sample_instance(split, seed)`` wholesale for dataset-backed settings;
+- ``_reset_state(instance)``: the episode state;
+- ``_prompt(agent)``: the observation text for an agent;
+- ``_act(agent, completion) -> RewardParts``: parse, apply, score. It sets ``self.success`` and
+  may call ``self.end_episode()`` (success, agreement, natural end). It must never raise on a
+  bad completion;
+- ``_render_text()`` (and optionally ``_render_rgb()``);
+- optionally ``_next_agent(agent)`` for schedules other than round-robin, ``_horizon_reached()``,
+  ``oracle(agent)`` (a correct scripted completion) and ``_shared_attrs`` (attributes that
+  ``clone()`` shares instead of copying: the sandbox always, pools and datasets by choice).
+
+The base class handles agent selection, rewards and cumulative rewards, terminations and
+truncations (termination on ``end_episode()``, truncation at ``max_turns``), dead steps, infos
+(``reward_parts``, ``success``, ``turn``, ``instance_id``), seeding and splits, spaces, clone and
+rendering.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any, ClassVar
+
+import numpy as np
+from pettingzoo import AECEnv
+from pettingzoo.utils import wrappers
+
+from envs.core.config import EnvConfig, build_config
+from envs.core.rewards import RewardParts
+from envs.core.spaces import completion_space, prompt_space
+from envs.core.splits import check_split, split_of, stable_hash
+
+__all__ = ["TurnBasedEnv", "wrap"]
+
+_KNOWN_OPTIONS = {"split", "instance"}
+_MAX_SPLIT_ATTEMPTS = 10_000
+
+
+class TurnBasedEnv(AECEnv):
+    """Base class for turn-based multi-agent LLM settings (see module docstring)."""
+
+    metadata: ClassVar[dict[str, Any]] = {
+        "render_modes": ["human", "ansi"],
+        "name": "turn_based_v0",
+        "is_parallelizable": False,
+    }
+    AGENTS: ClassVar[tuple[str, ...]] = ()
+    SINGLE_AGENTS: ClassVar[tuple[str, ...]] = ()
+    config_cls: ClassVar[type[EnvConfig]] = EnvConfig
+    _shared_attrs: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        config: EnvConfig | None = None,
+        *,
+        render_mode: str | None = None,
+        sandbox: Any = None,
+        **overrides: Any,
+    ) -> None:
+        super().__init__()
+        self.config = build_config(self.config_cls, config, overrides)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode {render_mode!r} is not supported by {type(self).__module__}; "
+                f"choose one of {self.metadata['render_modes']}"
+            )
+        self.render_mode = render_mode
+        self._sandbox = sandbox
+        roles = self.SINGLE_AGENTS if self.config.mode == "single" else self.AGENTS
+        if not roles:
+            raise ValueError(f"{type(self).__name__} does not support mode={self.config.mode!r}")
+        self.possible_agents = list(roles)
+        self.agents = []
+        self.observation_spaces = {
+            a: prompt_space(self.config.max_prompt_chars) for a in self.possible_agents
+        }
+        self.action_spaces = {
+            a: completion_space(self.config.max_completion_chars) for a in self.possible_agents
+        }
+        self._seed_rng = np.random.default_rng()
+        self.instance: Any = None
+        self.instance_id = ""
+        self.turn = 0
+        self.num_steps = 0
+        self.success = False
+        self._ended = False
+
+    # ------------------------------------------------------------------ setting hooks
+    def _generate_instance(self, rng: np.random.Generator) -> Any:
+        raise NotImplementedError
+
+    def _instance_key(self, instance: Any) -> Any:
+        return instance
+
+    def _instance_from_dict(self, data: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not accept explicit instances")
+
+    def _reset_state(self, instance: Any) -> None:
+        raise NotImplementedError
+
+    def _prompt(self, agent: str) -> str:
+        raise NotImplementedError
+
+    def _act(self, agent: str, completion: str) -> RewardParts:
+        raise NotImplementedError
+
+    def _render_text(self) -> str:
+        return f"{type(self).__name__}: turn {self.turn}, success={self.success}"
+
+    def _render_rgb(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def oracle(self, agent: str) -> str:
+        """A correct scripted completion for ``agent`` in the current state (tests, baselines)."""
+        raise NotImplementedError(f"{type(self).__name__} has no oracle")
+
+    def _next_agent(self, agent: str) -> str:
+        """Round-robin in ``possible_agents`` order; a wrap-around starts a new turn."""
+        order = self.possible_agents
+        i = order.index(agent) + 1
+        if i >= len(order):
+            self.turn += 1
+            i = 0
+        return order[i]
+
+    def _horizon_reached(self) -> bool:
+        return self.turn >= self.config.max_turns
+
+    # ------------------------------------------------------------------ public helpers
+    @property
+    def sandbox(self) -> Any:
+        """The sandbox tool code runs in: the one passed in, else the process-wide default."""
+        if self._sandbox is None:
+            import sandboxes
+
+            self._sandbox = sandboxes.default()
+        return self._sandbox
+
+    def end_episode(self) -> None:
+        """Called by a setting from ``_act`` to terminate the episode after this step."""
+        self._ended = True
+
+    def observation_space(self, agent: str):
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str):
+        return self.action_spaces[agent]
+
+    def sample_instance(self, split: str = "train", seed: int = 0) -> Any:
+        """The instance ``reset(seed=...)`` would produce for ``split`` (no episode started)."""
+        return self._sample_instance(check_split(split), int(seed))
+
+    def _sample_instance(self, split: str, seed: int) -> Any:
+        for attempt in range(_MAX_SPLIT_ATTEMPTS):
+            rng = np.random.default_rng([seed, attempt])
+            instance = self._generate_instance(rng)
+            if split_of(stable_hash(self._instance_key(instance))) == split:
+                return instance
+        raise RuntimeError(f"no {split} instance found in {_MAX_SPLIT_ATTEMPTS} attempts")
+
+    # ------------------------------------------------------------------ AEC API
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        options = dict(options or {})
+        unknown = set(options) - _KNOWN_OPTIONS
+        if unknown:
+            warnings.warn(
+                f"reset() ignores unknown options {sorted(unknown)}; known: {sorted(_KNOWN_OPTIONS)}",
+                stacklevel=2,
+            )
+        if seed is not None:
+            self._seed_rng = np.random.default_rng(seed)
+        if options.get("instance") is not None:
+            instance = self._instance_from_dict(options["instance"])
+        else:
+            split = check_split(options.get("split", self.config.split))
+            instance = self._sample_instance(split, int(self._seed_rng.integers(2**63)))
+        self.instance = instance
+        self.instance_id = stable_hash(self._instance_key(instance))[:16]
+        self.agents = list(self.possible_agents)
+        self.rewards = {a: 0.0 for a in self.agents}
+        self._cumulative_rewards = {a: 0.0 for a in self.agents}
+        self.terminations = {a: False for a in self.agents}
+        self.truncations = {a: False for a in self.agents}
+        self.turn = 0
+        self.num_steps = 0
+        self.success = False
+        self._ended = False
+        self._reset_state(instance)
+        self.infos = {a: self._base_info() for a in self.agents}
+        self.agent_selection = self.agents[0]
+
+    def _base_info(self) -> dict[str, Any]:
+        return {
+            "turn": self.turn,
+            "success": bool(self.success),
+            "instance_id": self.instance_id,
+            "reward_parts": None,
+        }
+
+    def observe(self, agent: str) -> dict[str, str]:
+        if agent not in self.possible_agents:
+            raise ValueError(f"unknown agent {agent!r}; agents are {self.possible_agents}")
+        text = self._prompt(agent)
+        limit = self.config.max_prompt_chars
+        if len(text) > limit:
+            from verifiers.extract import clip_text
+
+            text = clip_text(text, limit)
+        return {"prompt": text}
+
+    def step(self, action: Any) -> None:
+        if not self.agents:
+            raise RuntimeError("the episode is over: call reset() before step()")
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            if action is not None:
+                raise ValueError(
+                    f"agent {agent!r} is done (terminated or truncated): step(None) to remove it"
+                )
+            self._was_dead_step(action)
+            return
+        if not isinstance(action, str):
+            raise TypeError(
+                f"an action is the agent's completion text (str); got {type(action).__name__}"
+            )
+        self._cumulative_rewards[agent] = 0.0
+        parts = self._act(agent, action)
+        self.num_steps += 1
+        self.rewards = {a: 0.0 for a in self.agents}
+        self.rewards[agent] = parts.reward
+        turn_of_step = self.turn
+        next_agent = self._next_agent(agent)
+        for a in self.agents:
+            self.infos[a]["success"] = bool(self.success)
+            self.infos[a]["turn"] = self.turn
+        info = self._base_info()
+        info["turn"] = turn_of_step
+        info["reward_parts"] = parts.to_dict()
+        info.update(self._step_info(agent))
+        self.infos[agent] = info
+        if self._ended or self.success:
+            self.terminations = {a: True for a in self.agents}
+        elif self._horizon_reached():
+            self.truncations = {a: True for a in self.agents}
+        self.agent_selection = next_agent
+        self._accumulate_rewards()
+        if self.render_mode == "human":
+            self.render()
+
+    def _step_info(self, agent: str) -> dict[str, Any]:
+        """Extra per-step info a setting wants to expose (must be deterministic)."""
+        return {}
+
+    def render(self) -> Any:
+        if self.render_mode is None:
+            warnings.warn(
+                "render() called without a render_mode; pass render_mode=...", stacklevel=2
+            )
+            return None
+        if self.instance is None:
+            raise RuntimeError("call reset() before render()")
+        if self.render_mode == "ansi":
+            return self._render_text()
+        if self.render_mode == "human":
+            print(self._render_text())
+            return None
+        if self.render_mode == "rgb_array":
+            return self._render_rgb()
+        raise ValueError(f"unsupported render_mode {self.render_mode!r}")
+
+    def close(self) -> None:
+        """Release resources owned by this env (a shared sandbox is not closed)."""
+
+    def clone(self) -> TurnBasedEnv:
+        """An independent copy of this env (state, RNGs, spaces); the sandbox and the objects
+        named in ``_shared_attrs`` are shared, everything else is deep-copied."""
+        memo: dict[int, Any] = {}
+        if self._sandbox is not None:
+            memo[id(self._sandbox)] = self._sandbox
+        for name in self._shared_attrs:
+            obj = getattr(self, name, None)
+            if obj is not None:
+                memo[id(obj)] = obj
+        return copy.deepcopy(self, memo)
+
+    def __str__(self) -> str:
+        return self.metadata.get("name", type(self).__name__)
+
+
+def wrap(raw: TurnBasedEnv) -> AECEnv:
+    """Wrap a raw env the way PettingZoo's ``env()`` constructors do."""
+    return wrappers.OrderEnforcingWrapper(raw)

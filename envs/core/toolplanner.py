@@ -1,0 +1,297 @@
+"""The tool + planner workflow shared by the grid puzzles (AT-GRPO Appendix A.2.2 and A.3).
+
+Each turn the **tool** agent answers with one Python code block; the env runs it in the sandbox
+and parses its printed output as a proposal (an action list, a grid, fill steps...). The
+**planner** then sees the task, the current state, the tool's code, its execution output, the
+parsed proposal and the history of earlier turns, and gives its final answer after a line that
+begins with ``####``. The planner's answer is applied to the state; the next turn starts from
+the new state. In ``mode="single"`` only the planner acts.
+
+Rewards follow Appendix A.1: ``r = lam * team + (1 - lam) * mask * local``. The team reward of a
+step is the setting's team reward of the state that step produces: for the planner the committed
+state, for the tool the state its proposal *would* produce if adopted (simulated on a copy; the
+tool never changes the state). This lets K tool candidates from one observation earn different
+rewards, which tree sampling needs. The mask is 1 whenever the components could be computed; it
+is 0 only when the sandbox itself failed (an infrastructure error, not the agent's fault).
+
+A setting supplies the puzzle logic through these hooks:
+
+- ``_parse_answer(text) -> Extraction``: parse a proposal from the tool's stdout or the planner's
+  answer;
+- ``_simulate(proposal) -> Sim``: apply a proposal to a copy of ``self.state``;
+- ``_team(sim) -> float``; ``_is_solved(state) -> bool``;
+- ``_tool_components(sim, ran_ok) / _planner_components(sim)``: the local component scores
+  other than ``fmt`` (which the base sets: 1 when the proposal parsed);
+- ``_task_text()``, ``_state_text()``, ``_answer_format`` (prompt pieces);
+- ``_oracle_code()`` and ``_oracle_answer()`` for the scripted oracle.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from envs.core.base import TurnBasedEnv
+from envs.core.config import EnvConfig
+from envs.core.rewards import RewardParts
+from verifiers.extract import Extraction, clip_text, extract_after_marker, extract_code_block
+
+__all__ = ["ToolPlannerConfig", "ToolPlannerEnv", "Sim", "TurnRecord"]
+
+
+@dataclass(frozen=True)
+class ToolPlannerConfig(EnvConfig):
+    """Options of the tool + planner settings (on top of :class:`EnvConfig`).
+
+    tool_wall_s / tool_memory_mb / tool_max_output_bytes: sandbox limits for the tool's program.
+    history_turns: how many past turns the prompts show (older ones are summarised away).
+    """
+
+    tool_wall_s: float = 5.0
+    tool_memory_mb: int = 512
+    tool_max_output_bytes: int = 65_536
+    history_turns: int = 4
+
+
+@dataclass
+class Sim:
+    """The result of applying a proposal to a copy of the state."""
+
+    state: Any
+    ok: bool = True  # every part of the proposal could be applied
+    info: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass
+class TurnRecord:
+    turn: int
+    tool_code: str | None = None
+    tool_output: str | None = None
+    tool_proposal: str | None = None
+    tool_error: str | None = None
+    answer: str | None = None
+    answer_error: str | None = None
+    state_after: str | None = None
+
+
+_FAIL = Extraction(None, "")
+
+
+class ToolPlannerEnv(TurnBasedEnv):
+    """Base of Sudoku, Sokoban and Plan-Path (see module docstring)."""
+
+    AGENTS: ClassVar[tuple[str, ...]] = ("tool", "planner")
+    SINGLE_AGENTS: ClassVar[tuple[str, ...]] = ("planner",)
+    config_cls: ClassVar[type[EnvConfig]] = ToolPlannerConfig
+    _answer_format: ClassVar[str] = ""
+    _tool_output_format: ClassVar[str] = ""
+
+    # ------------------------------------------------------------------ hooks
+    def _parse_answer(self, text: str) -> Extraction:
+        raise NotImplementedError
+
+    def _simulate(self, proposal: Any) -> Sim:
+        raise NotImplementedError
+
+    def _team(self, sim: Sim) -> float:
+        raise NotImplementedError
+
+    def _is_solved(self, state: Any) -> bool:
+        raise NotImplementedError
+
+    def _tool_components(self, sim: Sim | None, ran_ok: bool) -> dict[str, float]:
+        """Tool scores other than ``fmt`` (set by the base: the printed output parsed).
+        ``sim`` is ``None`` when there was no usable proposal; ``ran_ok`` says the program
+        exited cleanly within its limits."""
+        raise NotImplementedError
+
+    def _planner_components(self, sim: Sim | None) -> dict[str, float]:
+        """Planner scores other than ``fmt`` (set by the base: the answer parsed);
+        ``sim`` is ``None`` when the answer did not parse."""
+        raise NotImplementedError
+
+    def _task_text(self) -> str:
+        raise NotImplementedError
+
+    def _state_text(self) -> str:
+        raise NotImplementedError
+
+    def _initial_state(self, instance: Any) -> Any:
+        raise NotImplementedError
+
+    def _oracle_answer(self) -> str:
+        raise NotImplementedError
+
+    def _oracle_code(self) -> str:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ episode state
+    def _reset_state(self, instance: Any) -> None:
+        self.state = self._initial_state(instance)
+        self.history: list[TurnRecord] = []
+        self._current = TurnRecord(turn=0)
+
+    def _noop_sim(self) -> Sim:
+        return Sim(state=copy.deepcopy(self.state), ok=True, info={"noop": True})
+
+    # ------------------------------------------------------------------ acting
+    def _act(self, agent: str, completion: str) -> RewardParts:
+        if agent == "tool":
+            return self._act_tool(completion)
+        return self._act_planner(completion)
+
+    def _run_tool(self, code: str) -> Any:
+        import sandboxes
+
+        cfg = self.config
+        limits = sandboxes.Limits(
+            wall_s=cfg.tool_wall_s,
+            cpu_s=cfg.tool_wall_s,
+            memory_mb=cfg.tool_memory_mb,
+            max_output_bytes=cfg.tool_max_output_bytes,
+        )
+        return self.sandbox.run(code, limits=limits)
+
+    def _act_tool(self, completion: str) -> RewardParts:
+        rec = self._current
+        reasons: dict[str, str] = {}
+        mask = 1.0
+        block = extract_code_block(completion)
+        parsed = _FAIL
+        ran_ok = False
+        if not block.ok:
+            reasons["fmt"] = block.reason
+            rec.tool_code, rec.tool_output, rec.tool_error = None, None, block.reason
+        else:
+            rec.tool_code = block.value
+            result = self._run_tool(block.value)
+            rec.tool_output = clip_text(result.stdout, 2000)
+            infra_error = getattr(result, "error", None)
+            if infra_error:
+                mask = 0.0
+                reasons["exec"] = f"sandbox failure: {infra_error}"
+            elif result.timed_out:
+                reasons["exec"] = "the program timed out"
+            elif result.memory_exceeded:
+                reasons["exec"] = "the program exceeded its memory limit"
+            elif result.exit_code != 0:
+                tail = result.stderr.strip().splitlines()[-1:] or [f"exit code {result.exit_code}"]
+                reasons["exec"] = "the program crashed: " + clip_text(tail[0], 300)
+            else:
+                ran_ok = True
+            parsed = self._parse_answer(result.stdout) if ran_ok else _FAIL
+            if ran_ok and not parsed.ok:
+                reasons["fmt"] = "printed output: " + parsed.reason
+            rec.tool_error = reasons.get("exec") or reasons.get("fmt")
+        rec.tool_proposal = self._format_proposal(parsed.value) if parsed.ok else None
+        sim = self._simulate(parsed.value) if parsed.ok else self._noop_sim()
+        if parsed.ok and not sim.ok and sim.reason:
+            reasons.setdefault("exec", sim.reason)
+        comps = self._tool_components(sim if parsed.ok else None, ran_ok)
+        comps["fmt"] = float(parsed.ok)
+        return RewardParts.build(
+            "tool", comps, self.config.rewards, team=self._team(sim), mask=mask, reasons=reasons
+        )
+
+    def _act_planner(self, completion: str) -> RewardParts:
+        rec = self._current
+        reasons: dict[str, str] = {}
+        answer = extract_after_marker(completion)
+        parsed = self._parse_answer(answer.value) if answer.ok else answer
+        if not parsed.ok:
+            reasons["fmt"] = parsed.reason
+        rec.answer = clip_text(answer.value, 1000) if answer.ok else None
+        rec.answer_error = reasons.get("fmt")
+        sim = self._simulate(parsed.value) if parsed.ok else self._noop_sim()
+        if parsed.ok and not sim.ok and sim.reason:
+            reasons["apply"] = sim.reason
+            rec.answer_error = sim.reason
+        comps = self._planner_components(sim if parsed.ok else None)
+        comps["fmt"] = float(parsed.ok)
+        team = self._team(sim)
+        self.state = sim.state
+        rec.state_after = self._state_text()
+        if self._is_solved(self.state):
+            self.success = True
+            self.end_episode()
+        self.history.append(rec)
+        self._current = TurnRecord(turn=self.turn + 1)
+        return RewardParts.build("planner", comps, self.config.rewards, team=team, reasons=reasons)
+
+    def _format_proposal(self, value: Any) -> str:
+        return clip_text(str(value), 1000)
+
+    def _step_info(self, agent: str) -> dict[str, Any]:
+        rec = self.history[-1] if agent == "planner" and self.history else self._current
+        if agent == "tool":
+            return {"tool_output": rec.tool_output, "tool_proposal": rec.tool_proposal}
+        return {"answer": rec.answer}
+
+    # ------------------------------------------------------------------ prompts
+    def _history_text(self) -> str:
+        recs = self.history[-self.config.history_turns :]
+        if not recs:
+            return ""
+        lines = ["History of earlier turns (oldest first):"]
+        for r in recs:
+            lines.append(f"- Turn {r.turn + 1}:")
+            if self.config.mode == "multi":
+                lines.append(
+                    f"  tool proposal: {r.tool_proposal or '(none: ' + str(r.tool_error) + ')'}"
+                )
+            lines.append(f"  planner answer: {r.answer or '(none)'}")
+            if r.answer_error:
+                lines.append(f"  problem: {r.answer_error}")
+            if r.state_after:
+                lines.append("  state afterwards:\n" + _indent(r.state_after, 4))
+        return "\n".join(lines)
+
+    def _prompt(self, agent: str) -> str:
+        parts = [self._task_text(), "Current state:\n" + self._state_text()]
+        hist = self._history_text()
+        if hist:
+            parts.append(hist)
+        if agent == "tool":
+            parts.append(
+                "You are the tool agent. Write a Python program that computes the answer, in "
+                "exactly ONE ```python code block. The program runs without network access, with "
+                f"a {self.config.tool_wall_s:g} s time limit; whatever it prints is parsed as your "
+                f"proposal, so print only the proposal: {self._tool_output_format}"
+            )
+            return "\n\n".join(parts)
+        if self.config.mode == "multi":
+            rec = self._current
+            tool = [
+                "The tool agent's program:",
+                f"```python\n{clip_text(rec.tool_code, 4000)}\n```"
+                if rec.tool_code
+                else "(no code)",
+                "Its printed output:",
+                rec.tool_output if rec.tool_output else "(nothing)",
+                f"Parsed proposal: {rec.tool_proposal or '(unusable: ' + str(rec.tool_error) + ')'}",
+            ]
+            parts.append("\n".join(tool))
+            role = (
+                "You are the planner. Check the tool's proposal against the rules and the current "
+                "state; adopt it if it is right, otherwise correct it or give your own."
+            )
+        else:
+            role = "You are the planner. Reason step by step about the current state."
+        parts.append(
+            role + " Keep your reasoning short. End with a line that begins with #### followed by "
+            f"your final answer: {self._answer_format}"
+        )
+        return "\n\n".join(parts)
+
+    # ------------------------------------------------------------------ oracle
+    def oracle(self, agent: str) -> str:
+        if agent == "tool":
+            return "```python\n" + self._oracle_code() + "\n```"
+        return "The proposal checks out.\n#### " + self._oracle_answer()
+
+
+def _indent(text: str, n: int) -> str:
+    pad = " " * n
+    return "\n".join(pad + line for line in text.splitlines())
