@@ -1,0 +1,236 @@
+"""Math answer extraction and grading: hand-computed cases, hostile inputs, threads, throughput."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
+
+import pytest
+
+from verifiers._math_pool import MathPool
+from verifiers.math_answer import (
+    MAX_ANSWER_CHARS,
+    extract_boxed,
+    extract_math_answer,
+    extract_program_answer,
+    grade,
+    grade_many,
+    is_correct,
+    num_eq,
+    parse_number,
+)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = MathPool(1)
+    yield p
+    p.close()
+
+
+# ---------------------------------------------------------------- extraction
+
+
+def test_boxed_nested_and_last_wins():
+    text = r"first \boxed{1} then \boxed{\frac{a}{\sqrt{b}}} and finally \fbox{x^{2}}"
+    assert extract_boxed(text).value == "x^{2}"
+    assert extract_boxed(r"\boxed{\boxed{7}}").value == r"\boxed{7}"
+    assert extract_boxed(r"\boxed {3}").value == "3"
+
+
+def test_boxed_unclosed_and_many():
+    assert extract_boxed(r"\boxed{1} \boxed{2").value == "1"
+    assert extract_boxed(r"\boxed{2").reason == "unclosed \\boxed{"
+    many = r"\boxed{1}" * 5000 + r"\boxed{42}"
+    t = time.perf_counter()
+    assert extract_boxed(many).value == "42"
+    assert extract_boxed(r"\boxed{" * 20000).reason == "unclosed \\boxed{"
+    assert time.perf_counter() - t < 1.0
+
+
+def test_extract_sources():
+    assert extract_math_answer("x\n#### 1,000\nbye").value == "1,000"
+    assert extract_math_answer(r"#### 5 but \boxed{6}").value == "6"  # boxed first
+    assert extract_math_answer("12", source="answer").value == "12"
+    assert extract_program_answer("a\n 3.5 \n\n").value == "3.5"
+    assert not extract_math_answer(None).ok
+    with pytest.raises(ValueError):
+        extract_math_answer("1", source="nope")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- numbers and NumEq
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("42", Fraction(42)),
+        ("-0.25", Fraction(-1, 4)),
+        ("+.5", Fraction(1, 2)),
+        ("1,234,567", Fraction(1234567)),
+        ("$3/4$", Fraction(3, 4)),
+        (r"\dfrac{-6}{4}", Fraction(-3, 2)),
+        (r"\$1{,}000.", Fraction(1000)),
+        ("1.5e3", Fraction(1500)),
+        ("\u22127", Fraction(-7)),
+    ],
+)
+def test_parse_number(text, value):
+    assert parse_number(text) == value
+
+
+@pytest.mark.parametrize("text", ["x", "1,23", "2/0", "1e5000", "3 apples", "", "1..2"])
+def test_parse_number_rejects(text):
+    assert parse_number(text) is None
+
+
+def test_num_eq_hand_computed():
+    one = Fraction(1)
+    assert num_eq(one + Fraction(1, 10**6), one)  # |a-b| = delta exactly
+    assert not num_eq(one + Fraction(2, 10**6), one)
+    assert num_eq(Fraction(10**6) + 1, Fraction(10**6))  # relative 1e-6
+    assert not num_eq(Fraction(10**6) + Fraction(3, 2), Fraction(10**6))
+    assert num_eq(0.0, 1e-7) and not num_eq(0.0, 2e-6)
+    assert not num_eq(float("nan"), float("nan"))
+    assert num_eq(float("inf"), float("inf"))
+    assert num_eq(1, 1.05, delta=0.1)
+    assert not num_eq("abc", "1")
+    with pytest.raises(TypeError):
+        num_eq([1], 1)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- grading
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "correct", "method"),
+    [
+        ("#### 72", "72", True, "fast"),
+        ("#### 72", "72.0000001", True, "fast"),
+        (r"\boxed{71}", "72", False, "fast"),
+        (r"so \boxed{1{,}024}", "1024", True, "fast"),
+        (r"\boxed{\frac{1}{3}}", "0.333333", True, "fast"),
+        (r"\boxed{0.3333}", r"\frac13", False, "math_verify"),
+        (r"\boxed{2\sqrt{2}}", r"\sqrt{8}", True, "math_verify"),
+        (r"\boxed{\pi}", "3.14159265", True, "math_verify"),
+        (r"\boxed{\{1, 2\}}", r"\{2, 1\}", True, "math_verify"),
+        (r"\boxed{x = 5}", "5", True, "math_verify"),
+        (r"\boxed{(x+1)^2}", "x^2+2x+1", True, "math_verify"),
+        (r"\boxed{x^2+1}", "x^2-1", False, "math_verify"),
+        (r"\boxed{[0, 1)}", "[0,1)", True, "math_verify"),
+    ],
+)
+def test_grade_cases(pred, gold, correct, method):
+    g = grade(pred, gold)
+    assert (g.correct, g.method) == (correct, method), g
+
+
+def test_grade_gold_forms():
+    assert is_correct("#### 7", r"the answer is \boxed{7}")
+    assert is_correct("#### 1200", "work...\n#### 1,200")
+    assert is_correct("7", 7) and is_correct("0.5", Fraction(1, 2))
+    with pytest.raises(TypeError):
+        grade("1", ["1"])  # type: ignore[arg-type]
+
+
+def test_grade_bad_predictions_never_raise():
+    for bad in (None, 12, b"\x00\x01", "", "\x00" * 100, "```\n", "\\boxed{}"):
+        g = grade(bad, "3")
+        assert g.correct is False and g.reason
+
+
+def test_grade_stdout_source():
+    assert grade("computing...\n41.9999999\n", "42", source="stdout").correct
+    assert grade("", "42", source="stdout").reason == "the program printed nothing"
+
+
+def test_grade_many_order_duplicates_and_mix():
+    pairs = [
+        ("#### 1", "1"),
+        (r"\boxed{\frac{\sqrt{3}}{2}}", r"\sin(\pi/3)"),
+        ("#### 2", "3"),
+        (r"\boxed{\frac{\sqrt{3}}{2}}", r"\sin(\pi/3)"),
+        (None, "1"),
+    ]
+    out = grade_many(pairs)
+    assert [g.correct for g in out] == [True, True, False, True, False]
+    assert out[1].method == "math_verify" and out[0].method == "fast"
+    assert grade_many([]) == []
+    with pytest.raises(TypeError):
+        grade_many(["1"])  # type: ignore[list-item]
+
+
+# ---------------------------------------------------------------- hostile input, time bounds
+
+
+def _timed(fn, *args, **kwargs):
+    t = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - t
+
+
+def test_huge_inputs_are_not_graded_and_not_echoed():
+    big = "\\boxed{" + "1+" * 50_000 + "1}"
+    g, dt = _timed(grade, big, "5")
+    assert not g.correct and dt < 2
+    assert g.reason == f"answer longer than {MAX_ANSWER_CHARS} characters; not graded"
+    assert len(g.extracted or "") <= 200
+    g, dt = _timed(grade, "\\boxed{" + "1+" * 600_000 + "1}", "5")  # 1.2 MB
+    assert not g.correct and dt < 2 and "cut at" in g.reason
+    deep = r"\boxed{" + "(" * 60 + "x" + ")" * 60 + "}"
+    assert "nested deeper" in grade(deep, "x").reason
+    g = grade("#### 1", "9" * (MAX_ANSWER_CHARS + 1))
+    assert "reference answer longer" in g.reason
+
+
+def test_exponent_tower_times_out_within_bound(pool):
+    g, dt = _timed(grade, r"\boxed{9^{9^{9^{9}}}}", "7", timeout_s=1.5, pool=pool)
+    assert not g.correct
+    assert "timed out" in g.reason or "mismatch" in g.reason
+    assert dt < 5
+    # the pool recovers: the next slow grading works
+    g2, dt2 = _timed(grade, r"\boxed{\sqrt{4}}", "2", pool=pool)
+    assert g2.correct and dt2 < 5
+
+
+def test_worker_restart_is_counted(pool):
+    before = pool.restarts
+    g = grade(r"\boxed{2^{10^{11}} - 2^{10^{11}}}", "0", timeout_s=1.0, pool=pool)
+    assert "timed out" in g.reason
+    assert pool.restarts == before + 1
+
+
+def test_hostile_inputs_from_threads(pool):
+    hostile = [
+        (r"\boxed{3^{3^{3^{3^{3}}}}}", "1"),
+        (r"\boxed{(10^{10^{6}})!}", "2"),
+        (r"\boxed{" + "(" * 30 + "y" + ")" * 30 + "}", "y"),
+        (r"\boxed{\frac{\sqrt{12}}{2}}", r"\sqrt{3}"),
+        ("#### 5", "5"),
+        ("\\boxed{" + "x" * 1_000_000 + "}", "1"),
+    ]
+
+    def job(pair):
+        return _timed(grade, pair[0], pair[1], timeout_s=1.5, pool=pool)
+
+    t = time.perf_counter()
+    with ThreadPoolExecutor(4) as ex:
+        results = list(ex.map(job, hostile))
+    wall = time.perf_counter() - t
+    for (g, _dt), (pred, _) in zip(results, hostile):
+        assert isinstance(g.correct, bool) and g.reason, pred[:40]
+    assert results[3][0].correct and results[4][0].correct
+    # one worker: at most three slow gradings queue behind each other
+    assert wall < 3 * 1.5 + 4
+
+
+# ---------------------------------------------------------------- speed
+
+
+def test_integer_fast_path_throughput():
+    pairs = [(f"#### {i}", str(i if i % 3 else i + 1)) for i in range(3000)]
+    out, dt = _timed(grade_many, pairs)
+    assert sum(g.correct for g in out) == 2000
+    assert all(g.method == "fast" for g in out)
+    assert len(pairs) / dt > 1000

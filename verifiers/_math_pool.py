@@ -1,0 +1,235 @@
+"""A small persistent pool of math-grading worker processes with per-grading deadlines.
+
+Each worker is ``python -m verifiers._math_worker`` talking JSON lines over pipes. Workers start
+lazily (the first slow-path grading), are reused across gradings, and are killed and replaced
+when a grading overruns its deadline or the worker dies. Any thread may call :meth:`MathPool.grade`:
+a caller checks a worker out of a queue, so one worker serves one caller at a time, and waiting
+uses ``select`` on the pipe, never signals.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import queue
+import select
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+__all__ = ["MathPool", "Task", "default_pool"]
+
+STARTUP_TIMEOUT_S = 60.0
+"""How long a fresh worker may take to import math-verify before it counts as failed."""
+CHUNK = 16
+"""Requests written to a worker before its answers are read back (keeps pipes from filling)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    pred: str
+    gold: str
+    delta: float = 1e-6
+
+
+class _Worker:
+    def __init__(self) -> None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.setdefault("OMP_NUM_THREADS", "1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "verifiers._math_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
+        self._buf = b""
+        self.ready = False
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, lines: list[str]) -> bool:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write("".join(lines).encode("utf-8"))
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+    def recv(self, timeout_s: float) -> dict | None:
+        """Next message, or None on deadline / worker exit."""
+        deadline = time.monotonic() + timeout_s
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                readable, _, _ = select.select([fd], [], [], left)
+            except (OSError, ValueError):
+                return None
+            if not readable:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except ValueError:
+            return None
+
+    def wait_ready(self) -> bool:
+        if not self.ready:
+            msg = self.recv(STARTUP_TIMEOUT_S)
+            self.ready = bool(msg and msg.get("ready"))
+        return self.ready
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            self.proc.wait(timeout=5)
+
+
+class MathPool:
+    """``n_workers`` grading processes shared by all threads of this process."""
+
+    def __init__(self, n_workers: int = 2) -> None:
+        if n_workers < 1:
+            raise ValueError("n_workers must be >= 1")
+        self.n_workers = n_workers
+        self._slots: queue.Queue[_Worker | None] = queue.Queue()
+        for _ in range(n_workers):
+            self._slots.put(None)  # started on first use
+        self._closed = False
+        self._pid = os.getpid()
+        self._all: set[_Worker] = set()
+        self._lock = threading.Lock()
+        self.restarts = 0
+
+    def _spawn(self) -> _Worker:
+        w = _Worker()
+        with self._lock:
+            self._all.add(w)
+        return w
+
+    def _discard(self, w: _Worker) -> None:
+        w.kill()
+        with self._lock:
+            self._all.discard(w)
+            self.restarts += 1
+
+    def warmup(self) -> None:
+        """Start every worker now and wait until each has imported math-verify."""
+        held = [self._slots.get() for _ in range(self.n_workers)]
+        try:
+            held = [w if w is not None and w.alive() else self._spawn() for w in held]
+            for w in held:
+                w.wait_ready()
+        finally:
+            for w in held:
+                self._slots.put(w)
+
+    def _run_chunk(self, tasks: list[Task], timeout_s: float, inner: int) -> list[dict]:
+        """Grade ``tasks`` on one checked-out worker, restarting it after a timeout or crash."""
+        results: list[dict] = []
+        w = self._slots.get()
+        try:
+            pending = list(tasks)
+            while pending:
+                if w is None or not w.alive():
+                    if w is not None:
+                        self._discard(w)
+                    w = self._spawn()
+                if not w.wait_ready():
+                    self._discard(w)
+                    w = None
+                    results.append({"c": False, "r": "grader process failed to start"})
+                    pending.pop(0)
+                    continue
+                batch = pending[:CHUNK]
+                lines = [
+                    json.dumps({"i": k, "p": t.pred, "g": t.gold, "d": t.delta, "t": inner}) + "\n"
+                    for k, t in enumerate(batch)
+                ]
+                if not w.send(lines):
+                    self._discard(w)
+                    w = None
+                    results.append({"c": False, "r": "grader process died"})
+                    pending.pop(0)
+                    continue
+                for k in range(len(batch)):
+                    msg = w.recv(timeout_s)
+                    if msg is None or msg.get("i") != k:
+                        why = (
+                            "grading timed out"
+                            if w.alive()
+                            else "grader process died (e.g. out of memory)"
+                        )
+                        results.append({"c": False, "r": f"{why} after {timeout_s:g} s"})
+                        self._discard(w)
+                        w = None
+                        pending = pending[k + 1 :]
+                        break
+                    results.append(msg)
+                else:
+                    pending = pending[len(batch) :]
+        finally:
+            self._slots.put(w)
+        return results
+
+    def grade(self, tasks: list[Task], timeout_s: float = 3.0) -> list[dict]:
+        """Grade tasks (in order); each may take at most ``timeout_s`` seconds."""
+        if self._closed:
+            raise RuntimeError("this MathPool has been closed")
+        if not tasks:
+            return []
+        inner = max(1, int(timeout_s * 0.5))
+        if len(tasks) <= CHUNK or self.n_workers == 1:
+            return self._run_chunk(tasks, timeout_s, inner)
+        size = max(1, min(CHUNK, -(-len(tasks) // self.n_workers)))
+        chunks = [tasks[i : i + size] for i in range(0, len(tasks), size)]
+        with ThreadPoolExecutor(self.n_workers) as ex:
+            parts = list(ex.map(lambda c: self._run_chunk(c, timeout_s, inner), chunks))
+        return [r for part in parts for r in part]
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            workers = list(self._all)
+            self._all.clear()
+        for w in workers:
+            w.kill()
+
+
+_DEFAULT: MathPool | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_pool() -> MathPool:
+    """The process-wide pool (``VERIFIERS_MATH_WORKERS`` workers, default min(2, CPUs))."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None or _DEFAULT._closed or _DEFAULT._pid != os.getpid():
+            n = int(os.environ.get("VERIFIERS_MATH_WORKERS", "0")) or min(2, os.cpu_count() or 1)
+            _DEFAULT = MathPool(n)
+            atexit.register(_DEFAULT.close)
+        return _DEFAULT

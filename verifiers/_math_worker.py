@@ -1,0 +1,129 @@
+"""Worker process for symbolic math grading (run as ``python -m verifiers._math_worker``).
+
+math-verify parses LaTeX with sympy and bounds its own work with ``signal.alarm``, which only works
+in a process's main thread, and some sympy operations (huge integer powers) cannot be interrupted
+by a signal at all. So the slow path of :mod:`verifiers.math_answer` runs here, in a separate
+process that the parent kills when a grading overruns its deadline.
+
+Protocol (one JSON object per line): after importing math-verify the worker writes
+``{"ready": true}``; then for every request ``{"i": id, "p": prediction, "g": gold, "d": delta,
+"t": inner_timeout_s}`` it writes ``{"i": id, "c": correct, "r": reason, "pn": ..., "gn": ...,
+"m": method}``. End of input ends the worker. The protocol stream is a private duplicate of the
+original stdout; fd 1 and fd 2 point to /dev/null so library prints and log spam go nowhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from fractions import Fraction
+
+NORM_CHARS = 200
+"""Normalised forms are clipped to this many characters."""
+
+
+def _num_eq(a: Fraction, b: Fraction, delta: Fraction) -> bool:
+    diff = abs(a - b)
+    return diff <= delta or diff / max(Fraction(1), abs(b)) <= delta
+
+
+def _wrap(text: str) -> str:
+    if any(tok in text for tok in ("\\boxed", "\\fbox", "$", "\\(", "\\[")):
+        return text
+    return "\\boxed{" + text + "}"
+
+
+def _numeric_value(expr: object) -> Fraction | None:
+    """Exact or 40-digit value of a real, finite numeric sympy expression; else None."""
+    import sympy
+
+    if not isinstance(expr, sympy.Expr) or isinstance(expr, sympy.Symbol):
+        return None
+    if isinstance(expr, sympy.Rational):
+        return Fraction(int(expr.p), int(expr.q))
+    if not expr.is_number:
+        return None
+    if isinstance(expr, sympy.Float):
+        val = expr
+    else:
+        val = sympy.N(expr, 40)
+    if not isinstance(val, (sympy.Float, sympy.Rational)):
+        return None
+    if isinstance(val, sympy.Rational):
+        return Fraction(int(val.p), int(val.q))
+    if not val.is_finite:
+        return None
+    return Fraction(str(val))
+
+
+def _short(obj: object) -> str:
+    try:
+        text = str(obj)
+    except Exception:
+        return "<unprintable>"
+    return text if len(text) <= NORM_CHARS else text[: NORM_CHARS - 1] + "…"
+
+
+def grade_symbolic(pred: str, gold: str, delta: float, inner_timeout: int) -> dict:
+    """Grade one prediction against one gold answer with math-verify + NumEq (in this process)."""
+    import math_verify as mv
+
+    gold_parsed = mv.parse(_wrap(gold), parsing_timeout=inner_timeout)
+    if not gold_parsed:
+        return {"c": False, "r": "could not parse the reference answer", "m": "math_verify"}
+    pred_parsed = mv.parse(_wrap(pred), parsing_timeout=inner_timeout)
+    out = {"gn": _short(gold_parsed[0]), "m": "math_verify"}
+    if not pred_parsed:
+        return {**out, "c": False, "r": "could not parse the answer"}
+    out["pn"] = _short(pred_parsed[0])
+    gval = _numeric_value(gold_parsed[0])
+    pval = _numeric_value(pred_parsed[0]) if gval is not None else None
+    if gval is not None and pval is not None:
+        d = Fraction(repr(float(delta)))
+        if _num_eq(pval, gval, d):
+            return {**out, "c": True, "r": "numeric match (NumEq)"}
+        if "%" not in pred + gold:
+            return {**out, "c": False, "r": "numeric mismatch (NumEq)"}
+    ok = mv.verify(gold_parsed, pred_parsed, timeout_seconds=inner_timeout)
+    return {**out, "c": bool(ok), "r": "symbolic match" if ok else "symbolic mismatch"}
+
+
+def _limit_memory(mb: int) -> None:
+    try:
+        import resource
+
+        limit = mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def main() -> None:
+    proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    logging.disable(logging.CRITICAL)
+    _limit_memory(int(os.environ.get("VERIFIERS_MATH_WORKER_MB", "1536")))
+    import math_verify  # noqa: F401  (import once, before announcing readiness)
+
+    proto.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        try:
+            req = json.loads(line)
+        except ValueError:
+            continue
+        try:
+            res = grade_symbolic(req["p"], req["g"], req.get("d", 1e-6), int(req.get("t", 2)))
+        except MemoryError:
+            res = {"c": False, "r": "grader ran out of memory", "m": "math_verify"}
+        except BaseException as exc:  # a grading must never take the worker down
+            res = {"c": False, "r": f"grader error: {type(exc).__name__}", "m": "math_verify"}
+        res["i"] = req.get("i")
+        proto.write(json.dumps(res) + "\n")
+
+
+if __name__ == "__main__":
+    main()

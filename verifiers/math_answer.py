@@ -1,0 +1,522 @@
+"""Final-answer extraction and grading for math problems (AT-GRPO Appendix A.1.1).
+
+Grading follows the paper: math-verify is the parsing/normalisation front end and numbers are
+compared with ``NumEq`` (delta = 1e-6)::
+
+    NumEq(a, b) = 1{ |a - b| <= delta  or  |a - b| / max(1, |b|) <= delta }
+
+with ``b`` the reference answer. Answers that are not plain numbers (expressions, sets, intervals,
+equations) are compared symbolically by math-verify.
+
+Where answers come from (``source``):
+
+* ``"boxed"``  the last complete ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces allowed);
+* ``"marker"`` the first line after the last line starting with ``####`` (GSM8K style);
+* ``"stdout"`` a program's printed output: its last non-empty line;
+* ``"answer"`` the text is the answer itself;
+* ``"auto"``   boxed, else marker, else the whole text when it is a single short line.
+
+Speed and safety. Plain integers, decimals, scientific notation, thousands separators and simple
+fractions (``3/4``, ``\\frac{3}{4}``) are graded in-process by exact rational arithmetic, with no
+sympy and no subprocess (tens of thousands of gradings per second). Everything else goes to a small
+persistent pool of worker processes (:mod:`verifiers._math_pool`), because math-verify's own
+timeouts use ``signal.alarm`` (main thread only) and some sympy work cannot be interrupted at all:
+each grading has a deadline (``timeout_s``), after which the worker is killed and replaced and the
+grading is ``False`` with reason ``"grading timed out ..."``. So grading is bounded in time from
+any thread. Inputs are capped first: answers longer than ``MAX_ANSWER_CHARS`` or nested deeper
+than ``MAX_NESTING`` are not graded (``False`` with the reason), and nothing echoes a huge input.
+Bad model output never raises; a wrong argument type for ``gold`` raises ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Literal
+
+from verifiers.extract import (
+    MAX_COMPLETION_CHARS,
+    Extraction,
+    _prepare,
+    clip_text,
+    extract_after_marker,
+)
+
+__all__ = [
+    "MAX_ANSWER_CHARS",
+    "MAX_NESTING",
+    "NUMEQ_DELTA",
+    "DEFAULT_TIMEOUT_S",
+    "MathGrade",
+    "extract_boxed",
+    "extract_marker_answer",
+    "extract_program_answer",
+    "extract_math_answer",
+    "parse_number",
+    "num_eq",
+    "grade",
+    "grade_many",
+    "is_correct",
+]
+
+MAX_ANSWER_CHARS = 2000
+"""Extracted answers (and gold answers) longer than this are not graded."""
+MAX_NESTING = 40
+"""Answers with brackets nested deeper than this are not graded."""
+NUMEQ_DELTA = 1e-6
+DEFAULT_TIMEOUT_S = 3.0
+"""Deadline for one slow-path grading, in seconds."""
+_SHORT_LINE = 200
+_SHOWN = 120
+
+Source = Literal["auto", "boxed", "marker", "stdout", "answer"]
+_SOURCES = ("auto", "boxed", "marker", "stdout", "answer")
+
+
+@dataclass(frozen=True)
+class MathGrade:
+    """The outcome of grading one answer.
+
+    ``extracted`` is the prediction's answer text as found (clipped for display), ``normalized``
+    and ``gold_normalized`` the parsed forms that were compared, and ``method`` says which path
+    decided: ``"fast"`` (exact rationals), ``"math_verify"`` (worker process) or ``"none"``
+    (nothing was compared, e.g. no answer found).
+    """
+
+    correct: bool
+    reason: str
+    extracted: str | None = None
+    normalized: str | None = None
+    gold_normalized: str | None = None
+    method: str = "none"
+
+
+# ---------------------------------------------------------------- extraction
+
+_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+
+def extract_boxed(text: object) -> Extraction:
+    r"""Return the contents of the last complete ``\boxed{...}`` (or ``\fbox{...}``).
+
+    Braces nest; escaped braces (``\{``, ``\}``) do not count. The scan is a single linear pass,
+    so thousands of ``\boxed{`` cost no more than one.
+
+    >>> extract_boxed(r"so $\boxed{\frac{1}{2}}$").value
+    '\\frac{1}{2}'
+    >>> extract_boxed(r"\boxed{1} then \fbox{2}").value
+    '2'
+    >>> extract_boxed(r"\boxed{\{1, 2\}}").value
+    '\\{1, 2\\}'
+    >>> extract_boxed(r"\boxed{3} and \boxed{4").value
+    '3'
+    >>> extract_boxed("no box").reason
+    'no \\boxed{} found'
+    >>> extract_boxed(r"\boxed{ }").reason
+    'empty \\boxed{}'
+    """
+    src = _prepare(text)
+    if src is None:
+        return Extraction(None, "completion is not a string")
+    stack: list[int] = []  # start offset of a box's content, or -1 for a plain brace
+    best: tuple[int, int] | None = None
+    i, n = 0, len(src)
+    opens = {m.end() - 1: m.end() for m in _BOX_OPEN.finditer(src)}
+    while i < n:
+        ch = src[i]
+        if ch == "\\" and i + 1 < n and src[i + 1] in "{}" and i not in opens:
+            i += 2
+            continue
+        if ch == "{":
+            stack.append(opens.get(i, -1))
+        elif ch == "}" and stack:
+            start = stack.pop()
+            if start >= 0 and (best is None or i > best[1] or (i == best[1] and start < best[0])):
+                best = (start, i)
+        i += 1
+    if best is None:
+        if opens and isinstance(text, str) and len(text) > MAX_COMPLETION_CHARS:
+            why = f"unclosed \\boxed{{ (completion cut at {MAX_COMPLETION_CHARS} characters)"
+            return Extraction(None, why)
+        if opens:
+            return Extraction(None, "unclosed \\boxed{")
+        return Extraction(None, "no \\boxed{} found")
+    body = src[best[0] : best[1]].strip()
+    if not body:
+        return Extraction(None, "empty \\boxed{}")
+    return Extraction(body)
+
+
+def extract_marker_answer(text: object) -> Extraction:
+    """Return the first non-empty line after the last ``####`` line (GSM8K convention).
+
+    >>> extract_marker_answer("so 3 + 4 = 7\\n#### 7\\nDone.").value
+    '7'
+    >>> extract_marker_answer("####\\n 12 ").value
+    '12'
+    >>> extract_marker_answer("nothing").reason
+    "no line beginning with '####'"
+    """
+    ext = extract_after_marker(text)
+    if not ext.ok:
+        return ext
+    for line in str(ext.value).splitlines():
+        if line.strip():
+            return Extraction(line.strip())
+    return Extraction(None, "nothing after '####'")
+
+
+def extract_program_answer(stdout: object) -> Extraction:
+    """Return the last non-empty line a program printed.
+
+    >>> extract_program_answer("step 1\\n42\\n\\n").value
+    '42'
+    >>> extract_program_answer("  \\n").reason
+    'the program printed nothing'
+    """
+    src = _prepare(stdout)
+    if src is None:
+        return Extraction(None, "output is not a string")
+    for line in reversed(src.splitlines()):
+        if line.strip():
+            return Extraction(line.strip())
+    return Extraction(None, "the program printed nothing")
+
+
+def extract_math_answer(text: object, source: Source = "auto") -> Extraction:
+    r"""Extract a final answer according to ``source`` (see the module docstring).
+
+    >>> extract_math_answer(r"... hence \boxed{5}").value
+    '5'
+    >>> extract_math_answer("work\n#### 17").value
+    '17'
+    >>> extract_math_answer("  -3.5 ").value
+    '-3.5'
+    >>> extract_math_answer("a long derivation\nwith no final answer").reason
+    "no \\boxed{} or '####' answer found"
+    >>> extract_math_answer("1\n2\n", source="stdout").value
+    '2'
+    """
+    if source not in _SOURCES:
+        raise ValueError(f"unknown answer source {source!r}; expected one of {_SOURCES}")
+    if source == "boxed":
+        return extract_boxed(text)
+    if source == "marker":
+        return extract_marker_answer(text)
+    if source == "stdout":
+        return extract_program_answer(text)
+    src = _prepare(text)
+    if src is None:
+        return Extraction(None, "completion is not a string")
+    if source == "answer":
+        return Extraction(src.strip()) if src.strip() else Extraction(None, "empty answer")
+    box = extract_boxed(text)
+    if box.ok or box.reason == "empty \\boxed{}":
+        return box
+    mark = extract_marker_answer(src)
+    if mark.ok:
+        return mark
+    if box.reason.startswith("unclosed"):
+        return box
+    stripped = src.strip()
+    if stripped and "\n" not in stripped and len(stripped) <= _SHORT_LINE:
+        return Extraction(stripped)
+    return Extraction(None, "no \\boxed{} or '####' answer found")
+
+
+# ---------------------------------------------------------------- fast numeric path
+
+_DELIMS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+_SPACING = re.compile(r"\\[,!;: ]|\\quad|\\qquad|~")
+_PLAIN = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE]([+-]?\d+))?")
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_SLASH = re.compile(r"([+-]?\d+)\s*/\s*([+-]?\d+)")
+_FRAC = re.compile(r"([+-]?)\\[dt]?frac\{\s*([+-]?\d+)\s*\}\{\s*([+-]?\d+)\s*\}")
+
+
+def _strip_wrappers(s: str) -> str:
+    s = s.strip().replace("\u2212", "-")
+    for _ in range(3):
+        changed = False
+        for left, right in _DELIMS:
+            if len(s) > len(left) + len(right) and s.startswith(left) and s.endswith(right):
+                s, changed = s[len(left) : -len(right)].strip(), True
+                break
+        if s.startswith("\\$"):
+            s, changed = s[2:].strip(), True
+        elif s.startswith("$") and "$" not in s[1:]:
+            s, changed = s[1:].strip(), True
+        if s.endswith(".") and not s.endswith(".."):
+            s, changed = s[:-1].strip(), True
+        if not changed:
+            break
+    return _SPACING.sub("", s).replace("{,}", "").strip()
+
+
+def parse_number(text: object) -> Fraction | None:
+    r"""Exact value of a plain number, or ``None`` when the text is anything else.
+
+    Accepts integers, decimals, scientific notation (exponent within +-1000), thousands
+    separators, ``a/b`` and ``\frac{a}{b}``, optionally inside ``$...$`` and with a leading
+    currency sign or a trailing period.
+
+    >>> parse_number("1,234.5")
+    Fraction(2469, 2)
+    >>> parse_number(r"$-\frac{3}{4}$")
+    Fraction(-3, 4)
+    >>> parse_number("\\$18.")
+    Fraction(18, 1)
+    >>> parse_number("2.5e-3")
+    Fraction(1, 400)
+    >>> parse_number("x + 1") is None, parse_number("1/0") is None, parse_number("1e99999") is None
+    (True, True, True)
+    """
+    if not isinstance(text, str) or len(text) > MAX_ANSWER_CHARS:
+        return None
+    s = _strip_wrappers(text)
+    try:
+        m = _PLAIN.fullmatch(s)
+        if m:
+            if m.group(1) is not None and abs(int(m.group(1))) > 1000:
+                return None
+            return Fraction(Decimal(s))
+        if _THOUSANDS.fullmatch(s):
+            return Fraction(Decimal(s.replace(",", "")))
+        m = _SLASH.fullmatch(s) or None
+        if m:
+            num, den = int(m.group(1)), int(m.group(2))
+            return Fraction(num, den) if den else None
+        m = _FRAC.fullmatch(s)
+        if m:
+            num, den = int(m.group(2)), int(m.group(3))
+            if not den:
+                return None
+            value = Fraction(num, den)
+            return -value if m.group(1) == "-" else value
+    except (ValueError, ArithmeticError):
+        return None
+    return None
+
+
+def num_eq(
+    a: float | Fraction | Decimal | str,
+    b: float | Fraction | Decimal | str,
+    delta: float = NUMEQ_DELTA,
+) -> bool:
+    """``NumEq_delta(a, b)``: ``|a-b| <= delta`` or ``|a-b| / max(1, |b|) <= delta`` (exactly).
+
+    ``b`` is the reference. Strings are read with :func:`parse_number` (``False`` if unreadable);
+    floats are taken at their exact binary value; NaN equals nothing, infinities only themselves.
+
+    >>> num_eq(1.0000005, 1), num_eq(1.000002, 1)
+    (True, False)
+    >>> num_eq(1_000_000.5, 1_000_000)       # relative: 0.5 / 1e6 <= 1e-6
+    True
+    >>> num_eq("1/3", "0.333333"), num_eq("1/3", "0.33333")
+    (True, False)
+    """
+    vals = []
+    for x in (a, b):
+        if isinstance(x, str):
+            x = parse_number(x)
+            if x is None:
+                return False
+        if isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))):
+            return a == b
+        if isinstance(x, bool) or not isinstance(x, int | float | Fraction | Decimal):
+            raise TypeError(f"num_eq expects numbers or strings, got {type(x).__name__}")
+        vals.append(Fraction(x))
+    d = Fraction(repr(float(delta)))
+    diff = abs(vals[0] - vals[1])
+    return diff <= d or diff / max(Fraction(1), abs(vals[1])) <= d
+
+
+# ---------------------------------------------------------------- grading
+
+_CACHE: OrderedDict[tuple[str, str, float], dict] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_CACHE_SIZE = 8192
+
+
+def _nesting(s: str) -> int:
+    depth = best = 0
+    for ch in s:
+        if ch in "([{":
+            depth += 1
+            best = max(best, depth)
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+    return best
+
+
+def _gold_text(gold: object) -> str:
+    if isinstance(gold, bool) or not isinstance(gold, str | int | float | Fraction | Decimal):
+        raise TypeError(f"gold answer must be a string or a number, got {type(gold).__name__}")
+    if not isinstance(gold, str):
+        return str(gold)
+    if "\\boxed" in gold or "\\fbox" in gold:
+        box = extract_boxed(gold)
+        if box.ok:
+            return str(box.value)
+    if "####" in gold:
+        mark = extract_marker_answer(gold)
+        if mark.ok:
+            return str(mark.value)
+    return gold.strip()
+
+
+def _prescreen(
+    prediction: object, gold: object, source: Source, delta: float
+) -> tuple[MathGrade | None, str, str]:
+    """Extract and check sizes; return (final grade or None, pred answer, gold answer)."""
+    gold_ans = _gold_text(gold)
+    ext = extract_math_answer(prediction, source)
+    if not ext.ok:
+        return MathGrade(False, ext.reason), "", gold_ans
+    pred_ans = str(ext.value)
+    shown = clip_text(pred_ans, _SHOWN)
+    if not gold_ans:
+        return MathGrade(False, "the reference answer is empty", shown), pred_ans, gold_ans
+    for who, ans in (("answer", pred_ans), ("reference answer", gold_ans)):
+        if len(ans) > MAX_ANSWER_CHARS:
+            why = f"{who} longer than {MAX_ANSWER_CHARS} characters; not graded"
+            return MathGrade(False, why, shown), pred_ans, gold_ans
+        if _nesting(ans) > MAX_NESTING:
+            why = f"{who} nested deeper than {MAX_NESTING} levels; not graded"
+            return MathGrade(False, why, shown), pred_ans, gold_ans
+    p, g = parse_number(pred_ans), parse_number(gold_ans)
+    if p is not None and g is not None:
+        ok = num_eq(p, g, delta)
+        return (
+            MathGrade(
+                ok,
+                "numeric match (NumEq)" if ok else "numeric mismatch (NumEq)",
+                shown,
+                _fmt(p),
+                _fmt(g),
+                "fast",
+            ),
+            pred_ans,
+            gold_ans,
+        )
+    return None, pred_ans, gold_ans
+
+
+def _fmt(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
+
+
+def _from_worker(msg: dict, shown: str) -> MathGrade:
+    return MathGrade(
+        bool(msg.get("c")),
+        str(msg.get("r", "")),
+        shown,
+        msg.get("pn"),
+        msg.get("gn"),
+        str(msg.get("m", "math_verify")),
+    )
+
+
+def grade_many(
+    pairs: Iterable[tuple[object, object]],
+    *,
+    source: Source = "auto",
+    delta: float = NUMEQ_DELTA,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    pool: object | None = None,
+) -> list[MathGrade]:
+    r"""Grade ``(prediction, gold)`` pairs; results come back in input order.
+
+    Plain numbers are graded in-process; the rest go to the worker pool in one batch (spread
+    over its workers, duplicates graded once, results cached), each with deadline ``timeout_s``.
+
+    >>> [g.correct for g in grade_many([("#### 72", "72"), (r"\boxed{0.5}", "1/2"), ("7", "8")])]
+    [True, True, False]
+    """
+    from verifiers._math_pool import Task, default_pool
+
+    if timeout_s <= 0:
+        raise ValueError("timeout_s must be positive")
+    results: list[MathGrade | None] = []
+    slow: dict[tuple[str, str, float], list[tuple[int, str]]] = {}
+    for idx, pair in enumerate(pairs):
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise TypeError("grade_many expects (prediction, gold) pairs")
+        done, pred_ans, gold_ans = _prescreen(pair[0], pair[1], source, delta)
+        results.append(done)
+        if done is None:
+            key = (pred_ans, gold_ans, float(delta))
+            slow.setdefault(key, []).append((idx, clip_text(pred_ans, _SHOWN)))
+    if slow:
+        todo: list[tuple[str, str, float]] = []
+        with _CACHE_LOCK:
+            for key, where in slow.items():
+                hit = _CACHE.get(key)
+                if hit is None:
+                    todo.append(key)
+                else:
+                    _CACHE.move_to_end(key)
+                    for idx, shown in where:
+                        results[idx] = _from_worker(hit, shown)
+        if todo:
+            the_pool = pool if pool is not None else default_pool()
+            answers = the_pool.grade([Task(p, g, d) for p, g, d in todo], timeout_s=timeout_s)
+            with _CACHE_LOCK:
+                for key, msg in zip(todo, answers):
+                    if "failed to start" not in str(msg.get("r", "")):
+                        _CACHE[key] = msg
+                        if len(_CACHE) > _CACHE_SIZE:
+                            _CACHE.popitem(last=False)
+            for key, msg in zip(todo, answers):
+                for idx, shown in slow[key]:
+                    results[idx] = _from_worker(msg, shown)
+    return [r if r is not None else MathGrade(False, "not graded") for r in results]
+
+
+def grade(
+    prediction: object,
+    gold: object,
+    *,
+    source: Source = "auto",
+    delta: float = NUMEQ_DELTA,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    pool: object | None = None,
+) -> MathGrade:
+    r"""Grade one prediction (a completion, an answer or program output) against ``gold``.
+
+    >>> g = grade(r"The total is \boxed{1{,}000}.", "1000")
+    >>> g.correct, g.reason, g.method
+    (True, 'numeric match (NumEq)', 'fast')
+    >>> grade(r"\boxed{\frac{\sqrt{2}}{2}}", r"\sin(\pi/4)").correct
+    True
+    >>> grade(r"\boxed{x^2 + 2x + 1}", "(x+1)^2").reason
+    'symbolic match'
+    >>> grade("I think\nit is large", "5").reason
+    "no \\boxed{} or '####' answer found"
+    >>> grade("done\n3.0000001\n", 3, source="stdout").correct
+    True
+    """
+    return grade_many(
+        [(prediction, gold)], source=source, delta=delta, timeout_s=timeout_s, pool=pool
+    )[0]
+
+
+def is_correct(
+    prediction: object,
+    gold: object,
+    *,
+    source: Source = "auto",
+    delta: float = NUMEQ_DELTA,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> bool:
+    r"""``grade(...).correct``.
+
+    >>> is_correct(r"so \boxed{\dfrac{6}{4}}", "1.5"), is_correct("#### 10", "11")
+    (True, False)
+    """
+    return grade(prediction, gold, source=source, delta=delta, timeout_s=timeout_s).correct
