@@ -1,0 +1,498 @@
+"""Sudoku: fill the grid so every row, column and box holds each digit once (AT-GRPO A.1.3, A.2.2).
+
+=================  ==========================================================
+id                 ``sudoku``
+agents             ``tool``, ``planner`` (``mode="single"``: ``planner``)
+actions            completion text (``str``)
+observations       ``{"prompt": str}``
+horizon            ``max_turns`` turns (default 4); ends when the grid is solved
+render modes       ``human``, ``ansi``, ``rgb_array``
+=================  ==========================================================
+
+Each turn the tool agent writes one Python program that prints a proposal; the env runs it in
+the sandbox. The planner sees the task, the original puzzle, the current grid, the tool's
+program, its output and the history, and answers after a line beginning with ``####``. Its
+answer is applied to the current grid; the next turn starts from the result.
+
+A proposal (the tool's printed output or the planner's answer) is JSON in one of two shapes:
+
+- a grid: ``size`` rows of ``size`` ints, ``0`` = blank. It is the proposed new board: every
+  non-given cell takes the grid's value, so ``0`` erases an earlier fill.
+- fill steps: a non-empty list of ``[row, column, digit]`` with 1-based indices and digits in
+  ``1..size``, applied in order; a step may overwrite an earlier fill (that is how mistakes get
+  corrected). An empty list is a format failure.
+
+The givens (the digits of the original puzzle) are fixed. An edit that would change or erase a
+given is rejected (not applied) while the proposal's other edits still apply; a rejected edit
+costs the planner its ``legal`` score and the tool its ``exec`` score. Re-stating a given with
+its own digit is harmless. The grid is solved when it equals the puzzle's unique solution, i.e.
+it is full, breaks no rule *and keeps the givens* (the reference implementation only checks the
+rules, so any valid grid, such as its prompt's example, counted as solved).
+
+Instances: a random full grid (seeded), then cells are blanked in a random order, each blank
+kept only while the puzzle stays uniquely solvable (proved by a solution-counting solver,
+:mod:`verifiers.sudoku`), until exactly ``blanks`` cells are blank. ``size`` is 4 (2x2 boxes,
+the paper's setting), 6 (boxes of 2 rows x 3 columns) or 9 (3x3 boxes); ``blanks`` defaults to
+10 / 20 / 45. Splits: the instance's split is the hash of its puzzle, as everywhere; to avoid
+generating ~10 puzzles per val/test reset, one generated puzzle is relabelled with random digit
+permutations (which keep uniqueness) until a relabelling hashes into the requested split, and
+the generator stream depends on the split, so ``seed=s`` gives unrelated puzzles in different
+splits. Explicit instance: ``reset(options={"instance": {"puzzle": [[...]]}})`` with 0 for
+blanks (a square 4x4, 6x6 or 9x9 grid whose givens break no rule and that has exactly one
+solution; anything else raises ``ValueError`` saying why). Its size may differ from ``size``.
+
+Rewards (``r = lam * team + (1 - lam) * mask * local``, ``lam = 0.60``; G_k is the grid after
+the step, G_{k-1} before it; for the tool, G_k is the grid its proposal would produce if adopted,
+the state itself is unchanged):
+
+- team: 1 if G_k is solved, else 0 (the episode terminates when solved).
+- planner: fmt 0.15 (the answer after ``####`` parses as a grid or steps, values in range),
+  legal 0.55 (no row/column/box duplicate in G_k and no edit of a given rejected),
+  prog 0.30 (cells blank in G_{k-1} and filled in G_k, divided by size**2).
+- tool: fmt 0.10 (the printed output parses: schema valid, values in range, indices in bounds),
+  exec 0.20 (the program exited cleanly within its limits and every edit applied, none touching
+  a given), san 0.70 (at least one cell changes and every digit written is free of duplicates
+  in its row, column and box of G_k).
+- mask: 0 only when the sandbox itself failed (tool), else 1.
+
+Version history: v0 (initial).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, ClassVar
+
+import numpy as np
+
+from envs.core.base import wrap
+from envs.core.config import RewardConfig
+from envs.core.render import COLORS, Cell, draw_grid
+from envs.core.splits import check_split, split_of
+from envs.core.toolplanner import Sim, ToolPlannerConfig, ToolPlannerEnv
+from verifiers.extract import Extraction
+from verifiers.sudoku import (
+    SIZES,
+    Proposal,
+    box_shape,
+    conflicts,
+    count_solutions,
+    default_blanks,
+    generate_puzzle,
+    max_blanks,
+    parse_proposal,
+    relabel,
+    solve,
+    validate_grid_shape,
+)
+
+__all__ = ["SudokuConfig", "SudokuInstance", "SudokuRewards", "env", "raw_env", "grid_text"]
+
+_SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
+_RELABEL_TRIES = 64
+_MAX_BASE_TRIES = 1000
+
+
+@dataclass(frozen=True)
+class SudokuRewards(RewardConfig):
+    lam: float = 0.60
+    planner_fmt: float = 0.15
+    planner_legal: float = 0.55
+    planner_prog: float = 0.30
+    tool_fmt: float = 0.10
+    tool_exec: float = 0.20
+    tool_san: float = 0.70
+    roles: ClassVar[tuple[str, ...]] = ("planner", "tool")
+
+
+@dataclass(frozen=True)
+class SudokuConfig(ToolPlannerConfig):
+    """size: 4, 6 or 9. blanks: blank cells per generated puzzle (None: 10 / 20 / 45)."""
+
+    size: int = 4
+    blanks: int | None = None
+    rewards: SudokuRewards = field(default_factory=SudokuRewards)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.size not in SIZES:
+            raise ValueError(f"size must be one of {SIZES}, got {self.size!r}")
+        if self.blanks is not None:
+            hi = max_blanks(self.size)
+            if isinstance(self.blanks, bool) or not isinstance(self.blanks, int):
+                raise ValueError(f"blanks must be an int or None, got {self.blanks!r}")
+            if not 1 <= self.blanks <= hi:
+                raise ValueError(f"blanks must lie in [1, {hi}] for size {self.size}")
+
+    @property
+    def num_blanks(self) -> int:
+        return default_blanks(self.size) if self.blanks is None else self.blanks
+
+
+Grid = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class SudokuInstance:
+    """A puzzle (0 = blank) and its unique solution, as tuples of row tuples."""
+
+    puzzle: Grid
+    solution: Grid
+
+    @property
+    def size(self) -> int:
+        return len(self.puzzle)
+
+    def key(self) -> dict[str, Any]:
+        return {"puzzle": [list(row) for row in self.puzzle]}
+
+
+@cache
+def _all_perms(n: int) -> tuple[tuple[int, ...], ...]:
+    return tuple(itertools.permutations(range(1, n + 1)))
+
+
+def _relabellings(rng: np.random.Generator, n: int) -> list[tuple[int, ...]]:
+    """Digit permutations to try, drawn with ``rng``: all 24 in random order for 4x4, else
+    ``_RELABEL_TRIES`` random ones."""
+    if n == 4:
+        perms = _all_perms(4)
+        return [perms[i] for i in rng.permutation(len(perms)).tolist()]
+    return [
+        tuple(p)
+        for p in (np.argsort(rng.random((_RELABEL_TRIES, n)), axis=1, kind="stable") + 1).tolist()
+    ]
+
+
+def grid_text(grid: Any, box: tuple[int, int]) -> str:
+    """The grid as text: digits, ``.`` for blanks, ``|`` and ``-`` between boxes.
+
+    >>> print(grid_text([[1, 0, 3, 4], [3, 4, 0, 2], [0, 1, 4, 3], [4, 3, 2, 1]], (2, 2)))
+    1 . | 3 4
+    3 4 | . 2
+    ----+----
+    . 1 | 4 3
+    4 3 | 2 1
+    """
+    br, bc = box
+    n = len(grid)
+    lines = []
+    for r, row in enumerate(grid):
+        if r and r % br == 0:
+            lines.append("-+-".join(["-" * (2 * bc - 1)] * (n // bc)))
+        cells = [str(v) if v else "." for v in row]
+        lines.append(" | ".join(" ".join(cells[c : c + bc]) for c in range(0, n, bc)))
+    return "\n".join(lines)
+
+
+@dataclass
+class _Board:
+    grid: list[list[int]]
+
+
+_ORACLE_TEMPLATE = """import json
+grid = {grid}
+givens = {givens}
+N, BR, BC = {n}, {br}, {bc}
+def units(r, c):
+    r0, c0 = r - r % BR, c - c % BC
+    return ([(r, j) for j in range(N)] + [(i, c) for i in range(N)]
+            + [(r0 + i, c0 + j) for i in range(BR) for j in range(BC)])
+def consistent(g):
+    return all(g[i][j] == 0 or all(g[a][b] != g[i][j] for a, b in units(i, j) if (a, b) != (i, j))
+               for i in range(N) for j in range(N))
+def solve(g):
+    best = None
+    for r in range(N):
+        for c in range(N):
+            if g[r][c] == 0:
+                used = {{g[a][b] for a, b in units(r, c)}}
+                cands = [d for d in range(1, N + 1) if d not in used]
+                if best is None or len(cands) < len(best[2]):
+                    best = (r, c, cands)
+    if best is None:
+        return True
+    r, c, cands = best
+    for d in cands:
+        g[r][c] = d
+        if solve(g):
+            return True
+    g[r][c] = 0
+    return False
+work = [row[:] for row in grid]
+if not (consistent(work) and solve(work)):
+    work = [row[:] for row in givens]
+    solve(work)
+print(json.dumps(work))"""
+
+
+class raw_env(ToolPlannerEnv):
+    """Sudoku environment (see the module docstring)."""
+
+    metadata: ClassVar[dict[str, Any]] = {
+        "render_modes": ["human", "ansi", "rgb_array"],
+        "name": "sudoku_v0",
+        "is_parallelizable": False,
+    }
+    config_cls = SudokuConfig
+    config: SudokuConfig
+
+    # ------------------------------------------------------------------ instances
+    def _n(self) -> int:
+        return self.instance.size if self.instance is not None else self.config.size
+
+    def _generate_instance(self, rng: np.random.Generator) -> SudokuInstance:
+        puzzle, solution = generate_puzzle(rng, self.config.size, self.config.num_blanks)
+        return SudokuInstance(_freeze(puzzle), _freeze(solution))
+
+    def _sample_instance(self, split: str, seed: int) -> SudokuInstance:
+        check_split(split)
+        n = self.config.size
+        digits = "123456789"[:n]
+        for attempt in range(_MAX_BASE_TRIES):
+            rng = np.random.default_rng([seed, _SPLIT_STREAM[split], attempt])
+            puzzle, solution = generate_puzzle(rng, n, self.config.num_blanks)
+            # The canonical JSON of {"puzzle": ...} (what stable_hash hashes); relabelling the
+            # digits of that text relabels the puzzle (all digits are single characters).
+            text = '{"puzzle":' + json.dumps(puzzle, separators=(",", ":")) + "}"
+            for perm in _relabellings(rng, n):
+                table = str.maketrans(digits, "".join(map(str, perm)))
+                digest = hashlib.sha256(text.translate(table).encode()).hexdigest()
+                if split_of(digest) == split:
+                    return SudokuInstance(
+                        _freeze(relabel(puzzle, perm)), _freeze(relabel(solution, perm))
+                    )
+        raise RuntimeError(f"no {split} Sudoku found in {_MAX_BASE_TRIES} attempts")
+
+    def _instance_key(self, instance: SudokuInstance) -> dict[str, Any]:
+        return instance.key()
+
+    def _instance_from_dict(self, data: Any) -> SudokuInstance:
+        if isinstance(data, SudokuInstance):
+            data = {"puzzle": data.puzzle, "solution": data.solution}
+        if not isinstance(data, dict) or "puzzle" not in data:
+            raise ValueError('a Sudoku instance is {"puzzle": [[int, ...], ...]} with 0 for blanks')
+        extra = set(data) - {"puzzle", "solution"}
+        if extra:
+            raise ValueError(f"unknown Sudoku instance keys {sorted(extra)}; use 'puzzle'")
+        puzzle = data["puzzle"]
+        if isinstance(puzzle, np.ndarray):
+            puzzle = puzzle.tolist()
+        validate_grid_shape(puzzle)
+        puzzle = [[int(v) for v in row] for row in puzzle]
+        clashes = conflicts(puzzle)
+        if clashes:
+            unit, idx, digit = clashes[0]
+            raise ValueError(f"the puzzle's givens break the rules: {unit} {idx} has {digit} twice")
+        if all(all(row) for row in puzzle):
+            raise ValueError("the puzzle has no blank cell (0) to fill")
+        count = count_solutions(puzzle, limit=2)
+        if count == 0:
+            raise ValueError("the puzzle has no solution")
+        if count > 1:
+            raise ValueError("the puzzle has 2+ solutions; a Sudoku must have exactly one")
+        solution = solve(puzzle)
+        assert solution is not None
+        if data.get("solution") is not None and _freeze(data["solution"]) != _freeze(solution):
+            raise ValueError("the given solution is not the puzzle's unique solution")
+        return SudokuInstance(_freeze(puzzle), _freeze(solution))
+
+    def _initial_state(self, instance: SudokuInstance) -> _Board:
+        return _Board([list(row) for row in instance.puzzle])
+
+    # ------------------------------------------------------------------ dynamics and rewards
+    def _parse_answer(self, text: str) -> Extraction:
+        return parse_proposal(text, self._n())
+
+    def _simulate(self, proposal: Proposal) -> Sim:
+        givens = self.instance.puzzle
+        n = len(givens)
+        old = self.state.grid
+        new = [row[:] for row in old]
+        rejected: list[str] = []
+        if proposal.kind == "grid":
+            edits = [(r, c, proposal.grid[r][c]) for r in range(n) for c in range(n)]
+        else:
+            edits = [(r - 1, c - 1, v) for r, c, v in proposal.steps]
+        for r, c, v in edits:
+            g = givens[r][c]
+            if g:
+                if v != g:
+                    what = f"erase the given {g}" if v == 0 else f"write {v} over the given {g}"
+                    rejected.append(f"({r + 1},{c + 1}): {what}")
+                continue
+            new[r][c] = v
+        changed = [(r, c) for r in range(n) for c in range(n) if new[r][c] != old[r][c]]
+        newly = sum(1 for r, c in changed if old[r][c] == 0)
+        bad_cells = _conflict_cells(new, box_shape(n))
+        written_ok = all((r, c) not in bad_cells for r, c in changed if new[r][c])
+        info = {
+            "changed": len(changed),
+            "newly_filled": newly,
+            "rejected": len(rejected),
+            "consistent": not bad_cells,
+            "written_ok": written_ok,
+        }
+        reason = ""
+        if rejected:
+            more = f" (+{len(rejected) - 3} more)" if len(rejected) > 3 else ""
+            reason = "edits of givens rejected: " + "; ".join(rejected[:3]) + more
+        return Sim(_Board(new), ok=not rejected, info=info, reason=reason)
+
+    def _team(self, sim: Sim) -> float:
+        return float(self._is_solved(sim.state))
+
+    def _is_solved(self, state: _Board) -> bool:
+        return _freeze(state.grid) == self.instance.solution
+
+    def _planner_components(self, sim: Sim | None) -> dict[str, float]:
+        if sim is None:
+            return {"legal": 0.0, "prog": 0.0}
+        n = self._n()
+        legal = sim.info["consistent"] and sim.info["rejected"] == 0
+        return {"legal": float(legal), "prog": sim.info["newly_filled"] / (n * n)}
+
+    def _tool_components(self, sim: Sim | None, ran_ok: bool) -> dict[str, float]:
+        if sim is None:
+            return {"exec": 0.0, "san": 0.0}
+        san = sim.info["changed"] > 0 and sim.info["written_ok"]
+        return {"exec": float(ran_ok and sim.ok), "san": float(san)}
+
+    def _format_proposal(self, value: Any) -> str:
+        text = value.to_json() if isinstance(value, Proposal) else str(value)
+        return text if len(text) <= 1000 else text[:997] + "..."
+
+    # ------------------------------------------------------------------ text
+    @property
+    def _answer_format(self) -> str:  # type: ignore[override]
+        n = self._n()
+        return (
+            f"JSON, either the whole grid (a list of {n} rows, each a list of {n} digits, 0 for a "
+            "cell left blank; it replaces every non-given cell) or a list of fill steps "
+            "[row, column, digit] with rows and columns numbered from 1, e.g. [[1,3,2],[4,1,3]] "
+            "puts 2 in row 1 column 3 and 3 in row 4 column 1."
+        )
+
+    @property
+    def _tool_output_format(self) -> str:  # type: ignore[override]
+        n = self._n()
+        return (
+            f"JSON, either the solved grid ({n} rows of {n} digits) or a list of "
+            "[row, column, digit] fill steps numbered from 1. The program gets no input: copy the "
+            "current grid (JSON above) into it."
+        )
+
+    def _task_text(self) -> str:
+        inst = self.instance
+        n = inst.size
+        br, bc = box_shape(n)
+        return (
+            f"Task: solve a {n}x{n} Sudoku. Put a digit from 1 to {n} in every blank cell so that "
+            f"each row, each column and each of the {n} boxes ({br} rows x {bc} columns, marked "
+            "by | and -) holds every digit exactly once. The givens (digits of the original "
+            "puzzle) are fixed: an answer may not change or erase them. Cells you or your "
+            "teammate filled earlier may be overwritten. Rows and columns are numbered 1 to "
+            f"{n} from the top left.\nOriginal puzzle (. = blank, {_blanks(inst.puzzle)} blanks):\n"
+            + grid_text(inst.puzzle, (br, bc))
+        )
+
+    def _state_text(self) -> str:
+        grid = self.state.grid
+        n = len(grid)
+        box = box_shape(n)
+        blanks = sum(row.count(0) for row in grid)
+        clashes = conflicts(grid)
+        if clashes:
+            shown = "; ".join(f"{u} {i} has {d} twice" for u, i, d in clashes[:6])
+            rules = f"rule violations: {shown}" + (" ..." if len(clashes) > 6 else "")
+        else:
+            rules = "no rule violations"
+        return (
+            f"Grid ({blanks} blank cells left, {rules}):\n{grid_text(grid, box)}\n"
+            f"As JSON (0 = blank): {json.dumps(grid, separators=(',', ':'))}"
+        )
+
+    def _render_text(self) -> str:
+        return f"turn {self.turn}, success={self.success}\n" + self._state_text()
+
+    def _render_rgb(self) -> np.ndarray:
+        givens = self.instance.puzzle
+        grid = self.state.grid
+        n = len(grid)
+        br, bc = box_shape(n)
+        bad = _conflict_cells(grid, (br, bc))
+        cells = [
+            [
+                Cell(
+                    background="error" if (r, c) in bad else "floor",
+                    glyph=str(v) if v else None,
+                    glyph_color="given" if givens[r][c] else "filled",
+                )
+                for c, v in enumerate(row)
+            ]
+            for r, row in enumerate(grid)
+        ]
+        px = 32
+        img = draw_grid(cells, cell_px=px)
+        bold = COLORS["bold_line"]
+        for k in range(0, n + 1, br):
+            img[max(0, k * px - 1) : k * px + 2, :] = bold
+        for k in range(0, n + 1, bc):
+            img[:, max(0, k * px - 1) : k * px + 2] = bold
+        return img
+
+    # ------------------------------------------------------------------ oracle
+    def _oracle_answer(self) -> str:
+        return json.dumps([list(row) for row in self.instance.solution], separators=(",", ":"))
+
+    def _oracle_code(self) -> str:
+        n = self.instance.size
+        br, bc = box_shape(n)
+        return _ORACLE_TEMPLATE.format(
+            grid=json.dumps(self.state.grid),
+            givens=json.dumps([list(row) for row in self.instance.puzzle]),
+            n=n,
+            br=br,
+            bc=bc,
+        )
+
+
+def _freeze(grid: Any) -> Grid:
+    return tuple(tuple(int(v) for v in row) for row in grid)
+
+
+def _blanks(grid: Grid) -> int:
+    return sum(row.count(0) for row in grid)
+
+
+def _conflict_cells(grid: list[list[int]], box: tuple[int, int]) -> set[tuple[int, int]]:
+    """Cells whose digit also appears elsewhere in their row, column or box."""
+    n = len(grid)
+    br, bc = box
+    bad: set[tuple[int, int]] = set()
+    groups: list[list[tuple[int, int]]] = [[(r, c) for c in range(n)] for r in range(n)]
+    groups += [[(r, c) for r in range(n)] for c in range(n)]
+    groups += [
+        [(r0 + i, c0 + j) for i in range(br) for j in range(bc)]
+        for r0 in range(0, n, br)
+        for c0 in range(0, n, bc)
+    ]
+    for cells in groups:
+        where: dict[int, list[tuple[int, int]]] = {}
+        for r, c in cells:
+            v = grid[r][c]
+            if v:
+                where.setdefault(v, []).append((r, c))
+        for spots in where.values():
+            if len(spots) > 1:
+                bad.update(spots)
+    return bad
+
+
+def env(**kwargs: Any):
+    """The wrapped Sudoku AEC env (``envs.make("sudoku", **kwargs)``)."""
+    return wrap(raw_env(**kwargs))
