@@ -1,0 +1,330 @@
+"""Batched generation with a Hugging Face causal LM, on CPU or CUDA.
+
+``TransformersPolicy(model, tokenizer)`` implements :class:`~adapters.policies.base.Policy` with
+its own KV-cached decoding loop rather than ``model.generate``, so that every number it returns is
+exactly what a trainer needs:
+
+* **Log-probs from the sampling logits.** At each step the loop computes
+  ``log_softmax(logits / T)`` (``T = 1`` when greedy) and records the chosen token's entry, before
+  any top-p / top-k truncation (see the base module for why). ``sequence_logprobs`` in
+  :mod:`adapters.algorithms` recomputes the same numbers from a full forward pass; in float32 they
+  agree to about 1e-5.
+* **Per-sample seeds.** Each (prompt index, sample index) pair gets its own random stream derived
+  from ``SamplingParams.seed``; tokens are drawn by inverse-CDF sampling with one uniform number per
+  step from that stream. The same seed and inputs therefore give the same completions, and a
+  completion does not depend on which other prompts share its batch (up to floating-point
+  differences between batch shapes). With ``seed=None`` the streams are seeded from torch's global
+  generator, so ``torch.manual_seed`` still makes runs repeatable.
+* **Left padding with explicit position ids** (cumulative sum of the attention mask), so a padded
+  row computes the same thing as the unpadded sequence, and the prompt is prefilled once for all
+  ``n`` samples (the KV cache is then expanded per sample).
+* **Early exit per row.** Rows that emit EOS or a stop string leave the batch (the cache is
+  compacted), so one long completion does not make the others pay for padding steps.
+
+The model's own ``generation_config`` (e.g. a hub model's default top-k) is ignored: only
+:class:`SamplingParams` decides how to sample. The chat template is applied with
+``tokenizer.apply_chat_template(messages, add_generation_prompt=True)``; extra template arguments
+(e.g. ``{"enable_thinking": False}`` for Qwen3) go in ``chat_template_kwargs``. A tokenizer
+without a chat template gets a plain ``role: content`` rendering.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from adapters.policies.base import (
+    ChatPrompt,
+    Completion,
+    Policy,
+    SamplingParams,
+    check_prompts,
+    left_truncate,
+    truncate_stop,
+)
+
+logger = logging.getLogger(__name__)
+
+_MIX_A = 0x9E3779B97F4A7C15
+_MIX_B = 0xBF58476D1CE4E5B9
+_MASK63 = (1 << 63) - 1
+
+
+def row_seed(seed: int, prompt_index: int, sample_index: int) -> int:
+    """Deterministic 63-bit seed for one (prompt, sample) pair of a seeded call."""
+    x = (seed * _MIX_A + prompt_index * _MIX_B + sample_index) & ((1 << 64) - 1)
+    x ^= x >> 31
+    x = (x * _MIX_B) & ((1 << 64) - 1)
+    x ^= x >> 29
+    return x & _MASK63
+
+
+def sample_next(logits: Any, uniforms: Any, params: SamplingParams) -> tuple[Any, Any]:
+    """Choose one token per row and return ``(tokens, logprobs)``.
+
+    ``logits``: (rows, vocab) float32; ``uniforms``: (rows,) numbers in [0, 1) that drive the
+    draw (inverse-CDF sampling over the truncated distribution). The returned log-probs are
+    ``log_softmax(logits / T)`` at the chosen tokens, with ``T = 1`` when greedy.
+    """
+    import torch
+
+    if params.greedy:
+        logp = torch.log_softmax(logits, dim=-1)
+        tokens = logits.argmax(dim=-1)
+        return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+    logp = torch.log_softmax(logits / params.temperature, dim=-1)
+    top_k = params.top_k if params.top_k > 0 else 0
+    if top_k or params.top_p < 1.0:
+        if top_k and top_k < logp.shape[-1]:
+            cand_lp, cand_idx = logp.topk(top_k, dim=-1)  # sorted, descending
+        else:
+            cand_lp, cand_idx = logp.sort(dim=-1, descending=True)
+        probs = cand_lp.exp()
+        if params.top_p < 1.0:
+            mass_before = probs.cumsum(-1) - probs
+            probs = probs * (mass_before < params.top_p)
+    else:
+        cand_idx = None
+        probs = logp.exp()
+    cdf = probs.cumsum(-1)
+    x = uniforms.to(cdf.dtype)[:, None] * cdf[:, -1:]
+    pick = torch.searchsorted(cdf, x, right=True).clamp_(max=cdf.shape[-1] - 1)
+    tokens = pick.squeeze(-1) if cand_idx is None else cand_idx.gather(-1, pick).squeeze(-1)
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class TransformersPolicy(Policy):
+    """A :class:`Policy` over a transformers causal LM (see the module docstring).
+
+    Args:
+        model: a ``*ForCausalLM`` model (any dtype/device).
+        tokenizer: its tokenizer (a pad token is added if missing).
+        device: where to run; ``None`` keeps a model that is already on CUDA, else uses CUDA when
+            available, else CPU. The model is moved there.
+        batch_size: sequences (prompts x samples) decoded together.
+        max_prompt_tokens: prompts longer than this are left-truncated with a warning; ``None``
+            means the model's ``max_position_embeddings`` minus ``max_new_tokens``.
+        name: reported in completions' metadata and by the HTTP server.
+        chat_template_kwargs: extra arguments for ``apply_chat_template``.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        device: Any = None,
+        batch_size: int = 16,
+        max_prompt_tokens: int | None = None,
+        name: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        import torch
+
+        from adapters.models import prepare_tokenizer, resolve_device
+
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        current = next(model.parameters()).device
+        self.device = current if device is None and current.type == "cuda" else None
+        self.device = self.device or resolve_device(device)
+        self.model = model.to(self.device)
+        self.model.eval()
+        self.tokenizer = prepare_tokenizer(tokenizer)
+        self.batch_size = batch_size
+        self.max_prompt_tokens = max_prompt_tokens
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        cfg = model.config
+        self.name = name or str(getattr(cfg, "_name_or_path", "") or cfg.model_type)
+        eos: set[int] = set()
+        for source in (
+            tokenizer.eos_token_id,
+            getattr(model.generation_config, "eos_token_id", None),
+        ):
+            if isinstance(source, int):
+                eos.add(source)
+            elif isinstance(source, (list, tuple)):
+                eos.update(int(x) for x in source)
+        self.eos_ids = frozenset(eos)
+        self.pad_id = int(self.tokenizer.pad_token_id)
+        self._vocab = cfg.get_text_config().vocab_size
+        self._keep_kw = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._torch = torch
+
+    @classmethod
+    def from_pretrained(
+        cls, name_or_path: str | None = None, device: Any = None, dtype: Any = None, **kwargs: Any
+    ) -> TransformersPolicy:
+        """Load a model with :func:`adapters.models.load_policy_model` and wrap it."""
+        from adapters.models import load_policy_model
+
+        model, tokenizer = load_policy_model(name_or_path, device=device, dtype=dtype)
+        return cls(model, tokenizer, device=device, **kwargs)
+
+    # ----------------------------------------------------------------------------------------
+    # prompts
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        """The chat-templated prompt text (with the assistant generation prompt)."""
+        tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            return tok.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+            )
+        lines = [f"{m['role']}: {m['content']}" for m in messages]
+        return "\n".join([*lines, "assistant:"])
+
+    def encode_prompt(self, prompt: ChatPrompt, max_new_tokens: int = 0) -> list[int]:
+        """Token ids of the templated prompt, left-truncated to the maximum prompt length."""
+        (messages,) = check_prompts([prompt])
+        ids = list(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])
+        return left_truncate(ids, self._prompt_limit(max_new_tokens))
+
+    def _prompt_limit(self, max_new_tokens: int) -> int:
+        if self.max_prompt_tokens is not None:
+            return self.max_prompt_tokens
+        max_pos = getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
+        if not max_pos:
+            return 0
+        return max(1, int(max_pos) - max_new_tokens)
+
+    # ----------------------------------------------------------------------------------------
+    # generation
+
+    def generate(
+        self, prompts: Sequence[ChatPrompt], params: SamplingParams | None = None
+    ) -> list[list[Completion]]:
+        torch = self._torch
+        params = params or SamplingParams()
+        limit = self._prompt_limit(params.max_new_tokens)
+        encoded = [
+            left_truncate(
+                list(self.tokenizer(self.render(m), add_special_tokens=False)["input_ids"]),
+                limit,
+                what=f"prompt {i}",
+            )
+            for i, m in enumerate(check_prompts(prompts))
+        ]
+        for i, ids in enumerate(encoded):
+            if not ids:
+                raise ValueError(f"prompt {i} encodes to zero tokens")
+        rows = [(p, s) for p in range(len(encoded)) for s in range(params.n)]
+        if params.seed is not None:
+            seeds = [row_seed(params.seed, p, s) for p, s in rows]
+        else:
+            seeds = torch.randint(0, 2**62, (len(rows),)).tolist()
+        # longest prompts first: less padding inside each chunk, and memory peaks early
+        order = sorted(range(len(rows)), key=lambda r: -len(encoded[rows[r][0]]))
+        results: list[Completion | None] = [None] * len(rows)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            outs = self._decode_chunk(
+                [encoded[rows[r][0]] for r in chunk], [seeds[r] for r in chunk], params
+            )
+            for r, (tokens, logprobs, finish) in zip(chunk, outs):
+                results[r] = self._finish(encoded[rows[r][0]], tokens, logprobs, finish, params)
+        return [[results[p * params.n + s] for s in range(params.n)] for p in range(len(encoded))]  # type: ignore[misc]
+
+    def _finish(
+        self,
+        prompt_ids: list[int],
+        tokens: list[int],
+        logprobs: list[float],
+        finish: str,
+        params: SamplingParams,
+    ) -> Completion:
+        text_ids = tokens[:-1] if tokens and tokens[-1] in self.eos_ids else tokens
+        text = self.tokenizer.decode(text_ids, skip_special_tokens=False)
+        text, matched = truncate_stop(text, params.stop)
+        if matched:
+            finish = "stop"
+        return Completion(
+            text=text,
+            token_ids=tokens,
+            logprobs=logprobs,
+            prompt_ids=list(prompt_ids),
+            finish_reason=finish,  # type: ignore[arg-type]
+        )
+
+    def _forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any) -> Any:
+        kwargs: dict[str, Any] = {"logits_to_keep": 1} if self._keep_kw else {}
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            **kwargs,
+        )
+        return out.logits[:, -1, :].float()
+
+    def _decode_chunk(
+        self, prompts: list[list[int]], seeds: list[int], params: SamplingParams
+    ) -> list[tuple[list[int], list[float], str]]:
+        """Decode one chunk of rows; identical prompts are prefilled once."""
+        torch = self._torch
+        from transformers import DynamicCache
+
+        dev = self.device
+        unique: dict[tuple[int, ...], int] = {}
+        row_prompt = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
+        uprompts = list(unique)
+        width = max(len(p) for p in uprompts)
+        input_ids = torch.full((len(uprompts), width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(uprompts), width), dtype=torch.long)
+        for i, p in enumerate(uprompts):
+            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attn[i, width - len(p) :] = 1
+        input_ids, attn = input_ids.to(dev), attn.to(dev)
+        positions = (attn.cumsum(-1) - 1).clamp_(min=0)
+        cache = DynamicCache(config=self.model.config)
+        max_new = params.max_new_tokens
+        stop_window = 4 * max((len(s) for s in params.stop), default=0) + 4
+        with torch.inference_mode():
+            logits = self._forward(input_ids, attn, positions, cache)
+            expand = torch.tensor(row_prompt, device=dev)
+            if len(uprompts) != len(prompts) or row_prompt != list(range(len(prompts))):
+                cache.reorder_cache(expand)
+                logits = logits.index_select(0, expand)
+            attn = attn.index_select(0, expand)
+            next_pos = positions[:, -1].index_select(0, expand) + 1
+            uniforms = torch.stack(
+                [torch.rand(max_new, generator=torch.Generator().manual_seed(s)) for s in seeds]
+            ).to(dev)
+            active = list(range(len(prompts)))
+            active_t = torch.arange(len(prompts), device=dev)
+            tokens_out: list[list[int]] = [[] for _ in prompts]
+            lps_out: list[list[float]] = [[] for _ in prompts]
+            finish = ["length"] * len(prompts)
+            for step in range(max_new):
+                tokens, lps = sample_next(logits, uniforms[active_t, step], params)
+                tok_list, lp_list = tokens.tolist(), lps.tolist()
+                keep: list[int] = []
+                for j, r in enumerate(active):
+                    tokens_out[r].append(tok_list[j])
+                    lps_out[r].append(lp_list[j])
+                    ended = tok_list[j] in self.eos_ids or (
+                        bool(params.stop)
+                        and self._hit_stop(tokens_out[r], params.stop, stop_window)
+                    )
+                    if ended:
+                        finish[r] = "stop"
+                    else:
+                        keep.append(j)
+                if not keep or step == max_new - 1:
+                    break
+                if len(keep) < len(active):
+                    kidx = torch.tensor(keep, device=dev)
+                    cache.reorder_cache(kidx)
+                    attn, next_pos = attn.index_select(0, kidx), next_pos.index_select(0, kidx)
+                    tokens, active_t = tokens.index_select(0, kidx), active_t.index_select(0, kidx)
+                    active = [active[j] for j in keep]
+                attn = torch.cat([attn, attn.new_ones((len(active), 1))], dim=1)
+                logits = self._forward(tokens[:, None], attn, next_pos[:, None], cache)
+                next_pos = next_pos + 1
+        return list(zip(tokens_out, lps_out, finish))
+
+    def _hit_stop(self, tokens: list[int], stop: Sequence[str], window: int) -> bool:
+        tail = self.tokenizer.decode(tokens[-window:], skip_special_tokens=False)
+        return any(s in tail for s in stop)
