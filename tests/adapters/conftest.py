@@ -1,0 +1,104 @@
+"""Shared fixtures for adapter tests: one torch thread, and a tiny char-level chat model.
+
+``char_model`` needs no download and no GGUF conversion: a character-level tokenizer built in
+memory (printable ASCII + a few special tokens, with a chat template) and a 2-layer Llama with
+random seeded weights. It makes the generation machinery testable in well under a second.
+"""
+
+from __future__ import annotations
+
+import os
+import string
+
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SPECIALS = ["<pad>", "<eos>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def make_char_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = [c for c in string.printable if c not in "\x0b\x0c\r\t"]
+    vocab = {t: i for i, t in enumerate(SPECIALS + chars)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(".|\n"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        additional_special_tokens=SPECIALS[3:],
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def make_char_model(seed: int = 0, eos_bias: float | None = None, **overrides):
+    """(model, tokenizer); ``eos_bias`` adds an output bias on EOS (untied head) so rows end early."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = make_char_tokenizer()
+    cfg = {
+        "vocab_size": len(tok),
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 512,
+        "tie_word_embeddings": eos_bias is None,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+        "bos_token_id": None,
+        "initializer_range": 0.5,
+    }
+    cfg.update(overrides)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(LlamaConfig(**cfg))
+        if eos_bias is not None:
+            head = torch.nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=True)
+            with torch.no_grad():
+                head.weight.copy_(model.lm_head.weight)
+                head.bias.zero_()
+                head.bias[tok.eos_token_id] = eos_bias
+            model.lm_head = head
+    model.eval()
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def char_model():
+    pytest.importorskip("transformers")
+    return make_char_model()
+
+
+@pytest.fixture(scope="module")
+def char_policy(char_model):
+    from adapters.policies import TransformersPolicy
+
+    model, tok = char_model
+    return TransformersPolicy(model, tok, device="cpu", batch_size=8, name="char")

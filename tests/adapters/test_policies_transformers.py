@@ -1,0 +1,227 @@
+"""TransformersPolicy on a tiny char-level model (fast; no download, no GGUF conversion)."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from adapters.algorithms import sequence_logprobs  # noqa: E402
+from adapters.policies import SamplingParams, TransformersPolicy  # noqa: E402
+from adapters.policies.transformers_policy import row_seed, sample_next  # noqa: E402
+
+from .conftest import make_char_model  # noqa: E402
+
+PROMPTS = [
+    "hello",
+    [{"role": "system", "content": "be brief"}, {"role": "user", "content": "a longer question?"}],
+]
+
+
+def recompute(model, completions, pad_id, temperature=1.0):
+    """Log-probs of each completion's tokens from one padded forward pass (left padding)."""
+    width = max(len(c.prompt_ids) + len(c.token_ids) for c in completions)
+    ids = torch.full((len(completions), width), pad_id)
+    attn = torch.zeros_like(ids)
+    comp = torch.zeros_like(ids)
+    for i, c in enumerate(completions):
+        seq = c.prompt_ids + c.token_ids
+        ids[i, width - len(seq) :] = torch.tensor(seq)
+        attn[i, width - len(seq) :] = 1
+        comp[i, width - len(c.token_ids) :] = 1
+    with torch.no_grad():
+        lp = sequence_logprobs(model, ids, attn, comp, temperature=temperature)
+    return [lp[i, width - len(c.token_ids) :].tolist() for i, c in enumerate(completions)]
+
+
+def test_shapes_n_and_lengths(char_policy):
+    out = char_policy.generate(PROMPTS, SamplingParams(n=3, max_new_tokens=12, seed=0))
+    assert len(out) == 2 and all(len(cs) == 3 for cs in out)
+    for cs in out:
+        for c in cs:
+            assert len(c.token_ids) == len(c.logprobs) <= 12
+            assert all(lp <= 0 for lp in c.logprobs)
+            assert c.finish_reason in ("stop", "length")
+            if c.finish_reason == "length":
+                assert len(c.token_ids) == 12
+    # the prompt ids are the chat-templated prompt
+    tok = char_policy.tokenizer
+    assert tok.decode(out[0][0].prompt_ids) == "<|user|>hello\n<|assistant|>"
+    assert out[1][0].prompt_ids == out[1][2].prompt_ids
+
+
+def test_same_seed_same_completions_and_batch_independence(char_policy, char_model):
+    params = SamplingParams(n=2, max_new_tokens=16, seed=123)
+    a = char_policy.generate(PROMPTS, params)
+    b = char_policy.generate(PROMPTS, params)
+    assert [[c.token_ids for c in cs] for cs in a] == [[c.token_ids for c in cs] for cs in b]
+    # samples of one prompt differ from each other
+    assert a[0][0].token_ids != a[0][1].token_ids
+    # a different seed gives different samples
+    c = char_policy.generate(PROMPTS, SamplingParams(n=2, max_new_tokens=16, seed=124))
+    assert c[0][0].token_ids != a[0][0].token_ids
+    # neither the batch size nor the other prompts of the call change a completion
+    model, tok = char_model
+    small = TransformersPolicy(model, tok, device="cpu", batch_size=1)
+    alone = small.generate(PROMPTS[:1], params)
+    assert [x.token_ids for x in alone[0]] == [x.token_ids for x in a[0]]
+    for x, y in zip(alone[0], a[0]):
+        assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-4
+
+
+def test_unseeded_calls_follow_torch_manual_seed(char_policy):
+    params = SamplingParams(max_new_tokens=10)
+    torch.manual_seed(7)
+    a = char_policy.generate(["x"], params)[0][0].token_ids
+    torch.manual_seed(7)
+    b = char_policy.generate(["x"], params)[0][0].token_ids
+    assert a == b
+
+
+def test_logprobs_match_a_full_forward_pass(char_model):
+    model, tok = char_model
+    policy = TransformersPolicy(model, tok, device="cpu", batch_size=3)
+    for params in (
+        SamplingParams(n=2, max_new_tokens=10, seed=1),
+        SamplingParams(n=2, max_new_tokens=10, seed=1, temperature=0.7, top_p=0.8, top_k=20),
+        SamplingParams(max_new_tokens=10, temperature=0),
+    ):
+        flat = [c for cs in policy.generate(PROMPTS, params) for c in cs]
+        temp = params.temperature if params.temperature > 0 else 1.0
+        for c, ref in zip(flat, recompute(model, flat, tok.pad_token_id, temp)):
+            assert max(abs(a - b) for a, b in zip(c.logprobs, ref)) < 1e-4
+
+
+def test_rows_that_end_early_leave_the_batch_correctly():
+    """EOS-biased model: rows end at different steps; every row's bookkeeping must stay aligned."""
+    model, tok = make_char_model(seed=1, eos_bias=3.0)
+    policy = TransformersPolicy(model, tok, device="cpu", batch_size=8)
+    for seed in range(20):  # a seed giving a mix of early and full-length rows
+        params = SamplingParams(n=4, max_new_tokens=20, seed=seed)
+        flat = [c for cs in policy.generate(PROMPTS, params) for c in cs]
+        if {c.finish_reason for c in flat} == {"stop", "length"}:
+            break
+    else:  # pragma: no cover
+        pytest.fail("no seed gave both finish reasons")
+    for c in flat:
+        if c.finish_reason == "stop":
+            assert c.token_ids[-1] == tok.eos_token_id
+            assert tok.eos_token_id not in c.token_ids[:-1]
+            assert "<eos>" not in c.text
+            assert c.text == tok.decode(c.token_ids[:-1])
+        else:
+            assert len(c.token_ids) == 20 and tok.eos_token_id not in c.token_ids
+    for c, ref in zip(flat, recompute(model, flat, tok.pad_token_id)):
+        assert max(abs(a - b) for a, b in zip(c.logprobs, ref)) < 1e-4
+    # the same rows decoded one at a time give the same tokens
+    single = TransformersPolicy(model, tok, device="cpu", batch_size=1)
+    again = [c for cs in single.generate(PROMPTS, params) for c in cs]
+    assert [c.token_ids for c in again] == [c.token_ids for c in flat]
+
+
+def test_stop_strings_cut_text_and_generation(char_policy):
+    # find a seed whose unconstrained sample runs to the length limit with plain characters
+    # (one token each) at the start; the random model's samples depend on the torch version
+    for seed in range(100):
+        full = char_policy.generate(["tell me"], SamplingParams(max_new_tokens=40, seed=seed))[0][0]
+        if full.finish_reason == "length" and "<" not in full.text[:14]:
+            break
+    else:  # pragma: no cover
+        pytest.fail("no suitable seed among 100")
+    text = full.text
+    stop = text[10:13]  # three characters = three tokens: the match spans several steps
+    cut = text.index(stop)
+    params = SamplingParams(max_new_tokens=40, seed=seed, stop=(stop,))
+    c = char_policy.generate(["tell me"], params)[0][0]
+    assert c.text == text[:cut]
+    assert c.finish_reason == "stop"
+    assert c.token_ids == full.token_ids[: cut + 3]  # the stop string's tokens are kept
+    assert c.logprobs == pytest.approx(full.logprobs[: cut + 3], abs=1e-6)
+
+
+def test_long_prompts_are_left_truncated_with_a_warning(char_model, caplog):
+    model, tok = char_model
+    policy = TransformersPolicy(model, tok, device="cpu", max_prompt_tokens=16)
+    with caplog.at_level(logging.WARNING):
+        c = policy.generate(["y" * 100], SamplingParams(max_new_tokens=4, seed=0))[0][0]
+    assert len(c.prompt_ids) == 16
+    assert tok.decode(c.prompt_ids).endswith("yyy\n<|assistant|>")
+    assert "more than the maximum of 16" in caplog.text
+
+
+def test_default_prompt_limit_leaves_room_for_new_tokens(char_model):
+    model, tok = char_model  # max_position_embeddings = 512
+    policy = TransformersPolicy(model, tok, device="cpu")
+    c = policy.generate(["z" * 600], SamplingParams(max_new_tokens=12, seed=0))[0][0]
+    assert len(c.prompt_ids) == 512 - 12 and len(c.token_ids) == 12
+
+
+def test_bad_calls_raise_clear_errors(char_policy, char_model):
+    with pytest.raises(TypeError):
+        char_policy.generate("not a list")
+    with pytest.raises(ValueError):
+        TransformersPolicy(*char_model, device="cpu", batch_size=0)
+
+
+def test_tokenizer_without_chat_template_gets_a_plain_rendering(char_model):
+    model, tok = char_model
+    policy = TransformersPolicy(model, tok, device="cpu")
+    saved = tok.chat_template
+    try:
+        tok.chat_template = None
+        assert policy.render([{"role": "user", "content": "hi"}]) == "user: hi\nassistant:"
+    finally:
+        tok.chat_template = saved
+
+
+# ------------------------------------------------------------------------------------------
+# the sampling step
+
+
+def test_sample_next_greedy_and_logprobs():
+    logits = torch.tensor([[1.0, 3.0, 2.0], [0.0, 0.0, 5.0]])
+    tokens, lps = sample_next(logits, torch.tensor([0.9, 0.1]), SamplingParams(temperature=0))
+    assert tokens.tolist() == [1, 2]
+    expected = torch.log_softmax(logits, -1)[[0, 1], [1, 2]]
+    assert torch.allclose(lps, expected)
+
+
+def test_sample_next_inverse_cdf_matches_the_distribution():
+    logits = torch.tensor([math.log(0.5), math.log(0.3), math.log(0.2)])
+    n = 1000
+    u = (torch.arange(n, dtype=torch.float32) + 0.5) / n  # exact quantiles
+    tokens, lps = sample_next(logits.expand(n, 3), u, SamplingParams(temperature=1.0))
+    counts = torch.bincount(tokens, minlength=3).tolist()
+    assert counts == [500, 300, 200]
+    assert torch.allclose(lps[0], torch.tensor(math.log(0.5)), atol=1e-6)
+
+
+def test_sample_next_top_k_top_p_and_temperature():
+    logits = torch.tensor([math.log(0.5), math.log(0.3), math.log(0.2)]).expand(1000, 3)
+    u = (torch.arange(1000, dtype=torch.float32) + 0.5) / 1000
+    # top-k 2 renormalises 0.5 / 0.3 over 0.8 for the draw ...
+    tokens, lps = sample_next(logits, u, SamplingParams(top_k=2))
+    assert torch.bincount(tokens, minlength=3).tolist() == [625, 375, 0]
+    # ... but the reported log-prob is the untruncated one
+    assert lps[tokens == 1][0].item() == pytest.approx(math.log(0.3), abs=1e-6)
+    # top-p 0.6 keeps 0.5 and 0.3 (mass before the 2nd token is 0.5 < 0.6), drops 0.2
+    tokens, _ = sample_next(logits, u, SamplingParams(top_p=0.6))
+    assert torch.bincount(tokens, minlength=3).tolist() == [625, 375, 0]
+    # top-p 0.45 keeps only the first
+    tokens, _ = sample_next(logits, u, SamplingParams(top_p=0.45))
+    assert set(tokens.tolist()) == {0}
+    # temperature 0.5 squares the probabilities: 25/38, 9/38, 4/38
+    tokens, lps = sample_next(logits, u, SamplingParams(temperature=0.5))
+    counts = torch.bincount(tokens, minlength=3).tolist()
+    assert counts == [658, 237, 105]
+    assert lps[0].item() == pytest.approx(math.log(25 / 38), abs=1e-5)
+
+
+def test_row_seeds_are_distinct_and_deterministic():
+    seeds = {row_seed(0, p, s) for p in range(20) for s in range(8)}
+    assert len(seeds) == 160
+    assert row_seed(3, 1, 2) == row_seed(3, 1, 2) != row_seed(4, 1, 2)
