@@ -3,7 +3,8 @@
 Works with vLLM / SGLang / llama.cpp servers, hosted APIs, and this project's own
 ``python -m adapters.serve``. Only the standard library is used (``urllib``).
 
-What is sent: ``model, messages, n, temperature, top_p, max_tokens, stop, seed`` plus
+What is sent: ``model, messages, n, temperature, top_p, max_tokens, stop, seed`` (prompt ``i`` of a
+``generate`` call is sent ``seed + i``, so prompts of one call do not share a random stream) plus
 ``logprobs: true`` (``request_logprobs``), ``top_k`` only when it is set (a vLLM extension), and
 ``return_token_ids: true`` only with ``request_token_ids=True`` (vLLM's extension; strict servers
 such as OpenAI's reject unknown fields). ``extra_body`` adds anything else.
@@ -173,7 +174,9 @@ class OpenAIPolicy(Policy):
     # ----------------------------------------------------------------------------------------
     # generation
 
-    def _body(self, messages: list[dict[str, str]], params: SamplingParams, n: int) -> dict:
+    def _body(
+        self, messages: list[dict[str, str]], params: SamplingParams, n: int, seed: int | None
+    ) -> dict:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -185,8 +188,8 @@ class OpenAIPolicy(Policy):
         }
         if params.stop:
             body["stop"] = list(params.stop)
-        if params.seed is not None:
-            body["seed"] = params.seed
+        if seed is not None:
+            body["seed"] = seed
         if params.top_k > 0:
             body["top_k"] = params.top_k
         if self.request_logprobs:
@@ -219,11 +222,14 @@ class OpenAIPolicy(Policy):
             finish_reason=finish,  # type: ignore[arg-type]
         )
 
-    def _complete(self, messages: list[dict[str, str]], params: SamplingParams) -> list[Completion]:
+    def _complete(
+        self, messages: list[dict[str, str]], params: SamplingParams, index: int
+    ) -> list[Completion]:
         out: list[Completion] = []
-        for _ in range(params.n):  # at most n rounds, in case a server ignores n
+        for attempt in range(params.n):  # at most n rounds, in case a server ignores n
+            seed = None if params.seed is None else params.seed + index + attempt * 1_000_003
             data = self._call(
-                "POST", "/chat/completions", self._body(messages, params, params.n - len(out))
+                "POST", "/chat/completions", self._body(messages, params, params.n - len(out), seed)
             )
             choices = data.get("choices") if isinstance(data, dict) else None
             if not choices:
@@ -241,6 +247,6 @@ class OpenAIPolicy(Policy):
         params = params or SamplingParams()
         batch = check_prompts(prompts)
         if len(batch) <= 1 or self.max_concurrency == 1:
-            return [self._complete(m, params) for m in batch]
+            return [self._complete(m, params, i) for i, m in enumerate(batch)]
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(batch))) as pool:
-            return list(pool.map(lambda m: self._complete(m, params), batch))
+            return list(pool.map(lambda im: self._complete(im[1], params, im[0]), enumerate(batch)))

@@ -105,7 +105,8 @@ class TransformersPolicy(Policy):
             available, else CPU. The model is moved there.
         batch_size: sequences (prompts x samples) decoded together.
         max_prompt_tokens: prompts longer than this are left-truncated with a warning; ``None``
-            means the model's ``max_position_embeddings`` minus ``max_new_tokens``.
+            means the model's ``max_position_embeddings`` minus ``max_new_tokens`` (but at
+            least half the context).
         name: reported in completions' metadata and by the HTTP server.
         chat_template_kwargs: extra arguments for ``apply_chat_template``.
     """
@@ -127,8 +128,10 @@ class TransformersPolicy(Policy):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         current = next(model.parameters()).device
-        self.device = current if device is None and current.type == "cuda" else None
-        self.device = self.device or resolve_device(device)
+        if device is None and current.type == "cuda":
+            self.device = current  # already placed by the caller
+        else:
+            self.device = resolve_device(device)
         self.model = model.to(self.device)
         self.model.eval()
         self.tokenizer = prepare_tokenizer(tokenizer)
@@ -157,9 +160,11 @@ class TransformersPolicy(Policy):
         cls, name_or_path: str | None = None, device: Any = None, dtype: Any = None, **kwargs: Any
     ) -> TransformersPolicy:
         """Load a model with :func:`adapters.models.load_policy_model` and wrap it."""
-        from adapters.models import load_policy_model
+        from adapters.models import EMBEDDED_DIRNAME, EMBEDDED_NAMES, load_policy_model
 
         model, tokenizer = load_policy_model(name_or_path, device=device, dtype=dtype)
+        embedded = name_or_path is None or name_or_path.lower() in EMBEDDED_NAMES
+        kwargs.setdefault("name", EMBEDDED_DIRNAME if embedded else name_or_path)
         return cls(model, tokenizer, device=device, **kwargs)
 
     # ----------------------------------------------------------------------------------------
@@ -187,7 +192,7 @@ class TransformersPolicy(Policy):
         max_pos = getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
         if not max_pos:
             return 0
-        return max(1, int(max_pos) - max_new_tokens)
+        return max(int(max_pos) - max_new_tokens, int(max_pos) // 2)
 
     # ----------------------------------------------------------------------------------------
     # generation

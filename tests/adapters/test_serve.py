@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -213,8 +214,11 @@ def _round_trip(local_policy):
         ]
         params = SamplingParams(n=3, max_new_tokens=9, seed=11, temperature=0.9)
         got = remote.generate(prompts, params)
-        # one request per prompt: each prompt is prompt 0 of its own call (seeds are per index)
-        want = [local_policy.generate([p], params)[0] for p in prompts]
+        # one request per prompt, prompt i with seed + i: prompt 0 of a call with that seed
+        want = [
+            local_policy.generate([p], dataclasses.replace(params, seed=params.seed + i))[0]
+            for i, p in enumerate(prompts)
+        ]
         for gs, ws in zip(got, want):
             assert len(gs) == 3
             for g, w in zip(gs, ws):
