@@ -158,7 +158,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = STORED_DTYPE) -> P
     model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     # The weights are already de-quantised to float32; drop the GGUF quantiser so that
     # save_pretrained writes an ordinary checkpoint.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model = model.to(getattr(torch, dtype))
@@ -240,7 +240,7 @@ def load_policy_model(
     path = str(ensure_embedded_checkpoint()) if _is_embedded(name_or_path) else str(name_or_path)
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=_resolve_dtype(dtype))
-    model.to(resolve_device(device))
+    model.to(resolve_device(device))  # type: ignore[arg-type]
     model.eval()
     return model, tokenizer
 
@@ -275,7 +275,7 @@ def tiny_model(seed: int = 0, device: Any = None, **overrides: Any) -> tuple[Any
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(LlamaConfig(**cfg))
-    model.to(resolve_device(device))
+    model.to(resolve_device(device))  # type: ignore[arg-type]
     model.eval()
     return model, tokenizer
 

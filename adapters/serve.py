@@ -126,6 +126,8 @@ class PolicyServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
+        if isinstance(host, bytes):
+            host = host.decode()
         return f"http://{host}:{port}/v1"
 
     def completion_response(self, body: dict[str, Any]) -> dict[str, Any]:
