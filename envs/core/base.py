@@ -15,8 +15,10 @@ A setting subclasses :class:`TurnBasedEnv` and supplies only what is specific to
   bad completion;
 - ``_render_text()`` (and optionally ``_render_rgb()``);
 - optionally ``_next_agent(agent)`` for schedules other than round-robin, ``_horizon_reached()``,
-  ``oracle(agent)`` (a correct scripted completion) and ``_shared_attrs`` (attributes that
-  ``clone()`` shares instead of copying: the sandbox always, pools and datasets by choice).
+  ``oracle(agent)`` (a correct scripted completion), ``_shared_attrs`` (attributes that
+  ``clone()`` shares instead of copying: the sandbox always, pools and datasets by choice),
+  ``create_shared(**config)`` (run-wide objects such as question pools that every instance must
+  share and trainers checkpoint) and ``adaptive_preference(agent)`` (MarsRL keep rule).
 
 The base class handles agent selection, rewards and cumulative rewards, terminations and
 truncations (termination on ``end_episode()``, truncation at ``max_turns``), dead steps, infos
@@ -122,6 +124,13 @@ class TurnBasedEnv(AECEnv):
     def oracle(self, agent: str) -> str:
         """A correct scripted completion for ``agent`` in the current state (tests, baselines)."""
         raise NotImplementedError(f"{type(self).__name__} has no oracle")
+
+    @classmethod
+    def create_shared(cls, **config: Any) -> dict[str, Any]:
+        """Objects all env instances of a run must share (e.g. MAE/SAGE question pools), keyed by
+        the ``envs.make`` keyword that accepts them. Each has ``state_dict()`` and
+        ``load_state_dict(d)`` so trainers can checkpoint them. Default: none."""
+        return {}
 
     def _next_agent(self, agent: str) -> str:
         """Round-robin in ``possible_agents`` order; a wrap-around starts a new turn."""
