@@ -61,6 +61,7 @@ class StepOutcome:
     reward: float
     reward_parts: dict[str, Any]
     info: dict[str, Any]
+    awards: list[dict[str, Any]] = field(default_factory=list)  # delayed rewards for earlier steps
 
 
 def flush_dead_steps(raw: Any) -> None:
@@ -103,13 +104,14 @@ def make_raw_env(spec: EpisodeSpec, sandbox: Any = None) -> Any:
     return raw
 
 
-def step_clone(raw: Any, completion: str) -> tuple[Any, str, dict[str, Any]]:
+def step_clone(raw: Any, completion: str) -> tuple[Any, str, dict[str, Any], list[dict[str, Any]]]:
     clone = raw.clone()
     agent = clone.agent_selection
     clone.step(completion)
     info = dict(clone.infos.get(agent, {}))
+    awards = list(getattr(clone, "last_awards", []))
     flush_dead_steps(clone)
-    return clone, agent, info
+    return clone, agent, info, awards
 
 
 class LocalEnvPool:
@@ -146,7 +148,7 @@ class LocalEnvPool:
         for _, texts in requests:
             row = []
             for _ in texts:
-                clone, agent, info = next(it)
+                clone, agent, info, awards = next(it)
                 parts = info.get("reward_parts") or {}
                 row.append(
                     StepOutcome(
@@ -155,6 +157,7 @@ class LocalEnvPool:
                         reward=float(parts.get("reward", 0.0)),
                         reward_parts=parts,
                         info=info,
+                        awards=awards,
                     )
                 )
             out.append(row)

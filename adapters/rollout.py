@@ -212,6 +212,7 @@ class _Branch:
     path: str
     returns: dict[str, float] = field(default_factory=dict)
     last_team: float = 0.0
+    sample_at_step: dict[int, int] = field(default_factory=dict)  # env step -> kept sample index
 
 
 class RolloutEngine:
@@ -313,8 +314,10 @@ class RolloutEngine:
                     )
                 )
                 group = self._group_key(b, parallel)
+                first = len(samples)
                 for c, (comp, out) in enumerate(zip(comps, outs)):
                     samples.append(self._sample(b, group, c, c in keep, comp, out))
+                self._apply_awards(b, [outs[c] for c in keep], samples)
                 released = [outs[c].branch.branch_id for c in range(len(outs)) if c not in keep]
                 for c in keep:
                     out = outs[c]
@@ -327,7 +330,9 @@ class RolloutEngine:
                             episodes.append(self._episode(self._child(b, c, out, parallel)))
                         continue
                     per_instance[b.instance] += 1
-                    next_live.append(self._child(b, c, out, parallel))
+                    child = self._child(b, c, out, parallel)
+                    child.sample_at_step[b.view.step] = first + c
+                    next_live.append(child)
                 if not keep:  # no candidate goes on: the best one's episode is the leaf
                     best = select_candidates(
                         [o.reward for o in outs], [True] * len(outs), "best", 1, rng

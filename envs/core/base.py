@@ -95,6 +95,8 @@ class TurnBasedEnv(AECEnv):
         self.num_steps = 0
         self.success = False
         self._ended = False
+        self.last_awards = []
+        self._pending_awards = []
 
     # ------------------------------------------------------------------ setting hooks
     def _generate_instance(self, rng: np.random.Generator) -> Any:
@@ -154,6 +156,19 @@ class TurnBasedEnv(AECEnv):
             self._sandbox = sandboxes.default()
         return self._sandbox
 
+    def award(self, agent: str, parts: RewardParts, step: int) -> None:
+        """Deliver, during the current step, the final reward of an earlier action of ``agent``
+        (the one it took at env step ``step``, i.e. ``self.num_steps`` at that time).
+
+        For settings whose rewards depend on later agents (MAE's proposer is scored by the
+        judge's scores of later answers; CoMAS's solution by a later score): the earlier step
+        returns a provisional reward (usually 0) and the final one arrives here. It is added to
+        ``rewards[agent]`` (so cumulative rewards equal the final rewards), written to
+        ``infos[agent]["reward_parts"]`` with ``"for_step"``, and listed in ``last_awards`` so
+        rollout engines can attach it to the sample of that step.
+        """
+        self._pending_awards.append((agent, parts, int(step)))
+
     def end_episode(self) -> None:
         """Called by a setting from ``_act`` to terminate the episode after this step."""
         self._ended = True
@@ -203,6 +218,7 @@ class TurnBasedEnv(AECEnv):
         self.num_steps = 0
         self.success = False
         self._ended = False
+        self.last_awards: list[dict[str, Any]] = []
         self._reset_state(instance)
         self.infos = {a: self._base_info() for a in self.agents}
         self.agent_selection = self.agents[0]
@@ -242,10 +258,16 @@ class TurnBasedEnv(AECEnv):
                 f"an action is the agent's completion text (str); got {type(action).__name__}"
             )
         self._cumulative_rewards[agent] = 0.0
+        self._pending_awards: list[tuple[str, RewardParts, int]] = []
         parts = self._act(agent, action)
         self.num_steps += 1
         self.rewards = {a: 0.0 for a in self.agents}
         self.rewards[agent] = parts.reward
+        self.last_awards = []
+        for who, awarded, for_step in self._pending_awards:
+            self.rewards[who] = self.rewards.get(who, 0.0) + awarded.reward
+            record = {**awarded.to_dict(), "for_step": for_step}
+            self.last_awards.append({"agent": who, "step": for_step, "reward_parts": record})
         turn_of_step = self.turn
         next_agent = self._next_agent(agent)
         for a in self.agents:
@@ -256,6 +278,9 @@ class TurnBasedEnv(AECEnv):
         info["reward_parts"] = parts.to_dict()
         info.update(self._step_info(agent))
         self.infos[agent] = info
+        for award in self.last_awards:
+            if award["agent"] != agent:
+                self.infos[award["agent"]]["reward_parts"] = award["reward_parts"]
         if self._ended or self.success:
             self.terminations = {a: True for a in self.agents}
         elif self._horizon_reached():
