@@ -347,6 +347,9 @@ class RolloutEngine:
     def _child(self, parent: _Branch, c: int, out: StepOutcome, parallel: bool) -> _Branch:
         returns = dict(parent.returns)
         returns[out.agent] = returns.get(out.agent, 0.0) + out.reward
+        for award in out.awards:
+            who = award["agent"]
+            returns[who] = returns.get(who, 0.0) + float(award["reward_parts"]["reward"])
         path = parent.path if parallel else f"{parent.path}.{c}"
         team = (
             float(out.reward_parts.get("team", parent.last_team))
@@ -354,8 +357,39 @@ class RolloutEngine:
             else parent.last_team
         )
         return _Branch(
-            view=out.branch, instance=parent.instance, path=path, returns=returns, last_team=team
+            view=out.branch,
+            instance=parent.instance,
+            path=path,
+            returns=returns,
+            last_team=team,
+            sample_at_step=dict(parent.sample_at_step),
         )
+
+    @staticmethod
+    def _apply_awards(b: _Branch, kept: list[StepOutcome], samples: list[Sample]) -> None:
+        """Attach delayed rewards (``env.award``) to the samples of the steps they reward.
+
+        Only the continuing candidates' awards count (they are the episode that goes on); when
+        several continue (keep_n > 1) and reward the same earlier sample, their awards are
+        averaged. Awards for samples the engine did not keep are ignored (use parallel sampling
+        for settings whose rewards are mostly delayed)."""
+        collected: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for out in kept:
+            for award in out.awards:
+                idx = b.sample_at_step.get(int(award["step"]))
+                if idx is not None:
+                    collected[idx].append(award["reward_parts"])
+        for idx, parts_list in collected.items():
+            sample = samples[idx]
+            sample.reward = sum(float(p["reward"]) for p in parts_list) / len(parts_list)
+            if len(parts_list) == 1:
+                sample.reward_parts = parts_list[0]
+            else:
+                sample.reward_parts = {
+                    **parts_list[0],
+                    "reward": sample.reward,
+                    "averaged_over": len(parts_list),
+                }
 
     def _retire_done(self, branches: list[_Branch], episodes: list[Episode]) -> list[_Branch]:
         live = []
