@@ -373,7 +373,7 @@ def _failing_line(stderr: str, code: str) -> str:
     frames = _FRAME.findall(stderr[-20_000:])
     lines = code.splitlines()
     for fname, lineno in reversed(frames):
-        if not fname.startswith("<") and fname.endswith(".py"):
+        if "/lib/python" in fname or "site-packages" in fname or fname.startswith("<frozen"):
             continue  # a library frame
         n = int(lineno)
         if 1 <= n <= len(lines) and lines[n - 1].strip():
