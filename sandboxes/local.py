@@ -1,0 +1,455 @@
+"""Local backend: bubblewrap isolation around warm fork servers.
+
+Each worker slot is one ``bwrap`` process whose sandboxed child is the fork server
+(``sandboxes/_server.py``) running as PID 1 of its own PID namespace. The sandbox sees:
+
+* no network (``--unshare-net``: only a down loopback), no IPC/UTS sharing, its own /proc;
+* a read-only view of ``/usr`` (and the ``/bin``, ``/lib*`` links), a handful of ``/etc`` files
+  the dynamic loader and Python need, and the interpreter's own prefix when it lives outside
+  ``/usr`` (its ``site-packages`` hidden unless ``site_packages=True``); nothing else of the
+  host, so no project directory, home, ``/etc/shadow`` or credentials;
+* a private, size-limited tmpfs at ``/tmp`` (the job's cwd is ``/tmp/job``) and at
+  ``/dev/shm``, both wiped after every job;
+* a clean environment (``PATH``, ``HOME``, ``LANG`` and little else);
+* when the host runs as root: no capabilities and a uid of its own per worker (so RLIMIT_NPROC
+  counts only that worker's processes and root-owned files stay unreadable), plus, where the
+  cgroup v1 memory/pids controllers are writable, a cgroup per worker whose limits follow the
+  job's (a backstop against many processes each using their full address-space limit; OOM
+  kills are reported as ``memory_exceeded``).
+
+Per job the server forks a child that applies the rlimits (CPU, address space, processes, file
+size, open files, no core), and everything the job started is killed when its main process
+exits or the wall clock runs out. See ``_server.py`` for the details of the job life cycle.
+
+Running without bubblewrap is refused unless ``allow_unisolated=True`` (then the same server
+runs as a plain subprocess with rlimits only, and a warning is logged).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .base import (
+    Channel,
+    Limits,
+    PipeChannel,
+    PooledSandbox,
+    SandboxError,
+    Worker,
+    server_command,
+)
+
+log = logging.getLogger("sandboxes")
+
+_ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/alternatives",
+    "/etc/mime.types",
+)
+_UID_BASE = 2_000_000
+_uid_counter = itertools.count()
+_spawner_lock = threading.Lock()
+_spawner_pool: ThreadPoolExecutor | None = None
+
+
+def _spawner() -> ThreadPoolExecutor:
+    """One long-lived thread that starts every sandbox process.
+
+    bubblewrap's ``--die-with-parent`` uses PR_SET_PDEATHSIG, which fires when the *thread*
+    that forked it exits; spawning from a thread that never exits keeps workers alive for as
+    long as this process lives (and kills them when it dies).
+    """
+    global _spawner_pool
+    with _spawner_lock:
+        if _spawner_pool is None:
+            _spawner_pool = ThreadPoolExecutor(1, thread_name_prefix="sandbox-spawner")
+        return _spawner_pool
+
+
+def _popen(args: list[str], **kw) -> subprocess.Popen:
+    return _spawner().submit(subprocess.Popen, args, **kw).result()
+
+
+def _next_uid() -> int:
+    return _UID_BASE + ((os.getpid() & 0xFFFF) << 6) + (next(_uid_counter) & 63)
+
+
+class BubblewrapNotFound(SandboxError):
+    """``bwrap`` is not installed (Debian/Ubuntu package ``bubblewrap``)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# cgroup v1 backstop (root only, best effort)
+# ----------------------------------------------------------------------------------------------
+
+
+class _CgroupV1:
+    """A memory + pids cgroup (v1) for one worker, below this process's own cgroups."""
+
+    ROOT = Path("/sys/fs/cgroup")
+
+    def __init__(self, name: str) -> None:
+        own = {}
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, ctrls, path = line.split(":", 2)
+            for c in ctrls.split(","):
+                own[c] = path
+        self.dirs = {}
+        for ctrl in ("memory", "pids"):
+            base = self.ROOT / ctrl / own.get(ctrl, "/").lstrip("/")
+            d = base / name
+            d.mkdir()
+            self.dirs[ctrl] = d
+        self._last: dict[str, str] = {}
+
+    @classmethod
+    def available(cls) -> bool:
+        if os.geteuid() != 0:
+            return False
+        return all(
+            (cls.ROOT / c / "cgroup.procs").exists() and os.access(cls.ROOT / c, os.W_OK)
+            for c in ("memory", "pids")
+        )
+
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+
+    def _write(self, ctrl: str, name: str, value: str) -> None:
+        key = f"{ctrl}/{name}"
+        if self._last.get(key) == value:
+            return
+        try:
+            (self.dirs[ctrl] / name).write_text(value)
+            self._last[key] = value
+        except OSError as exc:  # e.g. EBUSY when usage is above the new limit
+            log.debug("cgroup write %s=%s failed: %s", key, value, exc)
+
+    def set_limits(self, memory_bytes: int, pids: int) -> None:
+        self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
+        self._write("pids", "pids.max", str(pids))
+
+    def oom_kills(self) -> int | None:
+        try:
+            for line in (self.dirs["memory"] / "memory.oom_control").read_text().splitlines():
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def remove(self) -> None:
+        for d in self.dirs.values():
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    threading.Event().wait(0.01)
+
+
+# ----------------------------------------------------------------------------------------------
+# the worker
+# ----------------------------------------------------------------------------------------------
+
+
+class _LocalWorker(Worker):
+    def __init__(self, index: int, sandbox: LocalSandbox) -> None:
+        super().__init__(index)
+        self.sb = sandbox
+        self.proc: subprocess.Popen | None = None
+        self.stderr_file = None
+        self.cgroup: _CgroupV1 | None = None
+        self.workdir: str | None = None
+        self.uid = _next_uid() if os.geteuid() == 0 else None
+
+    def _start(self) -> Channel:
+        sb = self.sb
+        self.stderr_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _stop)
+        config: dict = {"preload": list(sb.preload), "nproc": True}
+        if sb.isolated:
+            if self.uid is not None:
+                config.update(drop_uid=self.uid, drop_gid=self.uid)
+            config.update(work_root="/tmp", wipe=["/tmp", "/dev/shm"], kill_mode="pidns")
+            args = sb.bwrap_args()
+        else:
+            # Unisolated (explicit opt-in): same uid as the caller, so RLIMIT_NPROC would count
+            # the caller's own processes (and is void for root); the cgroup pids limit, where
+            # available, is the only process cap.
+            self.workdir = tempfile.mkdtemp(prefix="mas-sandbox-")
+            config.update(work_root=self.workdir, wipe=[self.workdir], kill_mode="tree")
+            config["nproc"] = False
+            args = []
+        args += server_command(sb.python, config, sb.site_packages)
+        if sb.use_cgroups:
+            try:
+                self.cgroup = _CgroupV1(f"mas-sandbox-{os.getpid()}-{self.index}-{self.uid}")
+                self.cgroup.set_limits(sb.cgroup_memory(sb.limits), sb.limits.max_procs + 4)
+                redirect = " && ".join(f'echo $$ > "{f}"' for f in self.cgroup.procs_files())
+                args = ["/bin/sh", "-c", redirect + ' && exec "$@"', "sh", *args]
+            except OSError as exc:
+                log.warning("sandbox: cgroup setup failed (%s); continuing with rlimits only", exc)
+                self.cgroup = None
+        self.proc = _popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr_file,
+            env=sb.env(),
+            cwd=self.workdir or "/",
+            close_fds=True,
+            start_new_session=True,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        return PipeChannel(self.proc.stdin.fileno(), self.proc.stdout.fileno())
+
+    def _before_job(self, limits: Limits) -> None:
+        if self.cgroup is not None:
+            self.cgroup.set_limits(self.sb.cgroup_memory(limits), limits.max_procs + 4)
+
+    def _oom_events(self) -> int | None:
+        return self.cgroup.oom_kills() if self.cgroup is not None else None
+
+    def _describe_failure(self) -> str:
+        if self.proc is not None and self.proc.poll() is None:
+            return ""
+        f = self.stderr_file
+        if f is None:
+            return ""
+        try:
+            f.seek(0)
+            return f.read()[-4000:].decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return ""
+
+    def _stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.kill()  # the server dies with bwrap (PR_SET_PDEATHSIG), then its namespace
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                log.error("sandbox worker pid %s did not exit", proc.pid)
+            for f in (proc.stdin, proc.stdout):
+                try:
+                    if f is not None:
+                        f.close()
+                except OSError:
+                    pass
+        if self.stderr_file is not None:
+            self.stderr_file.close()
+            self.stderr_file = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def host_pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+
+# ----------------------------------------------------------------------------------------------
+# the sandbox
+# ----------------------------------------------------------------------------------------------
+
+
+class LocalSandbox(PooledSandbox):
+    """Run Python programs under bubblewrap, through warm fork servers.
+
+    Args:
+        workers: number of fork servers (jobs that can run at once); default: CPU count, >= 2.
+        limits: default :class:`Limits` for jobs that do not pass their own.
+        bwrap: the bubblewrap executable (name on PATH or a path).
+        python: interpreter to run inside the sandbox; default: this interpreter's base
+            installation (a virtual environment's packages are not visible).
+        site_packages: make the interpreter's site-packages importable (default False:
+            standard library only).
+        tmp_size_mb: size of the private /tmp tmpfs of each worker.
+        preload: extra modules each server imports before forking (e.g. ``("numpy",)``).
+        cgroups: ``"auto"`` (use cgroup v1 memory/pids limits when running as root and they
+            are writable), True (require them) or False.
+        allow_unisolated: when bubblewrap is missing, run code *without isolation* (rlimits
+            and process-tree cleanup only) instead of raising; logs a warning.
+    """
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        limits: Limits | None = None,
+        *,
+        bwrap: str = "bwrap",
+        python: str | None = None,
+        site_packages: bool = False,
+        tmp_size_mb: int = 256,
+        preload: Sequence[str] = (),
+        cgroups: bool | str = "auto",
+        allow_unisolated: bool = False,
+    ) -> None:
+        super().__init__(workers if workers is not None else max(2, os.cpu_count() or 2), limits)
+        if not isinstance(tmp_size_mb, int) or isinstance(tmp_size_mb, bool) or tmp_size_mb < 1:
+            raise ValueError(f"tmp_size_mb must be a positive int, got {tmp_size_mb!r}")
+        if cgroups not in ("auto", True, False):
+            raise ValueError(f"cgroups must be 'auto', True or False, got {cgroups!r}")
+        self.tmp_size_mb = tmp_size_mb
+        self.preload = tuple(preload)
+        self.site_packages = bool(site_packages)
+        self.bwrap = self._find_bwrap(bwrap)
+        self.isolated = self.bwrap is not None
+        if not self.isolated:
+            if not allow_unisolated:
+                raise BubblewrapNotFound(
+                    f"bubblewrap executable {bwrap!r} not found. The local sandbox needs it to "
+                    "isolate code: install the Debian/Ubuntu package `bubblewrap` "
+                    "(`apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`), or pass "
+                    "LocalSandbox(allow_unisolated=True) to run code WITHOUT isolation "
+                    "(rlimits only; never for untrusted code)."
+                )
+            log.warning(
+                "sandboxes: bubblewrap (%r) not found; running code UNISOLATED "
+                "(allow_unisolated=True): rlimits and process cleanup only, no filesystem or "
+                "network isolation",
+                bwrap,
+            )
+        self.python, self.python_prefix = self._find_python(python)
+        if cgroups == "auto":
+            self.use_cgroups = _CgroupV1.available()
+        elif cgroups:
+            if not _CgroupV1.available():
+                raise SandboxError("cgroups=True, but cgroup v1 memory/pids are not writable")
+            self.use_cgroups = True
+        else:
+            self.use_cgroups = False
+        self._start_workers()
+
+    # -- configuration ---------------------------------------------------------------------------
+    @staticmethod
+    def _find_bwrap(bwrap: str) -> str | None:
+        if os.sep in bwrap:
+            return bwrap if os.path.isfile(bwrap) and os.access(bwrap, os.X_OK) else None
+        return shutil.which(bwrap)
+
+    def _find_python(self, python: str | None) -> tuple[str, str]:
+        if python is None:
+            exe = getattr(sys, "_base_executable", None) or sys.executable
+            return os.path.realpath(exe), os.path.realpath(sys.base_prefix)
+        found = python if os.sep in python else shutil.which(python)
+        if not found:
+            raise SandboxError(f"python interpreter {python!r} not found")
+        try:
+            prefix = subprocess.run(
+                [found, "-I", "-S", "-c", "import sys; print(sys.base_prefix)"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise SandboxError(f"cannot run python interpreter {found!r}: {exc}") from exc
+        return os.path.realpath(found), os.path.realpath(prefix)
+
+    def env(self) -> dict[str, str]:
+        """The complete environment of sandboxed programs (nothing of the caller's)."""
+        return {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/tmp",
+            "TMPDIR": "/tmp",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "USER": "sandbox",
+            "LOGNAME": "sandbox",
+            "MALLOC_ARENA_MAX": "2",
+        }
+
+    def cgroup_memory(self, limits: Limits) -> int:
+        """Memory limit of a worker's cgroup: the job's limit plus its tmpfs and the server."""
+        return (limits.memory_mb + self.tmp_size_mb + 64 + 64) << 20
+
+    def bwrap_args(self) -> list[str]:
+        """The bubblewrap command line (without the interpreter)."""
+        assert self.bwrap is not None
+        a = [
+            self.bwrap,
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--as-pid-1",
+            "--hostname",
+            "sandbox",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ]
+        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            p = "/" + name
+            if os.path.islink(p):
+                a += ["--symlink", os.readlink(p), p]
+            elif os.path.isdir(p):
+                a += ["--ro-bind", p, p]
+        a += ["--perms", "0755", "--dir", "/etc"]
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        for f in (*_ETC_FILES, "/etc/python3", f"/etc/python{version}"):
+            if os.path.exists(f):
+                a += ["--ro-bind", f, f]
+        prefix = self.python_prefix
+        if not (prefix == "/usr" or prefix.startswith("/usr/")):
+            # parents that bwrap creates itself would be 0700 root: unusable after the uid drop
+            for parent in reversed(Path(prefix).parents[:-1]):
+                a += ["--perms", "0755", "--dir", str(parent)]
+            a += ["--ro-bind", prefix, prefix]
+            if not self.site_packages:
+                for sp in Path(prefix).glob("lib/python3*/site-packages"):
+                    a += ["--tmpfs", str(sp)]
+        exe_dir = os.path.dirname(self.python)
+        if not (exe_dir.startswith(("/usr/", prefix + "/")) or exe_dir in ("/bin", "/sbin")):
+            a += ["--ro-bind", self.python, self.python]
+        a += ["--proc", "/proc", "--dev", "/dev"]
+        a += ["--size", str(16 << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
+        a += ["--size", str(self.tmp_size_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
+        a += ["--chdir", "/tmp", "--clearenv"]
+        for k, v in self.env().items():
+            a += ["--setenv", k, v]
+        if os.geteuid() == 0:
+            a += ["--cap-drop", "ALL"]
+            a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+        else:
+            a += ["--unshare-user"]
+        return a
+
+    def _make_worker(self, index: int) -> Worker:
+        return _LocalWorker(index, self)
+
+    def processes(self) -> list[int]:
+        """Host pids of the live workers' top processes (bwrap, or the server if unisolated)."""
+        pids = []
+        for w in self._workers:
+            assert isinstance(w, _LocalWorker)
+            pid = w.host_pid()
+            if pid is not None:
+                pids.append(pid)
+        return pids
+
+    def worker_uids(self) -> list[int]:
+        """Host uids the workers run jobs under (root only; empty otherwise)."""
+        return [w.uid for w in self._workers if isinstance(w, _LocalWorker) and w.uid is not None]
