@@ -20,16 +20,22 @@ as soon as every box is on a goal.
 Instances: a ``height`` x ``width`` map (default 6 x 6, outer wall included) with ``num_boxes``
 boxes (default 2). Generation plays the puzzle backwards: a random room (inner walls on up to
 ``wall_fraction`` of the interior, kept connected), boxes on random goals, then random reverse
-walks in which the player pulls boxes off their goals (the walk that scatters the boxes most is
-kept). The exact solver (:func:`verifiers.sokoban.solve`, breadth-first over player cell and box
-set with dead squares pruned) then finds a shortest solution; a level is kept when its length
-lies in ``[min_optimal_moves, max_optimal_moves]`` and was found within ``solver_max_nodes``.
-``instance.optimal_moves`` is that length (pushes count as moves), ``instance.solution`` one
-such solution and ``instance.solution_pushes`` its number of pushes. No level starts with a box
-off its goal in a dead square. Splits: a generated level and its mirror images/rotations (the
-symmetries of the map's shape, which keep solvability and optimal length) are hashed; a reset
-returns one of the variants whose hash falls in the requested split, so val/test resets cost
-about as much as train resets.
+walks in which the player pulls boxes off their goals; the walk that scatters the boxes most is
+kept (by default every box must have left the goals: ``boxes_start_off_goals``). The exact solver
+(:func:`verifiers.sokoban.solve`: breadth-first over player cell and box set, dead squares and
+frozen 2x2 blocks pruned) then finds a shortest solution; a level is kept when its length lies in
+``[min_optimal_moves, max_optimal_moves]`` and was found within ``solver_max_nodes`` stored
+states. ``instance.optimal_moves`` is that length (pushes count as moves), ``instance.solution``
+one such solution and ``instance.solution_pushes`` its number of pushes. No level starts with a
+box off its goal in a dead square. 6 x 6 levels need 6 / 8 / 10 moves on average with 1 / 2 / 3
+boxes.
+
+Splits: as in every setting, a level's split is a function of its hash. Each generated level
+offers its images under the symmetries of the map's rectangle (8 for a square, else 4), which keep
+solvability and the optimal length; a reset returns a random one of those whose hash falls in the
+requested split. A val/test reset thus costs ~1.7 generations (~2.9 on non-square maps) instead
+of ~10, and because the generator's distribution is itself symmetric, each split remains a
+sample of it.
 
 Explicit instance: ``reset(options={"instance": {"map": ["#####", "#@$.#", "#####"]}})`` in XSB
 (``#`` wall, space floor, ``.`` goal, ``$`` box, ``*`` box on goal, ``@`` player, ``+`` player on
@@ -51,6 +57,12 @@ psi = -(sum over boxes of the Manhattan distance to the nearest goal)):
   decrease).
 
 An empty list earns neither leg, dlk nor exec: doing nothing is not a legal step.
+
+Oracle (``env.unwrapped.oracle(agent)``): the tool's program is a breadth-first search over
+(player, boxes) with dead squares pruned that prints a shortest move list from the current
+position (``[]`` when none exists; fine for the default sizes, large many-box levels may exceed
+the sandbox time limit); the planner answers ``#### [..]`` with a shortest solution from the
+current position found by :func:`verifiers.sokoban.solve`.
 
 Version history: v0 (initial).
 """
@@ -109,11 +121,13 @@ class SokobanRewards(RewardConfig):
 @dataclass(frozen=True)
 class SokobanConfig(ToolPlannerConfig):
     """height / width: generated map size including the outer wall (5-16; paper: 6 x 6).
-    num_boxes: boxes per generated level (1-4; paper setting uses small counts, default 2).
+    num_boxes: boxes per generated level (1-4; default 2).
     wall_fraction: at most this share of the interior becomes inner walls.
     min_optimal_moves / max_optimal_moves: accepted range of the optimal solution length.
     solver_max_nodes: search budget (stored states) of the exact solver, for generation (levels
-    over budget are redrawn), explicit levels and the planner oracle."""
+    over budget are redrawn), explicit levels and the planner oracle.
+    boxes_start_off_goals: generated levels start with every box off the goals (else at least
+    one box is off)."""
 
     height: int = 6
     width: int = 6
@@ -122,6 +136,7 @@ class SokobanConfig(ToolPlannerConfig):
     min_optimal_moves: int = 3
     max_optimal_moves: int = 50
     solver_max_nodes: int = 300_000
+    boxes_start_off_goals: bool = True
     rewards: SokobanRewards = field(default_factory=SokobanRewards)
 
     def __post_init__(self) -> None:
@@ -192,6 +207,7 @@ def generate_level(
     min_moves: int = 3,
     max_moves: int = 50,
     max_nodes: int = 300_000,
+    all_off_goals: bool = True,
 ) -> SokobanInstance | None:
     """One attempt at a verified level (``None`` when this draw is rejected).
 
@@ -235,7 +251,8 @@ def generate_level(
         off = boxes - goals
         spread = sum(min(abs(x // w - r) + abs(x % w - c) for r, c in goal_rc) for x in boxes)
         score = spread + 2 * len(off)
-        if off and (best is None or score > best[0]):
+        enough = len(off) == num_boxes if all_off_goals else bool(off)
+        if enough and (best is None or score > best[0]):
             best = (score, p, boxes, steps)
     if best is None:
         return None
@@ -306,6 +323,9 @@ class _State:
     board: Board
     moves: int = 0  # moves executed so far in the episode
     pushes: int = 0
+
+    def __deepcopy__(self, memo: dict) -> _State:  # immutable: clones can share it
+        return self
 
 
 _ORACLE_TEMPLATE = """from collections import deque
@@ -383,6 +403,7 @@ class raw_env(ToolPlannerEnv):
                 cfg.min_optimal_moves,
                 cfg.max_optimal_moves,
                 cfg.solver_max_nodes,
+                cfg.boxes_start_off_goals,
             )
             if inst is not None:
                 return inst
@@ -394,7 +415,7 @@ class raw_env(ToolPlannerEnv):
     def _sample_instance(self, split: str, seed: int) -> SokobanInstance:
         """Like the base rule (the split is a function of the level's hash) but every generated
         level offers all its symmetric variants, so a val/test level takes ~1.7 generations
-        instead of ~10. The variants have the generator's own distribution (it is symmetric),
+        (~2.9 on non-square maps) instead of ~10. The variants have the generator's own distribution (it is symmetric),
         so the splits stay independent samples of it."""
         for attempt in range(_MAX_ATTEMPTS):
             rng = np.random.default_rng([seed, attempt])
@@ -431,11 +452,13 @@ class raw_env(ToolPlannerEnv):
 
     def _initial_state(self, instance: SokobanInstance) -> _State:
         board = Board.from_xsb(instance.map)
-        self._start_board = board
         self._solutions: dict[Board, str | None] = {board: instance.solution}
         return _State(board)
 
     # ------------------------------------------------------------------ dynamics and rewards
+    def _noop_sim(self) -> Sim:
+        return Sim(state=self.state, ok=True, info={"noop": True})
+
     def _parse_answer(self, text: str) -> Extraction:
         return parse_move_list(text)
 

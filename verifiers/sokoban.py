@@ -57,6 +57,9 @@ class Board:
     boxes: frozenset[Pos]
     player: Pos
 
+    def __deepcopy__(self, memo: dict) -> Board:  # immutable: copies can share it
+        return self
+
     @classmethod
     def from_xsb(cls, rows: Sequence[str]) -> Board:
         """Parse and validate XSB rows (right-padded with spaces to a rectangle).
@@ -281,8 +284,9 @@ class Solution:
 def solve(board: Board, max_nodes: int = 1_000_000, max_depth: int | None = None) -> Solution:
     """A solution with the fewest moves, by breadth-first search over (player, boxes).
 
-    Boxes never enter dead squares (see :func:`dead_squares`); states are packed into one int
-    (box bitmask over the live cells, then the player's cell). ``max_depth`` bounds the search
+    Boxes never enter dead squares (see :func:`dead_squares`) nor complete a 2x2 block of
+    walls and boxes that holds a box off its goal (such boxes are frozen forever); states are
+    packed into one int (box bitmask over the player's area, then the player's cell). ``max_depth`` bounds the search
     (a known upper bound, e.g. from a generator's reverse play); no solution within it reads as
     ``"unsolvable"``.
 
@@ -301,9 +305,21 @@ def solve(board: Board, max_nodes: int = 1_000_000, max_depth: int | None = None
     n = len(area)
     shift = n.bit_length()
     pmask = (1 << shift) - 1
+    gmask = sum(1 << index[g] for g in board.goals)
+    # The 2x2 blocks around each cell, as masks of their area cells (other cells are walls for
+    # good), kept when they hold a non-goal cell: filling such a block with boxes is a deadlock.
+    blocks: list[tuple[int, ...]] = []
+    for r, c in area:
+        masks = []
+        for top, left in ((r - 1, c - 1), (r - 1, c), (r, c - 1), (r, c)):
+            cells = ((top, left), (top, left + 1), (top + 1, left), (top + 1, left + 1))
+            m = sum(1 << index[x] for x in cells if x in index)
+            if m & ~gmask:
+                masks.append(m)
+        blocks.append(tuple(masks))
     # For every cell: (neighbour, its bit, cell behind the neighbour, that cell's bit or 0 when a
-    # box must not be pushed there: wall, off the area, dead square).
-    trans: list[list[tuple[int, int, int]]] = []
+    # box must not be pushed there: wall, off the area, dead square; that cell's 2x2 blocks).
+    trans: list[list[tuple[int, int, int, tuple[int, ...]]]] = []
     for p in area:
         out = []
         for dr, dc in MOVES.values():
@@ -311,11 +327,11 @@ def solve(board: Board, max_nodes: int = 1_000_000, max_depth: int | None = None
             if q not in index:
                 continue
             r = (q[0] + dr, q[1] + dc)
-            rbit = 1 << index[r] if r in index and r not in dead else 0
-            out.append((index[q], 1 << index[q], rbit))
+            ok = r in index and r not in dead
+            rbit = 1 << index[r] if ok else 0
+            out.append((index[q], 1 << index[q], rbit, blocks[index[r]] if ok else ()))
         trans.append(out)
     bmask = sum(1 << index[b] for b in board.boxes)
-    gmask = sum(1 << index[g] for g in board.goals)
     start = (bmask << shift) | index[board.player]
     parent = {start: -1}
     frontier = [start]
@@ -329,13 +345,15 @@ def solve(board: Board, max_nodes: int = 1_000_000, max_depth: int | None = None
         for key in frontier:
             p = key & pmask
             b = key >> shift
-            for q, qbit, rbit in trans[p]:
+            for q, qbit, rbit, rblocks in trans[p]:
                 if b & qbit:
                     if not rbit or b & rbit:
                         continue
                     nb = b ^ qbit ^ rbit
                     nk = (nb << shift) | q
                     if nk in parent:
+                        continue
+                    if any(nb & m == m for m in rblocks):
                         continue
                     parent[nk] = key
                     if nb == gmask:

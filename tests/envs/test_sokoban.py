@@ -75,6 +75,7 @@ def test_500_generated_levels_are_verified_and_replay_to_success():
             inst = env.unwrapped.instance
             board = Board.from_xsb(inst.map)
             assert len(board.boxes) == boxes and len(inst.map) == 6
+            assert board.boxes_on_goals == 0  # boxes_start_off_goals (default)
             assert not corner_deadlocks(board)
             assert not (board.boxes - board.goals) & dead_squares(board)
             sol = solve(board)
@@ -86,6 +87,34 @@ def test_500_generated_levels_are_verified_and_replay_to_success():
             assert env.infos["planner"]["success"] and env.terminations["planner"]
             count += 1
     assert count == 500
+
+
+def test_solver_matches_plain_search_on_random_boards():
+    """Random rooms with boxes, goals and player anywhere (mostly unsolvable): the pruned solver
+    and a plain search agree on solvability and on the optimal length."""
+    rng = np.random.default_rng(1)
+    statuses = set()
+    for _ in range(300):
+        boxes = int(rng.integers(1, 4))
+        rows = [list("######")] + [list("#    #") for _ in range(4)] + [list("######")]
+        cells = [(r, c) for r in range(1, 5) for c in range(1, 5)]
+        order = rng.permutation(len(cells)).tolist()
+        walls = int(rng.integers(0, 4))
+        for j in order[:walls]:
+            rows[cells[j][0]][cells[j][1]] = "#"
+        free = [cells[j] for j in order[walls:]]
+        for j, ch in zip(range(2 * boxes + 1), "$" * boxes + "." * boxes + "@"):
+            rows[free[j][0]][free[j][1]] = ch
+        try:
+            board = Board.from_xsb(["".join(r) for r in rows])
+        except ValueError:  # the player was walled off from a box or goal
+            continue
+        sol = solve(board)
+        assert sol.length == _reference_bfs(board)
+        if sol.moves is not None:
+            assert play_moves(board, sol.moves).solved
+        statuses.add(sol.status)
+    assert statuses == {"solved", "unsolvable"}
 
 
 @pytest.mark.parametrize(("height", "width", "boxes"), [(8, 8, 2), (10, 10, 3), (7, 10, 1)])
@@ -387,3 +416,11 @@ def test_render_ansi_and_rgb():
     colours = {tuple(int(x) for x in c) for c in img.reshape(-1, 3)}
     for name in ("player", "goal", "wall", "box", "floor"):
         assert COLORS[name] in colours, name
+
+
+def test_boxes_may_start_on_goals_when_allowed():
+    raw = envs.make("sokoban", num_boxes=3, boxes_start_off_goals=False).unwrapped
+    on_goals = [
+        Board.from_xsb(raw.sample_instance("train", s).map).boxes_on_goals for s in range(40)
+    ]
+    assert max(on_goals) > 0 and all(k < 3 for k in on_goals)
