@@ -208,6 +208,20 @@ class Channel:
     def close(self) -> None:
         pass
 
+    def _readable_fd(self) -> int | None:
+        return None
+
+    def looks_dead(self) -> bool:
+        """An idle server never writes: readable now means end of stream (or garbage)."""
+        fd = self._readable_fd()
+        if fd is None:
+            return False
+        try:
+            r, _, _ = select.select([fd], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(r) or bool(self._buf)
+
     def send(self, *frames: bytes) -> None:
         self.send_raw(b"".join(_LEN.pack(len(f)) + f for f in frames))
 
@@ -252,6 +266,9 @@ class PipeChannel(Channel):
         while view:
             view = view[os.write(self.wfd, view) :]
 
+    def _readable_fd(self) -> int | None:
+        return self.rfd
+
     def _recv_some(self, timeout: float) -> bytes:
         r, _, _ = select.select([self.rfd], [], [], timeout)
         if not r:
@@ -268,6 +285,9 @@ class SocketChannel(Channel):
 
     def _send(self, data: bytes) -> None:
         self.sock.sendall(data)
+
+    def _readable_fd(self) -> int | None:
+        return self.sock.fileno()
 
     def _recv_some(self, timeout: float) -> bytes:
         r, _, _ = select.select([self.sock], [], [], timeout)
@@ -378,6 +398,9 @@ class Worker:
         code, data = _encode(job.code), _encode(job.stdin)
         header = {"limits": asdict(limits), "code_len": len(code), "stdin_len": len(data)}
         for attempt in range(2):
+            if self.channel is not None and self.channel.looks_dead():
+                log.info("sandbox worker %d died while idle; restarting it", self.index)
+                self.stop()
             if not self.alive:
                 try:
                     self.start()
