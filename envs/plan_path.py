@@ -38,7 +38,6 @@ Version history: v0 (initial).
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -99,9 +98,32 @@ class PlanPathInstance:
     start: tuple[int, int]
     goal: tuple[int, int]
     shortest: int
+    dist: tuple[int, ...] = field(default=(), compare=False, repr=False)  # flat BFS map to goal
 
     def key(self) -> dict[str, Any]:
         return {"grid": list(self.grid), "start": list(self.start), "goal": list(self.goal)}
+
+
+def _bfs_flat(grid: tuple[str, ...], goal: tuple[int, int]) -> list[int]:
+    """Distances to ``goal`` as a flat row-major list (-1 = unreachable or wall)."""
+    h, w = len(grid), len(grid[0])
+    free = [ch != "#" for row in grid for ch in row]
+    dist = [-1] * (h * w)
+    start = goal[0] * w + goal[1]
+    dist[start] = 0
+    frontier = [start]
+    d = 0
+    while frontier:
+        d += 1
+        nxt = []
+        for i in frontier:
+            c = i % w
+            for j in (i - w, i + w, i - 1 if c > 0 else -1, i + 1 if c < w - 1 else -1):
+                if 0 <= j < h * w and free[j] and dist[j] < 0:
+                    dist[j] = d
+                    nxt.append(j)
+        frontier = nxt
+    return dist
 
 
 def bfs_distances(grid: tuple[str, ...], goal: tuple[int, int]) -> dict[tuple[int, int], int]:
@@ -111,18 +133,8 @@ def bfs_distances(grid: tuple[str, ...], goal: tuple[int, int]) -> dict[tuple[in
     >>> d[(0, 0)], d[(1, 1)], (1, 0) in d
     (2, 0, False)
     """
-    h, w = len(grid), len(grid[0])
-    dist = {goal: 0}
-    queue = deque([goal])
-    while queue:
-        r, c = queue.popleft()
-        nd = dist[(r, c)] + 1
-        for dr, dc in MOVES.values():
-            nr, nc = r + dr, c + dc
-            if 0 <= nr < h and 0 <= nc < w and grid[nr][nc] != "#" and (nr, nc) not in dist:
-                dist[(nr, nc)] = nd
-                queue.append((nr, nc))
-    return dist
+    w = len(grid[0])
+    return {(i // w, i % w): d for i, d in enumerate(_bfs_flat(grid, goal)) if d >= 0}
 
 
 def shortest_moves(
@@ -185,6 +197,7 @@ class raw_env(ToolPlannerEnv):
         "is_parallelizable": False,
     }
     config_cls = PlanPathConfig
+    _shared_attrs = ("instance",)  # immutable: clones share it
     _answer_format = "an action list such as [U,R,D,L] (U = up, D = down, L = left, R = right)."
     _tool_output_format = "an action list such as [U,R,D,L]."
 
@@ -200,9 +213,10 @@ class raw_env(ToolPlannerEnv):
             a, b = rng.choice(free, size=2, replace=False)
             start, goal = (int(a // w), int(a % w)), (int(b // w), int(b % w))
             grid = tuple("".join("#" if x else "." for x in row) for row in walls.tolist())
-            dist = bfs_distances(grid, goal)
-            if dist.get(start, -1) >= cfg.min_distance:
-                return PlanPathInstance(grid, start, goal, dist[start])
+            dist = _bfs_flat(grid, goal)
+            d = dist[start[0] * w + start[1]]
+            if d >= cfg.min_distance:
+                return PlanPathInstance(grid, start, goal, d, tuple(dist))
         raise RuntimeError(
             "could not generate a Plan-Path instance; lower wall_density/min_distance"
         )
@@ -242,13 +256,13 @@ class raw_env(ToolPlannerEnv):
                 raise ValueError(f"{name} {list(v)} is out of bounds or on a wall")
             cells.append((r, c))
         start, goal = cells
-        dist = bfs_distances(grid, goal)
-        if start not in dist:
+        dist = _bfs_flat(grid, goal)
+        d = dist[start[0] * len(grid[0]) + start[1]]
+        if d < 0:
             raise ValueError("the goal is not reachable from the start")
-        return PlanPathInstance(grid, start, goal, dist[start])
+        return PlanPathInstance(grid, start, goal, d, tuple(dist))
 
     def _initial_state(self, instance: PlanPathInstance) -> _State:
-        self._dist = bfs_distances(instance.grid, instance.goal)
         self._d0 = max(1, _manhattan(instance.start, instance.goal))
         return _State(pos=instance.start, trail=[instance.start])
 
@@ -273,7 +287,8 @@ class raw_env(ToolPlannerEnv):
             if inst.grid[nr][nc] == "#":
                 ok, reason = False, f"move {executed + 1} ({m}) walks into a wall"
                 break
-            if self._dist.get((nr, nc), 10**9) != self._dist[pos] - 1:
+            dist = inst.dist
+            if dist[nr * w + nc] != dist[pos[0] * w + pos[1]] - 1:
                 on_shortest = False
             pos = (nr, nc)
             trail.append(pos)
