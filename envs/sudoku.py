@@ -198,36 +198,52 @@ _ORACLE_TEMPLATE = """import json
 grid = {grid}
 givens = {givens}
 N, BR, BC = {n}, {br}, {bc}
-def units(r, c):
+FULL = (1 << (N + 1)) - 2
+PEERS = []
+for i in range(N * N):
+    r, c = divmod(i, N)
     r0, c0 = r - r % BR, c - c % BC
-    return ([(r, j) for j in range(N)] + [(i, c) for i in range(N)]
-            + [(r0 + i, c0 + j) for i in range(BR) for j in range(BC)])
-def consistent(g):
-    return all(g[i][j] == 0 or all(g[a][b] != g[i][j] for a, b in units(i, j) if (a, b) != (i, j))
-               for i in range(N) for j in range(N))
-def solve(g):
-    best = None
-    for r in range(N):
-        for c in range(N):
-            if g[r][c] == 0:
-                used = {{g[a][b] for a, b in units(r, c)}}
-                cands = [d for d in range(1, N + 1) if d not in used]
-                if best is None or len(cands) < len(best[2]):
-                    best = (r, c, cands)
-    if best is None:
-        return True
-    r, c, cands = best
-    for d in cands:
-        g[r][c] = d
-        if solve(g):
-            return True
-    g[r][c] = 0
-    return False
-work = [row[:] for row in grid]
-if not (consistent(work) and solve(work)):
-    work = [row[:] for row in givens]
-    solve(work)
-print(json.dumps(work))"""
+    p = {{r * N + j for j in range(N)}} | {{j * N + c for j in range(N)}}
+    p |= {{(r0 + a) * N + c0 + b for a in range(BR) for b in range(BC)}}
+    p.discard(i)
+    PEERS.append(tuple(p))
+def solve(cells):
+    # cells: flat list of digits (0 = blank); returns a solved copy or None
+    cells = cells[:]
+    while True:
+        best, best_mask, progress = -1, 0, False
+        for i, v in enumerate(cells):
+            if v:
+                continue
+            used = 0
+            for j in PEERS[i]:
+                used |= 1 << cells[j]
+            mask = FULL & ~used
+            if not mask:
+                return None
+            if mask & (mask - 1) == 0:
+                cells[i] = mask.bit_length() - 1
+                progress = True
+            elif best < 0 or bin(mask).count("1") < bin(best_mask).count("1"):
+                best, best_mask = i, mask
+        if not progress:
+            break
+    if best < 0:
+        return cells
+    for d in range(1, N + 1):
+        if best_mask >> d & 1:
+            cells[best] = d
+            done = solve(cells)
+            if done:
+                return done
+    return None
+def consistent(cells):
+    return all(not v or all(cells[j] != v for j in PEERS[i]) for i, v in enumerate(cells))
+flat = [v for row in grid for v in row]
+out = solve(flat) if consistent(flat) else None
+if out is None:
+    out = solve([v for row in givens for v in row])
+print(json.dumps([out[r * N:(r + 1) * N] for r in range(N)]))"""
 
 
 class raw_env(ToolPlannerEnv):
