@@ -85,6 +85,7 @@ class ToolPlannerEnv(TurnBasedEnv):
     AGENTS: ClassVar[tuple[str, ...]] = ("tool", "planner")
     SINGLE_AGENTS: ClassVar[tuple[str, ...]] = ("planner",)
     config_cls: ClassVar[type[EnvConfig]] = ToolPlannerConfig
+    config: ToolPlannerConfig
     _answer_format: ClassVar[str] = ""
     _tool_output_format: ClassVar[str] = ""
 
