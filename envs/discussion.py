@@ -308,6 +308,7 @@ class raw_env(TurnBasedEnv):
         "is_parallelizable": False,
     }
     config_cls = DiscussionConfig
+    config: DiscussionConfig
     _shared_attrs = ("_pool",)
 
     def __init__(
@@ -320,7 +321,8 @@ class raw_env(TurnBasedEnv):
         **overrides: Any,
     ) -> None:
         cfg = build_config(DiscussionConfig, config, overrides)
-        self.AGENTS = tuple(f"agent_{i}" for i in range(cfg.num_agents))
+        # the roster depends on num_agents, so it is set per instance before the base reads it
+        self.AGENTS = tuple(f"agent_{i}" for i in range(cfg.num_agents))  # type: ignore[misc]
         super().__init__(cfg, render_mode=render_mode, sandbox=sandbox)
         self._pool = split_problems(problems) if problems is not None else None
         self._rounds: list[_Round] = []
@@ -389,11 +391,10 @@ class raw_env(TurnBasedEnv):
     def schedule(self) -> list[tuple[Job, str]]:
         """The (job, agent) pairs of the current round, in order (for tests and logging)."""
         rnd = self._rounds[-1]
-        return (
-            [("solution", rnd.solver)]
-            + [("evaluation", a) for a in rnd.evaluators]
-            + [("scoring", a) for a in rnd.scorers]
-        )
+        out: list[tuple[Job, str]] = [("solution", rnd.solver)]
+        out += [("evaluation", a) for a in rnd.evaluators]
+        out += [("scoring", a) for a in rnd.scorers]
+        return out
 
     def _reset_state(self, instance: MathProblem) -> None:
         self._rng = np.random.default_rng(int(self._seed_rng.integers(2**63)))

@@ -1,0 +1,237 @@
+"""Solver-Verifier-Corrector (MarsRL): verdict parsing, hand-computed rewards, the final-answer
+rule, turn accounting and adaptive keep rules through the rollout engine."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+
+import envs
+from envs.solver_verifier_corrector import parse_verdict, select_final
+from tests.envs.contract import GARBAGE, oracle_policy, play
+
+Q = {"question": "What is 6 * 7?", "answer": "42"}
+RIGHT, WRONG = "6 * 7 = 42, so \\boxed{42}", "6 * 7 = 48, so \\boxed{48}"
+ACCEPT, REJECT = "Each step holds.\nVerdict: correct", "Step 1 is wrong.\nVerdict: incorrect"
+
+
+def run(actions, **cfg):
+    """Play ``actions`` in order; return per-step (agent, reward, info) and the raw env."""
+    env = envs.make("marsrl", **cfg)
+    env.reset(seed=0, options={"instance": Q})
+    raw = env.unwrapped
+    out = []
+    for text in actions:
+        agent = env.agent_selection
+        assert raw.agents and not raw.terminations[agent], "episode ended before the script"
+        turn = raw.turn
+        env.step(text)
+        out.append((agent, raw.rewards[agent], dict(raw.infos[agent]), turn))
+    return out, raw
+
+
+@pytest.mark.parametrize(
+    ("report", "value"),
+    [
+        ("Verdict: correct", True),
+        ("**Verdict:** Correct.", True),
+        ("Final verdict: the solution is correct", True),
+        ("**Correctness:** Correct", True),
+        ("Verdict: no errors found", True),
+        ("\\boxed{correct}", True),
+        ("Verdict: incorrect", False),
+        ("Verdict: **INCORRECT**", False),
+        ("Verdict: not correct", False),
+        ("Verdict: the solution isn't correct", False),
+        ("Verdict: wrong", False),
+        ("Verdict: has errors", False),
+        ("Verdict: the solution contains a critical error", False),
+        ("**Correctness:** Wrong", False),
+        ("\\boxed{\\text{incorrect}}", False),
+        ("The final answer \\boxed{42} is right.\nVerdict: incorrect", False),
+        ("Verdict: correct\nOn second thought:\nVerdict: incorrect", False),
+        ("Verdict: incorrect\nActually I was wrong.\nVerdict: correct", True),
+    ],
+)
+def test_parse_verdict(report, value):
+    assert parse_verdict(report).value is value
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        "The solution is correct.",  # no verdict line: free text is not searched
+        "This is incorrect",
+        "Verdict: correct/incorrect",
+        "Verdict: partially correct",
+        "Verdict:",
+        "\\boxed{42}",
+        "",
+        None,
+    ],
+)
+def test_parse_verdict_format_failures(report):
+    v = parse_verdict(report)
+    assert v.value is None and v.reason
+
+
+def test_flagging_a_correct_solution_is_penalised():
+    steps, raw = run([RIGHT, REJECT, RIGHT, ACCEPT])
+    assert [(a, r) for a, r, _, _ in steps] == [
+        ("solver", 1.0),
+        ("verifier", 0.0),  # rejected a correct solution
+        ("corrector", 1.0),
+        ("verifier", 1.0),  # accepted a correct solution
+    ]
+    assert steps[1][2]["reward_parts"]["reasons"]["judgment"] == "rejected a correct solution"
+    assert not raw.agents or all(raw.terminations.values())
+    assert steps[-1][2]["final_answer"] == "42" and steps[-1][2]["accepted"] is True
+    assert raw.success is True
+
+
+def test_accepting_a_wrong_solution_ends_with_failure():
+    steps, raw = run([WRONG, ACCEPT])
+    assert [(a, r) for a, r, _, _ in steps] == [("solver", 0.0), ("verifier", 0.0)]
+    assert all(raw.terminations.values()) and raw.success is False
+    assert steps[-1][2]["final_answer"] == "48"
+
+
+def test_incorrect_is_never_read_as_correct():
+    steps, raw = run([RIGHT, "I believe this is incorrect.\nVerdict: incorrect", WRONG])
+    assert steps[1][2]["verdict"] is False and steps[1][1] == 0.0
+    assert raw.agent_selection == "verifier" and not raw.terminations["verifier"]
+
+
+def test_full_chain_with_unparsable_verdict_and_step_limit():
+    # S wrong, V1 rejects (right: 1), C1 wrong (0), V2 unparsable (0), C2 right (1): 5 steps
+    steps, raw = run([WRONG, REJECT, WRONG, "Looks fine to me.", RIGHT])
+    assert [(a, r) for a, r, _, _ in steps] == [
+        ("solver", 0.0),
+        ("verifier", 1.0),
+        ("corrector", 0.0),
+        ("verifier", 0.0),
+        ("corrector", 1.0),
+    ]
+    v2 = steps[3][2]
+    assert v2["verdict"] is None and "no verdict line" in v2["reward_parts"]["reasons"]["judgment"]
+    assert [t for *_, t in steps] == [0, 0, 1, 1, 2]  # turn = correction cycle
+    assert all(raw.terminations.values())
+    # no acceptance: passes all 0; the rejected solver loses the tie; latest (C2) wins
+    assert steps[-1][2]["final_index"] == 2 and steps[-1][2]["final_answer"] == "42"
+    assert raw.success is True
+
+
+def test_most_verified_solution_is_the_final_answer():
+    # accept_after=3: the solver's right solution passes twice, is then rejected; the corrector's
+    # wrong one passes once before the step limit. Most passes wins: the solver's.
+    steps, raw = run([RIGHT, ACCEPT, ACCEPT, REJECT, WRONG, ACCEPT], accept_after=3, max_steps=6)
+    assert [a for a, *_ in steps] == [
+        "solver",
+        "verifier",
+        "verifier",
+        "verifier",
+        "corrector",
+        "verifier",
+    ]
+    assert [r for _, r, *_ in steps] == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    assert steps[-1][2]["final_index"] == 0 and steps[-1][2]["final_answer"] == "42"
+    assert steps[-1][2]["accepted"] is False and raw.success is True
+
+
+def test_select_final_rule():
+    assert select_final([0], [0]) == 0
+    assert select_final([1, 1], [0, 1]) == 0  # fewer rejections
+    assert select_final([1, 1], [1, 1]) == 1  # then latest
+    assert select_final([3, 0, 0], [0, 1, 0], accepted=1) == 1
+    with pytest.raises(ValueError):
+        select_final([], [])
+
+
+def test_oracle_and_prompts():
+    result = play(envs.make("marsrl"), oracle_policy, seed=2)
+    assert result["success"] and result["steps"] == 2
+    env = envs.make("marsrl")
+    env.reset(seed=0, options={"instance": Q})
+    raw = env.unwrapped
+    assert (
+        "SOLVER" in env.observe("solver")["prompt"]
+        and "\\boxed{}" in env.observe("solver")["prompt"]
+    )
+    assert "wait" in env.observe("verifier")["prompt"]
+    env.step(WRONG)
+    p = env.observe("verifier")["prompt"]
+    assert "VERIFIER" in p and WRONG in p and "Verdict: incorrect" in p
+    assert raw.oracle("verifier").endswith("Verdict: incorrect")
+    env.step(REJECT)
+    p = env.observe("corrector")["prompt"]
+    assert "CORRECTOR" in p and WRONG in p and REJECT in p
+    env.step(raw.oracle("corrector"))
+    assert raw.oracle("verifier").endswith("Verdict: correct")
+
+
+def test_limits_modes_and_errors():
+    steps, raw = run([WRONG], max_steps=1)
+    assert all(raw.terminations.values()) and steps[0][2]["final_answer"] == "48"
+    with pytest.raises(ValueError, match="multi-agent"):
+        envs.make("marsrl", mode="single")
+    with pytest.raises(ValueError, match="reference answer"):
+        envs.make("marsrl").reset(options={"instance": {"question": "Why?"}})
+    with pytest.raises(ValueError, match="max_steps"):
+        envs.make("marsrl", max_steps=0)
+    raw = envs.make("marsrl").unwrapped
+    assert [raw.adaptive_preference(a) for a in raw.possible_agents] == ["low", "high", "low"]
+    it = iter(GARBAGE)
+    env = envs.make("marsrl", render_mode="ansi")
+    env.reset(seed=1)
+    for agent in env.agent_iter():
+        if env.terminations[agent]:
+            env.step(None)
+            continue
+        env.step(next(it))
+        assert env.infos[agent]["reward_parts"]["reward"] in (0.0, 1.0)
+        assert "marsrl" in env.render() or "solver_verifier_corrector" in env.render()
+
+
+def test_rollout_engine_adaptive_keeps_follow_the_rule():
+    from adapters.envpool import EpisodeSpec
+    from adapters.policies.scripted import ScriptedPolicy
+    from adapters.rollout import RolloutConfig, RolloutEngine
+
+    rng = random.Random(0)
+
+    def policy(prompt: str) -> str:
+        if "You are the VERIFIER" in prompt:
+            # live verifier candidates all judge the same solution: only a clean rejection
+            # (reward 1 on a wrong solution) and a format failure (0) can differ
+            return rng.choice([ACCEPT, REJECT, REJECT, "It looks fine overall."])
+        return rng.choice([RIGHT, WRONG])
+
+    engine = RolloutEngine(
+        "marsrl",
+        ScriptedPolicy(policy),
+        RolloutConfig(keep="adaptive", keep_n=2, candidates=4),
+    )
+    specs = [EpisodeSpec("marsrl", seed=s, options={"instance": Q}) for s in range(3)]
+    result = engine.run(specs, seed=1)
+    engine.close()
+    groups = defaultdict(list)
+    for s in result.samples:
+        groups[s.group].append(s)
+    informative = defaultdict(int)
+    for samples in groups.values():
+        role = samples[0].role
+        live = [s for s in samples if not s.done]
+        kept = [s.reward for s in samples if s.kept]
+        others = [s.reward for s in live if not s.kept]
+        assert all(s in live for s in samples if s.kept)  # only continuing candidates are kept
+        assert len(kept) == min(2, len(live))
+        if role == "verifier":  # the corrector prefers rightly found errors (reward 1)
+            assert not others or min(kept) >= max(others)
+        else:  # the verifier prefers wrong solutions (reward 0)
+            assert not others or max(kept) <= min(others)
+        if others and set(kept + others) == {0.0, 1.0}:
+            informative[role] += 1
+    assert informative["solver"] and informative["verifier"] and informative["corrector"]
+    assert len(result.episodes) > 3
