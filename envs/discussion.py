@@ -25,9 +25,9 @@ Protocol (CoMAS section 3.1). One episode discusses one question over m rounds. 
 
 After the round's evaluations, s_i and its evaluations join h_q; prompts show only the last
 ``history_rounds`` (kappa, default 2) rounds of it. Scoring is a separate job that never enters
-h_q. The acting agent of every step is drawn uniformly at random from all agents (paper: "For
-each interaction step, the acting agent u_k is selected uniformly at random from the agent
-pool"), from the env's own generator seeded at ``reset`` (so equal seeds give equal schedules and
+h_q. The acting agent of every step is drawn uniformly at random from all agents (CoMAS 3.1:
+u_k ~ Uniform(U) for each interaction step, so an agent may evaluate its own solution), from the
+env's own generator seeded at ``reset`` (so equal seeds give equal schedules and
 clones continue identically). ``agent_draw="others"`` instead draws evaluators among the agents
 other than the solver and scorers among the agents other than the solver and that evaluator
 (other than the solver only, when there are fewer than three agents).
@@ -474,9 +474,9 @@ class raw_env(TurnBasedEnv):
                 + f"Discussion so far (latest {cfg.history_rounds} rounds at most):\n"
                 + self._history_text(r)
                 + f"\n\nSolution to evaluate (by {rnd.solver}):\n{self._clip(rnd.solution)}\n\n"
-                "Find what is wrong with this solution instead of agreeing with it: list every "
-                "error or weak step you can find, each with what is wrong and why. Be brief and "
-                "do not re-derive the whole solution."
+                "Hunt for flaws in this solution rather than agreeing with it: go through it and "
+                "name each error or weak step you find, saying where it is and why it fails. Be "
+                "brief and do not re-derive the whole solution."
             )
         return (
             head
