@@ -163,9 +163,10 @@ ATTACKS = [
     ),
     Attack(
         "c_stack_overflow",
-        "import sys\nsys.setrecursionlimit(10**8)\nx = []\nfor _ in range(2 * 10**5):\n"
-        "    x = [x]\nrepr(x)\n",
+        "import pickle, sys\nsys.setrecursionlimit(10**8)\nx = []\nfor _ in range(2 * 10**5):\n"
+        "    x = [x]\npickle.dumps(x)\n",
         _crashed,
+        sandboxes.Limits(wall_s=5, memory_mb=256),  # crashes in well under a second when idle
     ),
     Attack("segfault_ctypes", "import ctypes\nctypes.string_at(0)\n", _signal(11)),
     Attack(
