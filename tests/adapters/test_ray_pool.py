@@ -29,7 +29,8 @@ ENVS = {
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray = pytest.importorskip("ray")
+    import ray  # the `ray` extra; these tests run for real on a clean machine, no cluster
+
     started = not ray.is_initialized()
     if started:
         ray.init(
@@ -37,7 +38,7 @@ def ray_session():
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,
-            object_store_memory=128 * 1024**2,
+            object_store_memory=100 * 1024**2,
         )
     yield ray
     if started:
