@@ -361,8 +361,12 @@ def mutation_score(
     mutant_floor_s: float = 1.0,
     entry_point: str | None = None,
     float_tol: float | None = None,
+    mutants: Sequence[Mutant] | None = None,
 ) -> MutationReport:
     """Share of mutants of ``golden_source`` killed by ``tests`` (see the module docstring).
+
+    ``mutants`` are precomputed mutants of ``golden_source`` (e.g. cached per problem, since they
+    do not depend on the tests); by default ``make_mutants(golden_source, seed, max_mutants)``.
 
     >>> gold = "def f(x):\\n    if x > 0:\\n        return 2 * x\\n    return 0\\n"
     >>> strong = [TestCase.asserts(f"assert f({v}) == {max(0, 2 * v)}") for v in (-1, 0, 1, 5)]
@@ -391,7 +395,10 @@ def mutation_score(
         return MutationReport(
             0.0, 0, 0, False, "the golden solution passes none of the tests", mask
         )
-    mutants = make_mutants(golden_source, seed=seed, max_mutants=max_mutants)
+    if mutants is None:
+        mutants = make_mutants(golden_source, seed=seed, max_mutants=max_mutants)
+    else:
+        mutants = list(mutants)
     if not mutants:
         return MutationReport(0.0, 0, 0, False, "no mutants could be made", mask)
     golden_max = max(gold.results[i].duration_s for i in keep)
