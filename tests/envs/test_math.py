@@ -1,0 +1,241 @@
+"""Math setting (reasoner + tool): A.1.1 rewards on hand-computed cases, workflow, oracle, data."""
+
+from __future__ import annotations
+
+import pytest
+
+import envs
+from envs.math import reasoner_answer
+from sandboxes import ExecResult
+from tests.envs.contract import oracle_policy, play
+
+LAM = 0.70
+Q = {
+    "question": "Tom has 3 boxes of 4 apples and eats 2. How many apples are left?",
+    "answer": "10",
+}
+
+
+def py(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+def make(instance=Q, mode="multi", **config):
+    env = envs.make("math", mode=mode, **config)
+    env.reset(options={"instance": instance})
+    return env
+
+
+def parts(env, agent):
+    return env.infos[agent]["reward_parts"]
+
+
+def mixed(team, local, mask=1.0):
+    return LAM * team + (1 - LAM) * mask * local
+
+
+# ---------------------------------------------------------------------- reasoner
+@pytest.mark.parametrize(
+    "completion, fmt, step",
+    [
+        ("3 * 4 - 2 = 10, so there are ten left.", 0.0, 0.0),  # no box, no ####: unparsable
+        ("\\boxed{}", 0.0, 0.0),  # empty box
+        ("3 * 4 = 12, minus 2 is \\boxed{9}", 1.0, 0.0),  # wrong
+        ("3 * 4 - 2\n#### 10", 1.0, 1.0),  # GSM8K marker
+        ("**Reasoning Steps:** 12 - 2\n\\boxed{10}", 1.0, 1.0),
+        ("\\boxed{\\frac{20}{2}}", 1.0, 1.0),  # equivalent form
+        ("#### \\boxed{10.0000001}", 1.0, 1.0),  # NumEq: |a - b| <= 1e-6
+        ("\\boxed{10.01}", 1.0, 0.0),
+    ],
+)
+def test_reasoner_rewards(completion, fmt, step):
+    env = make()
+    env.step(completion)
+    p = parts(env, "reasoner")
+    assert p["components"] == {"fmt": fmt, "step": step}
+    # multi mode: the episode cannot end at the reasoner's step, so team = 0;
+    # reward = 0.3 * (0.2 fmt + 0.8 step)
+    assert p["team"] == 0.0 and p["mask"] == 1.0
+    assert p["reward"] == pytest.approx(mixed(0.0, 0.2 * fmt + 0.8 * step))
+
+
+# ---------------------------------------------------------------------- tool
+@pytest.mark.parametrize(
+    "completion, comps",
+    [
+        ("print(10)", (0, 0, 0)),  # no code block
+        (py("print(10)") + "\n" + py("print(10)"), (0, 0, 0)),  # two blocks
+        (py("print(10"), (0, 0, 0)),  # syntax error: not run
+        (py("x = 1 / 0\nprint(10)"), (0, 0, 0)),  # crashes before printing
+        (py("print(10)\nraise ValueError('late')"), (1, 0, 0)),  # printed, then crashed
+        (py("while True:\n    pass"), (0, 0, 0)),  # timeout
+        (py("x = 3 * 4 - 2"), (0, 1, 0)),  # ran, printed nothing
+        (py("print(3 * 4 + 2)"), (1, 1, 0)),  # wrong answer
+        (py("from fractions import Fraction\nprint(Fraction(20, 2))"), (1, 1, 1)),
+        (py("print('work:', 12)\nprint(10.0000000001)"), (1, 1, 1)),  # last line counts
+    ],
+)
+def test_tool_rewards(completion, comps):
+    env = make(wall_s=0.5)
+    env.step("I am not sure.")  # the reasoner gives no answer: no agreement possible
+    env.step(completion)
+    p = parts(env, "tool")
+    fmt, tool, step = comps
+    assert p["components"] == {"fmt": fmt, "tool": tool, "step": step}, p["reasons"]
+    # team 0 (the episode goes on); reward = 0.3 * (0.1 fmt + 0.1 tool + 0.8 step)
+    assert p["team"] == 0.0 and not env.terminations["tool"]
+    assert p["reward"] == pytest.approx(mixed(0.0, 0.1 * fmt + 0.1 * tool + 0.8 * step))
+
+
+def test_agreement_on_a_correct_answer_ends_with_team_reward():
+    env = make()
+    env.step("#### 10")
+    env.step(py("print(3 * 4 - 2)"))
+    p = parts(env, "tool")
+    # agreement ends the episode; the final (reasoner's) answer is correct: team 1
+    # reward = 0.7 * 1 + 0.3 * 1 = 1.0
+    assert p["team"] == 1.0 and p["reward"] == pytest.approx(1.0)
+    assert all(env.terminations.values()) and env.infos["tool"]["success"]
+    assert env.infos["tool"]["agreed"]
+
+
+def test_agreement_on_a_wrong_answer_ends_in_failure():
+    env = make()
+    env.step("\\boxed{14}")
+    env.step(py("print(3 * 4 + 2)"))
+    p = parts(env, "tool")
+    # agreed on 14: ends; team 0; local 0.1 + 0.1 = 0.2 -> reward 0.06
+    assert p["team"] == 0.0 and p["reward"] == pytest.approx(mixed(0.0, 0.2))
+    assert all(env.terminations.values()) and not env.infos["tool"]["success"]
+
+
+def test_a_correct_tool_disagreeing_with_a_wrong_reasoner_continues():
+    env = make()
+    env.step("\\boxed{14}")
+    env.step(py("print(10)"))
+    p = parts(env, "tool")
+    assert p["team"] == 0.0 and p["reward"] == pytest.approx(mixed(0.0, 1.0))  # 0.3
+    assert not any(env.terminations.values()) and env.agent_selection == "reasoner"
+    prompt = env.observe("reasoner")["prompt"]
+    assert "The reasoner's final answer: 14" in prompt and "The tool's answer: 10" in prompt
+    assert "do not agree" in prompt
+    env.step("The program is right.\n\\boxed{10}")
+    assert parts(env, "reasoner")["reward"] == pytest.approx(mixed(0.0, 1.0))
+
+
+def test_horizon():
+    env = make(max_turns=2)
+    for _ in range(2):
+        env.step("\\boxed{14}")
+        env.step(py("print(10)"))
+    # never agreed; the final answer (14) is wrong: truncated, team 0
+    assert all(env.truncations.values()) and not any(env.terminations.values())
+    assert parts(env, "tool")["team"] == 0.0 and not env.infos["tool"]["success"]
+    env = make(max_turns=2)
+    env.step("\\boxed{14}")
+    env.step(py("print(10)"))
+    env.step("\\boxed{10}")
+    env.step(py("print(11)"))
+    # at the horizon the final answer (10) is correct: team 1 for the ending step
+    p = parts(env, "tool")
+    assert p["team"] == 1.0 and env.infos["tool"]["success"]
+    assert p["reward"] == pytest.approx(mixed(1.0, 0.2))  # fmt + tool, step 0
+
+
+def test_single_mode_ends_when_the_answer_repeats():
+    env = make(mode="single")
+    env.step("\\boxed{14}")
+    p = parts(env, "reasoner")
+    assert p["team"] == 0.0 and not any(env.terminations.values())
+    assert "Your final answer: 14" in env.observe("reasoner")["prompt"]
+    env.step("\\boxed{10}")
+    assert not any(env.terminations.values())
+    env.step("#### 10.0")
+    p = parts(env, "reasoner")
+    # the same answer twice: the episode ends; correct: team 1, reward 0.7 + 0.3 = 1.0
+    assert all(env.terminations.values()) and env.infos["reasoner"]["success"]
+    assert p["team"] == 1.0 and p["reward"] == pytest.approx(1.0)
+
+
+def test_tool_mask_is_zero_on_sandbox_failure():
+    class Broken:
+        def run(self, code, stdin="", limits=None):
+            return ExecResult(None, error="worker died")
+
+        def run_many(self, jobs):
+            return [ExecResult(None, error="worker died") for _ in jobs]
+
+        def close(self):
+            pass
+
+    env = envs.make("math", sandbox=Broken())
+    env.reset(options={"instance": Q})
+    env.step("\\boxed{10}")
+    env.step(py("print(10)"))
+    p = parts(env, "tool")
+    assert p["mask"] == 0.0 and p["components"] == {"fmt": 0.0, "tool": 0.0, "step": 0.0}
+    assert p["reward"] == pytest.approx(0.0)
+
+
+def test_reasoner_answer_extraction():
+    assert reasoner_answer("a \\boxed{1} then \\boxed{2}").value == "2"
+    assert reasoner_answer("#### 1,200").value == "1,200"
+    assert reasoner_answer("#### ").reason == "nothing after '####'"
+    assert reasoner_answer(None).reason == "completion is not a string"
+
+
+# ---------------------------------------------------------------------- oracle and data
+def test_oracle_100_instances_both_modes():
+    for mode in ("multi", "single"):
+        env = envs.make("math", mode=mode)
+        results = [play(env, oracle_policy, seed=s) for s in range(100)]
+        assert all(r["success"] for r in results)
+        assert all(r["steps"] == 2 for r in results)  # agreement (multi), repeat (single)
+
+
+def test_generated_instances_mix_generators_and_are_deterministic():
+    raw = envs.make("math").unwrapped
+    sources = {raw.sample_instance("train", s).source for s in range(30)}
+    assert sources == {"reasoning_gym/gsm_symbolic", "reasoning_gym/basic_arithmetic"}
+    assert raw.sample_instance("test", 4) == raw.sample_instance("test", 4)
+    only = envs.make("math", generators=("basic_arithmetic",)).unwrapped
+    assert only.sample_instance("val", 1).question.startswith("Calculate")
+
+
+def test_hub_loader_fixture():
+    env = envs.make("math", dataset="gsm8k", data_path="tests/data/fixtures/gsm8k.jsonl")
+    pool_splits = [s for s in ("train", "val", "test") if _has(env, s)]
+    assert pool_splits
+    r = play(env, oracle_policy, seed=0, options={"split": pool_splits[0]})
+    assert r["success"]
+
+
+def _has(env, split):
+    try:
+        env.unwrapped.sample_instance(split, 0)
+    except ValueError:
+        return False
+    return True
+
+
+def test_explicit_instance_validation_and_clone():
+    with pytest.raises(ValueError, match="question"):
+        make({"answer": "1"})
+    with pytest.raises(ValueError, match="unknown math instance keys"):
+        make(dict(Q, hint="x"))
+    env = make({"question": "What is 6 * 7?", "answer": 42})
+    raw = env.unwrapped
+    raw.step("\\boxed{42}")
+    twin = raw.clone()
+    assert twin.instance is raw.instance
+    twin.step(py("print(42)"))
+    assert twin.success and not raw.success and raw.agent_selection == "tool"
+
+
+def test_render_ansi():
+    env = envs.make("math", render_mode="ansi")
+    env.reset(options={"instance": Q})
+    env.step("\\boxed{10}")
+    env.step(py("print(10)"))
+    text = env.render()
+    assert "reasoner 10, tool 10, agreed" in text and "success=True" in text
