@@ -46,7 +46,7 @@ assistant turns with it.
 
 Generation goes through ``trainer._generate_single_turn(ids, None, {}, num_generations=1)``, the
 helper TRL 1.16's own multi-turn tool loop calls: it honours ``use_vllm`` (server or colocate),
-``use_transformers_paged`` and plain ``generate`` with the trainer's sampling settings
+``use_transformers_continuous_batching`` and plain ``generate`` with the trainer's sampling settings
 (temperature, top-p/k, ``max_completion_length`` tokens per turn).
 
 Groups
@@ -442,10 +442,6 @@ def make_rollout_func(
             for ep in episodes:
                 ep.prompt_ids = chat.encode(ep.messages, add_generation_prompt=True)
             while True:
-                for ep in episodes:
-                    used = len(ep.prompt_ids) + len(ep.completion_ids)
-                    if not ep.done and ctx is not None and used + max(per_turn, 1) > ctx:
-                        ep.done = ep.cut = True
                 live = [ep for ep in episodes if not ep.done]
                 if not _any_live(trainer, len(live), sync):
                     break
@@ -477,8 +473,10 @@ def make_rollout_func(
                         glue.append(tok.eos_token_id)
                     glue += chat.turn_ids(raw.observe(raw.agent_selection)["prompt"])
                     total = len(ep.completion_ids) + len(glue)
-                    if max_episode_tokens is not None and total >= max_episode_tokens:
-                        ep.done = ep.cut = True
+                    over_budget = max_episode_tokens is not None and total >= max_episode_tokens
+                    context = len(ep.prompt_ids) + total + max(per_turn, 1)
+                    if over_budget or (ctx is not None and context > ctx):
+                        ep.done = ep.cut = True  # no room for the next turn: stop here
                         continue
                     ep.completion_ids += glue
                     ep.env_mask += [0] * len(glue)
@@ -486,6 +484,9 @@ def make_rollout_func(
         finally:
             if pool is not None:
                 pool.shutdown(wait=True)
+        for ep in episodes:  # TRL reads completion_ids[-1]: never hand it an empty list
+            if not ep.completion_ids:
+                ep.completion_ids, ep.env_mask, ep.logprobs = [tok.eos_token_id], [0], [0.0]
         out = {
             "prompt_ids": [ep.prompt_ids for ep in episodes],
             "completion_ids": [ep.completion_ids for ep in episodes],

@@ -195,6 +195,29 @@ def test_oracle_episodes_end_early_with_success(tok):
     assert all(r > 0.9 for r in mean)  # fmt + legal + shortest, and the team reward at the goal
 
 
+def test_several_processes_generate_full_batches_until_every_rank_is_done(tok):
+    pytest.importorskip("torch")
+    config = {"mode": "single", "max_turns": 3, "height": 4, "width": 4}
+    ds = ta.env_dataset("plan_path", 2, seed=1, **config)
+    raw = envs.make("plan_path", **config).unwrapped
+    raw.reset(seed=ds["seed"][0], options={"split": "train"})
+    first_obs, first_answer = raw.observe("planner")["prompt"], raw.oracle("planner")
+
+    def script(ctx):  # row 0 solves its task at once, row 1 plays all 3 turns
+        return first_answer if first_obs in ctx else "no idea"
+
+    rf = ta.make_rollout_func("plan_path", **config)
+    alone = ScriptedTrainer(tok, script, max_completion_length=200)
+    ranked = ScriptedTrainer(tok, script, max_completion_length=200)
+    ranked.accelerator = SimpleNamespace(num_processes=2, device="cpu", gather=lambda t: t * 2)
+    out1, out2 = rf(ds["prompt"], alone), rf(ds["prompt"], ranked)
+    assert out1["episode_steps"] == out2["episode_steps"] == [1, 3]
+    assert [len(b) for b in alone.batches] == [2, 1, 1]  # finished rows leave the batch
+    assert [len(b) for b in ranked.batches] == [2, 2, 2]  # ... unless generation is collective
+    for key in ("completion_ids", "env_mask", "episode_reward", "episode_actions"):
+        assert out1[key] == out2[key]
+
+
 def test_token_budget_cuts_the_episode(tok):
     ds = ta.env_dataset("plan_path", 2, **PLAN)
     trainer = ScriptedTrainer(tok, lambda ctx: "#### [R]")
@@ -208,6 +231,12 @@ def test_token_budget_cuts_the_episode(tok):
     )
     tool_only = [r["tool"] for r in out["episode_returns"]]
     assert out["episode_reward"] == pytest.approx([r / 2 for r in tool_only])
+    # the model's context stops an episode too (after the first turn, which is always played)
+    small = ScriptedTrainer(tok, lambda ctx: "#### [R]")
+    small.model.config.max_position_embeddings = len(first["prompt_ids"][0]) + 40
+    out = ta.make_rollout_func("plan_path", **PLAN)(ds["prompt"], small)
+    assert out["episode_cut"] == [True, True] and out["episode_steps"] == [1, 1]
+    assert all(set(m) == {1} for m in out["env_mask"])  # no dangling env tokens
 
 
 def test_reward_modes_and_reward_functions(tok):
