@@ -268,7 +268,11 @@ class RayEnvPool:
         self._releases: list[list[int]] = [[] for _ in range(num_workers)]
         self._closed = False
         self._actors = [self._spawn() for _ in range(num_workers)]
-        ray.get([a.ping.remote() for a in self._actors])  # surface start-up errors here
+        try:
+            ray.get([a.ping.remote() for a in self._actors])  # surface start-up errors here
+        except BaseException:
+            self.close()
+            raise
 
     # ------------------------------------------------------------------ introspection
     @property
