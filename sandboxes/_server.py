@@ -51,7 +51,7 @@ _MAX_REQUEST = 1 << 30
 # ``random`` (reseeds after every fork); a job that imports them pays their import instead.
 _PRELOAD = (
     "array bisect collections copy functools heapq io itertools json math mmap operator "
-    "re resource site string typing"
+    "fcntl re resource site string typing"
 ).split()
 _MEM_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGKILL}
 
@@ -421,8 +421,8 @@ def _run_job(header, code, stdin_data, status):
         os.lseek(stdin_fd, 0, os.SEEK_SET)
     else:
         stdin_fd = os.dup(NULL_FD)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
+    out_r, out_w = _big_pipe(cap)
+    err_r, err_w = _big_pipe(cap)
     status[0] = 0
     source = code.decode("utf-8", "surrogateescape")
 
@@ -444,58 +444,66 @@ def _run_job(header, code, stdin_data, status):
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
         pass
-    poller = select.poll()
-    for fd in open_fds:
-        poller.register(fd, select.POLLIN)
-    if pidfd is not None:
-        poller.register(pidfd, select.POLLIN)
 
-    def read_from(fd):
-        try:
-            data = os.read(fd, 1 << 16)
-        except BlockingIOError:
-            return False
-        except OSError:
-            data = b""
-        if not data:
-            poller.unregister(fd)
-            open_fds.discard(fd)
-            return False
-        buf = bufs[fd]
-        room = cap - len(buf)
-        if room > 0:
-            buf += data[:room]
-        if len(data) > room:
-            truncated[fd] = True
-        return True
+    def drain(fd):
+        """Read what the pipe holds now (non-blocking); False once at end of file."""
+        while True:
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return True
+            except OSError:
+                data = b""
+            if not data:
+                open_fds.discard(fd)
+                return False
+            buf = bufs[fd]
+            room = cap - len(buf)
+            if room > 0:
+                buf += data[:room]
+            if len(data) > room:
+                truncated[fd] = True
 
+    # The pipes are large (see _big_pipe) and read lazily: while a job is quiet the server
+    # sleeps on the pidfd alone and looks at the pipes every _TICK_S, or when the job ends.
+    # Waking up for every write would cost more than a short job itself (each wake-up touches
+    # pages the fork made shared). A job that does write gets its pipes watched from then on.
     exited = False
     wait_status = None
     rusage = None
     timed_out = False
+    watch = []
     while True:
         now = time.monotonic()
         if now >= deadline:
             timed_out = True
             break
-        timeout_ms = max(1, int((deadline - now) * 1000) + 1)
-        if pidfd is None:
-            timeout_ms = min(timeout_ms, 5)
-        try:
-            events = poller.poll(timeout_ms)
-        except InterruptedError:
-            continue
-        for fd, _ev in events:
-            if fd == pidfd:
-                exited = True
-            elif fd in open_fds:
-                read_from(fd)
-        if pidfd is None:
+        timeout = min(deadline - now, _TICK_S if pidfd is not None else 0.005)
+        if pidfd is not None:
+            try:
+                ready, _, _ = select.select([pidfd, *watch], [], [], timeout)
+            except InterruptedError:
+                continue
+            exited = pidfd in ready
+        else:
+            if watch:
+                select.select(watch, [], [], timeout)
+            else:
+                time.sleep(timeout)
             got, st, ru = os.wait4(pid, os.WNOHANG)
             if got == pid:
                 exited, wait_status, rusage = True, st, ru
         if exited:
             break
+        before = len(bufs[out_r]) + len(bufs[err_r])
+        got_data = False
+        for fd in list(open_fds):
+            n0 = len(bufs[fd])
+            drain(fd)
+            got_data = got_data or len(bufs[fd]) > n0 or truncated[fd]
+        if got_data or len(bufs[out_r]) + len(bufs[err_r]) > before:
+            watch = [out_r, err_r]
+        watch = [fd for fd in watch if fd in open_fds]  # not those at end of file
     end = time.monotonic()
 
     if not exited:
@@ -511,12 +519,9 @@ def _run_job(header, code, stdin_data, status):
     t_reaped = time.monotonic()
     clean = _kill_everything()
     t_killed = time.monotonic()
-    # Every writer is gone now (unless cleanup failed): drain what is left in the pipes.
+    # Every writer is gone now (unless cleanup failed): take what is left in the pipes.
     for fd in list(open_fds):
-        if not clean:
-            os.set_blocking(fd, False)
-        while fd in open_fds and read_from(fd):
-            pass
+        drain(fd)
     for fd in (out_r, err_r):
         os.close(fd)
     if pidfd is not None:
@@ -562,6 +567,22 @@ def _run_job(header, code, stdin_data, status):
         ],
     }
     return result, bytes(bufs[out_r]), bytes(bufs[err_r])
+
+
+_TICK_S = 0.01
+
+
+def _big_pipe(cap):
+    """A pipe (read end non-blocking) whose buffer holds the whole kept output if it can."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    try:
+        import fcntl
+
+        fcntl.fcntl(r, 1031, min(1 << 20, max(1 << 16, cap + 4096)))  # F_SETPIPE_SZ
+    except (ImportError, OSError):
+        pass
+    return r, w
 
 
 def _memory_error_reported(err):

@@ -349,7 +349,7 @@ class Worker:
         """Start the server; return its channel (before the ready message)."""
         raise NotImplementedError
 
-    def _stop(self) -> None:
+    def _stop(self, graceful: bool) -> None:
         """Stop the server for good (idempotent, never raises)."""
         raise NotImplementedError
 
@@ -370,28 +370,29 @@ class Worker:
         return self.channel is not None
 
     def start(self, timeout: float = 30.0) -> None:
-        self.stop()
+        self.stop(graceful=False)
         try:
             self.channel = self._start()
             self.channel.send_raw(SERVER_SOURCE_PATH.read_bytes())
             ready = json.loads(self.channel.recv_frame(time.monotonic() + timeout, _MAX_HEADER))
         except (ChannelClosed, ChannelTimeout, ValueError) as exc:
             detail = self._describe_failure()
-            self.stop()
+            self.stop(graceful=False)
             raise SandboxError(
                 f"sandbox worker failed to start ({type(exc).__name__}: {exc})"
                 + (f"\n{detail}" if detail else "")
             ) from None
         if not ready.get("ready"):
-            self.stop()
+            self.stop(graceful=False)
             raise SandboxError(f"sandbox worker sent an unexpected greeting: {ready!r}")
         self.info = ready
 
-    def stop(self) -> None:
+    def stop(self, graceful: bool = True) -> None:
+        """Stop the server; ``graceful``: it is idle, let it exit on end of input first."""
         if self.channel is not None:
             self.channel.close()
         self.channel = None
-        self._stop()
+        self._stop(graceful)
 
     # -- one job -------------------------------------------------------------------------------
     def execute(self, job: Job, limits: Limits) -> ExecResult:
@@ -400,7 +401,7 @@ class Worker:
         for attempt in range(2):
             if self.channel is not None and self.channel.looks_dead():
                 log.info("sandbox worker %d died while idle; restarting it", self.index)
-                self.stop()
+                self.stop(graceful=False)
             if not self.alive:
                 try:
                     self.start()
@@ -413,7 +414,7 @@ class Worker:
                 self.channel.send(json.dumps(header).encode(), code, data)
             except (ChannelClosed, OSError) as exc:
                 # the server was already gone before the job started: restart and retry once
-                self.stop()
+                self.stop(graceful=False)
                 if attempt == 0:
                     continue
                 return _failure(f"sandbox worker unavailable: {exc}")
@@ -432,7 +433,7 @@ class Worker:
         except (ChannelClosed, ChannelTimeout, ValueError) as exc:
             oom = self._oom_events()
             detail = self._describe_failure()
-            self.stop()
+            self.stop(graceful=False)
             timed_out = isinstance(exc, ChannelTimeout)
             what = "stopped answering" if timed_out else f"died ({exc})"
             res = _failure(
@@ -509,7 +510,7 @@ class PooledSandbox:
             t.join()
         if errors:
             for w in self._workers:
-                w.stop()
+                w.stop(graceful=False)
             raise errors[0]
         for w in self._workers:
             self._state.idle.put(w)
@@ -562,7 +563,7 @@ class PooledSandbox:
         try:
             if not self._state.closed:
                 for w in self._workers:
-                    w.stop()
+                    w.stop(graceful=False)
         except Exception:
             pass
 

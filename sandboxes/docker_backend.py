@@ -144,7 +144,7 @@ class _DockerWorker(Worker):
         api.start(self.container_id)
         return self._attach
 
-    def _stop(self) -> None:
+    def _stop(self, graceful: bool) -> None:
         cid, self.container_id = self.container_id, None
         self._attach = None
         if cid is None:

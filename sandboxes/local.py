@@ -32,6 +32,7 @@ import itertools
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -64,6 +65,7 @@ _UID_BASE = 2_000_000
 _uid_counter = itertools.count()
 _spawner_lock = threading.Lock()
 _spawner_pool: ThreadPoolExecutor | None = None
+_stale_cgroups_checked = False
 
 
 def _spawner() -> ThreadPoolExecutor:
@@ -102,19 +104,43 @@ class _CgroupV1:
 
     ROOT = Path("/sys/fs/cgroup")
 
+    PREFIX = "mas-sandbox-"
+
     def __init__(self, name: str) -> None:
+        self.dirs = {}
+        for ctrl, base in self.parents().items():
+            d = base / name
+            d.mkdir()
+            self.dirs[ctrl] = d
+        self._last: dict[str, str] = {}
+
+    @classmethod
+    def parents(cls) -> dict[str, Path]:
+        """This process's own memory and pids cgroups: worker cgroups are made below them."""
         own = {}
         for line in Path("/proc/self/cgroup").read_text().splitlines():
             _, ctrls, path = line.split(":", 2)
             for c in ctrls.split(","):
                 own[c] = path
-        self.dirs = {}
-        for ctrl in ("memory", "pids"):
-            base = self.ROOT / ctrl / own.get(ctrl, "/").lstrip("/")
-            d = base / name
-            d.mkdir()
-            self.dirs[ctrl] = d
-        self._last: dict[str, str] = {}
+        return {c: cls.ROOT / c / own.get(c, "/").lstrip("/") for c in ("memory", "pids")}
+
+    @classmethod
+    def remove_stale(cls) -> None:
+        """Remove empty worker cgroups left by processes that died without closing."""
+        for base in cls.parents().values():
+            try:
+                entries = list(base.glob(cls.PREFIX + "*"))
+            except OSError:
+                continue
+            for d in entries:
+                try:
+                    owner = int(d.name[len(cls.PREFIX) :].split("-", 1)[0])
+                except ValueError:
+                    continue
+                if owner == os.getpid() or Path(f"/proc/{owner}").exists():
+                    continue
+                with contextlib.suppress(OSError):
+                    d.rmdir()  # fails (EBUSY) unless empty
 
     @classmethod
     def available(cls) -> bool:
@@ -168,6 +194,44 @@ class _CgroupV1:
 # ----------------------------------------------------------------------------------------------
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _terminate(proc: subprocess.Popen, graceful: bool) -> None:
+    """Stop a worker process tree without leaving orphans or zombies behind.
+
+    Gracefully: end of input makes the server exit and bwrap follow. Otherwise (or if that
+    takes too long) the server (bwrap's child) is killed first, so bwrap reaps it and exits by
+    itself; killing bwrap first would orphan the dying server to the host's init.
+    """
+    with contextlib.suppress(OSError):
+        if proc.stdin is not None:
+            proc.stdin.close()
+    if graceful:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)
+    if proc.poll() is None:
+        for child in _children(proc.pid):
+            with contextlib.suppress(OSError):
+                os.kill(child, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=2.0)
+    if proc.poll() is None:
+        with contextlib.suppress(OSError):
+            proc.kill()  # its sandboxed child dies too (PR_SET_PDEATHSIG)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            log.error("sandbox worker pid %s did not exit", proc.pid)
+    with contextlib.suppress(OSError):
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
 class _LocalWorker(Worker):
     def __init__(self, index: int, sandbox: LocalSandbox) -> None:
         super().__init__(index)
@@ -198,7 +262,8 @@ class _LocalWorker(Worker):
         args += server_command(sb.python, config, sb.site_packages)
         if sb.use_cgroups:
             try:
-                self.cgroup = _CgroupV1(f"mas-sandbox-{os.getpid()}-{self.index}-{self.uid}")
+                name = f"{_CgroupV1.PREFIX}{os.getpid()}-{self.index}-{self.uid}"
+                self.cgroup = _CgroupV1(name)
                 self.cgroup.set_limits(sb.cgroup_memory(sb.limits), sb.limits.max_procs + 4)
                 redirect = " && ".join(f'echo $$ > "{f}"' for f in self.cgroup.procs_files())
                 args = ["/bin/sh", "-c", redirect + ' && exec "$@"', "sh", *args]
@@ -237,21 +302,10 @@ class _LocalWorker(Worker):
         except (OSError, ValueError):
             return ""
 
-    def _stop(self) -> None:
+    def _stop(self, graceful: bool) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
-            with contextlib.suppress(OSError):
-                proc.kill()  # the server dies with bwrap (PR_SET_PDEATHSIG), then its namespace
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                log.error("sandbox worker pid %s did not exit", proc.pid)
-            for f in (proc.stdin, proc.stdout):
-                try:
-                    if f is not None:
-                        f.close()
-                except OSError:
-                    pass
+            _terminate(proc, graceful)
         if self.stderr_file is not None:
             self.stderr_file.close()
             self.stderr_file = None
@@ -329,6 +383,7 @@ class LocalSandbox(PooledSandbox):
                 bwrap,
             )
         self.python, self.python_prefix = self._find_python(python)
+        global _stale_cgroups_checked
         if cgroups == "auto":
             self.use_cgroups = _CgroupV1.available()
         elif cgroups:
@@ -337,6 +392,9 @@ class LocalSandbox(PooledSandbox):
             self.use_cgroups = True
         else:
             self.use_cgroups = False
+        if self.use_cgroups and not _stale_cgroups_checked:
+            _stale_cgroups_checked = True
+            _CgroupV1.remove_stale()
         self._start_workers()
 
     # -- configuration ---------------------------------------------------------------------------
