@@ -245,8 +245,17 @@ def _remove(path, is_dir):
     return False
 
 
-def _wipe(path):
-    """Remove everything below ``path`` (not ``path`` itself). Returns True on success."""
+_WIPE_BUDGET = 4096
+
+
+def _wipe(path, budget=None):
+    """Remove everything below ``path`` (not ``path`` itself). True on success.
+
+    Gives up (False) after ``budget[0]`` entries: a job that made a huge number of files is
+    cheaper to clean by replacing the whole worker (a fresh tmpfs) than file by file.
+    """
+    if budget is None:
+        budget = [_WIPE_BUDGET]
     try:
         entries = list(os.scandir(path))
     except FileNotFoundError:
@@ -259,14 +268,17 @@ def _wipe(path):
             return False
     except OSError:
         return False
+    budget[0] -= len(entries)
+    if budget[0] < 0:
+        return False
     ok = True
     for entry in entries:
         try:
             is_dir = entry.is_dir(follow_symlinks=False)
         except OSError:
             is_dir = False
-        if is_dir:
-            ok = _wipe(entry.path) and ok
+        if is_dir and not _wipe(entry.path, budget):
+            return False
         ok = _remove(entry.path, is_dir) and ok
     return ok
 
@@ -547,7 +559,8 @@ def _run_job(header, code, stdin_data, status):
         or (not timed_out and sig in _MEM_SIGNALS and maxrss >= 0.7 * mem_bytes)
         or _memory_error_reported(bufs[err_r])
     )
-    wiped = all(_wipe(p) for p in CONFIG["wipe"])
+    budget = [_WIPE_BUDGET]
+    wiped = all(_wipe(p, budget) for p in CONFIG["wipe"])
     healthy = clean and wiped and _tmp_ok(work_root)
     result = {
         "exit_code": exit_code,

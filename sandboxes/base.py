@@ -21,7 +21,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -349,8 +349,9 @@ class Worker:
         """Start the server; return its channel (before the ready message)."""
         raise NotImplementedError
 
-    def _stop(self, graceful: bool) -> None:
-        """Stop the server for good (idempotent, never raises)."""
+    def _detach(self, graceful: bool) -> Callable[[], None]:
+        """Forget the current server (idempotent) and return a function that stops it for
+        good, never raising; ``graceful``: the server is idle and may exit by itself."""
         raise NotImplementedError
 
     def _describe_failure(self) -> str:
@@ -387,12 +388,17 @@ class Worker:
             raise SandboxError(f"sandbox worker sent an unexpected greeting: {ready!r}")
         self.info = ready
 
-    def stop(self, graceful: bool = True) -> None:
-        """Stop the server; ``graceful``: it is idle, let it exit on end of input first."""
+    def stop(self, graceful: bool = True, background: bool = False) -> None:
+        """Stop the server; ``graceful``: it is idle, let it exit on end of input first;
+        ``background``: finish in another thread (the next job starts a new server at once)."""
         if self.channel is not None:
             self.channel.close()
         self.channel = None
-        self._stop(graceful)
+        finish = self._detach(graceful)
+        if background:
+            threading.Thread(target=finish, name="sandbox-retire", daemon=True).start()
+        else:
+            finish()
 
     # -- one job -------------------------------------------------------------------------------
     def execute(self, job: Job, limits: Limits) -> ExecResult:
@@ -446,7 +452,7 @@ class Worker:
         self.jobs_done += 1
         if not head.get("healthy", False):
             log.info("sandbox worker %d left unclean by a job; replacing it", self.index)
-            self.stop()
+            self.stop(background=True)
         if "error" in head:
             return _failure(str(head["error"]), duration=time.monotonic() - t0)
         oom_after = self._oom_events()

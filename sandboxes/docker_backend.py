@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from .base import (
@@ -94,6 +95,7 @@ class _DockerWorker(Worker):
 
     def _start(self) -> Channel:
         sb = self.sb
+        self.uid = 200_000 + random.SystemRandom().randrange(1 << 22)
         api = sb.client.api
         config = {
             "preload": list(sb.preload),
@@ -144,15 +146,20 @@ class _DockerWorker(Worker):
         api.start(self.container_id)
         return self._attach
 
-    def _stop(self, graceful: bool) -> None:
+    def _detach(self, graceful: bool) -> Callable[[], None]:
         cid, self.container_id = self.container_id, None
         self._attach = None
-        if cid is None:
-            return
-        try:
-            self.sb.client.api.remove_container(cid, force=True)
-        except Exception as exc:  # already gone (auto_remove) or removal in progress
-            log.debug("removing sandbox container %s: %s", cid[:12], exc)
+        api = self.sb.client.api
+
+        def finish() -> None:
+            if cid is None:
+                return
+            try:
+                api.remove_container(cid, force=True)
+            except Exception as exc:  # already gone (auto_remove) or removal in progress
+                log.debug("removing sandbox container %s: %s", cid[:12], exc)
+
+        return finish
 
     def _describe_failure(self) -> str:
         parts = []

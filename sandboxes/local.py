@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -262,7 +262,7 @@ class _LocalWorker(Worker):
         args += server_command(sb.python, config, sb.site_packages)
         if sb.use_cgroups:
             try:
-                name = f"{_CgroupV1.PREFIX}{os.getpid()}-{self.index}-{self.uid}"
+                name = f"{_CgroupV1.PREFIX}{os.getpid()}-{self.index}-{next(_uid_counter)}"
                 self.cgroup = _CgroupV1(name)
                 self.cgroup.set_limits(sb.cgroup_memory(sb.limits), sb.limits.max_procs + 4)
                 redirect = " && ".join(f'echo $$ > "{f}"' for f in self.cgroup.procs_files())
@@ -302,19 +302,25 @@ class _LocalWorker(Worker):
         except (OSError, ValueError):
             return ""
 
-    def _stop(self, graceful: bool) -> None:
+    def _detach(self, graceful: bool) -> Callable[[], None]:
+        if self.uid is not None and self.proc is not None:
+            self.uid = _next_uid()  # the next server gets a fresh uid; this one may linger
         proc, self.proc = self.proc, None
-        if proc is not None:
-            _terminate(proc, graceful)
-        if self.stderr_file is not None:
-            self.stderr_file.close()
-            self.stderr_file = None
-        if self.cgroup is not None:
-            self.cgroup.remove()
-            self.cgroup = None
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
+        err, self.stderr_file = self.stderr_file, None
+        cgroup, self.cgroup = self.cgroup, None
+        workdir, self.workdir = self.workdir, None
+
+        def finish() -> None:
+            if proc is not None:
+                _terminate(proc, graceful)
+            if err is not None:
+                err.close()
+            if cgroup is not None:
+                cgroup.remove()
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+        return finish
 
     def host_pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None

@@ -176,6 +176,12 @@ ATTACKS = [
         _exited_nonzero,
     ),
     Attack(
+        "inode_exhaustion",
+        "import os\ni = 0\nwhile True:\n    os.mkdir(f'd{i}')\n    open(f'd{i}/f', 'w').close()\n"
+        "    i += 1\n",
+        _limit_hit,
+    ),
+    Attack(
         "huge_file",
         "with open('big', 'wb') as f:\n    f.write(b'x' * (64 << 20))\n",
         _exited_nonzero,
