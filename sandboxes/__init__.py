@@ -1,11 +1,15 @@
 """Isolated execution of untrusted Python programs.
 
-Two backends share one interface (:class:`Sandbox`):
+Two backends share one interface (:class:`Sandbox`: ``run``, ``run_many``, ``close``, context
+manager, thread-safe):
 
 * :class:`LocalSandbox` (the default): bubblewrap (Debian package ``bubblewrap``) around warm
-  fork servers, so a job costs a ``fork()`` instead of an interpreter start.
-* :class:`DockerSandbox`: a warm pool of locked-down containers (Docker Engine, ``docker`` SDK;
-  the image is built by ``scripts/build_sandbox_image.sh`` from ``sandboxes/Dockerfile``).
+  fork servers, so a job costs a ``fork()`` (about 1-2 ms of CPU) instead of an interpreter
+  start (10-35 ms). See :mod:`sandboxes.local` for the isolation it sets up.
+* :class:`DockerSandbox`: a warm pool of locked-down containers running the same fork server
+  (Docker Engine through the ``docker`` SDK; the image is built by
+  ``scripts/build_sandbox_image.sh`` from ``sandboxes/Dockerfile``). See
+  :mod:`sandboxes.docker_backend`.
 
 Usage::
 
@@ -14,13 +18,27 @@ Usage::
     sb = sandboxes.default()                       # shared LocalSandbox, closed at exit
     r = sb.run("print(sum(map(int, input().split())))", stdin="2 3",
                limits=sandboxes.Limits(wall_s=2))
-    assert r.ok and r.stdout == "5\\n"
-    results = sb.run_many(["print(1)", ("print(input())", "hi")])   # input order
+    assert r.ok and r.stdout == "5\n"
+    results = sb.run_many(["print(1)", ("print(input())", "hi"),
+                           sandboxes.Job("import time; time.sleep(9)", limits=sandboxes.Limits(wall_s=1))])
+    assert results[2].timed_out                   # results come back in input order
 
-Every limit violation (wall/CPU time, memory, output size, processes, files) is reported in
+    with sandboxes.DockerSandbox() as dsb:         # image: $MAS_SANDBOX_IMAGE or mas-sandbox:latest
+        print(dsb.run("print('hello')").stdout)
+
+A job runs as ``python main.py`` would: ``__name__ == "__main__"``, ``sys.argv[0]`` is
+``main.py`` in the job's private, writable working directory (also ``$HOME`` and ``$TMPDIR``),
+stdin is the given text, stdout/stderr are captured (each up to ``max_output_bytes``; invalid
+UTF-8 is replaced), only the standard library is importable by default, and the environment
+holds nothing of the caller's. Everything the job started is killed when its main process exits
+or a limit is hit, and its files are wiped.
+
+Every limit violation (wall/CPU time, memory, output size, processes, file size) is reported in
 :class:`ExecResult` flags; a hostile program never makes ``run`` raise. There is never network
-access. Infrastructure failures (a worker died) are recovered from: the worker is replaced and
-the result carries ``error``.
+access. Infrastructure failures (a worker died) are recovered from: the worker is replaced and,
+if the job may have run, its result carries ``error``. Calling the API wrongly (non-str code,
+bad limits) raises TypeError/ValueError; a backend that cannot work at all (no bubblewrap, no
+Docker Engine, no image) raises :class:`SandboxError` with what to do about it.
 
 The docker SDK is imported only when a :class:`DockerSandbox` is created.
 """

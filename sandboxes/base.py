@@ -11,6 +11,7 @@ died or report that a job left them unclean.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -305,6 +306,11 @@ class SocketChannel(Channel):
 # ----------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)
+def _request_header(limits: Limits) -> bytes:
+    return json.dumps({"limits": asdict(limits)}).encode()
+
+
 def _failure(error: str, timed_out: bool = False, duration: float = 0.0) -> ExecResult:
     return ExecResult(exit_code=None, timed_out=timed_out, duration_s=duration, error=error)
 
@@ -336,7 +342,8 @@ class Worker:
     """Host-side handle of one fork server. Subclasses start and stop the server."""
 
     #: seconds granted on top of a job's wall limit before the host gives up on the server
-    grace_s = 2.0
+    #: (a healthy server answers right after the limit; this only catches a wedged one)
+    grace_s = 5.0
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -403,7 +410,7 @@ class Worker:
     # -- one job -------------------------------------------------------------------------------
     def execute(self, job: Job, limits: Limits) -> ExecResult:
         code, data = _encode(job.code), _encode(job.stdin)
-        header = {"limits": asdict(limits), "code_len": len(code), "stdin_len": len(data)}
+        header = _request_header(limits)
         for attempt in range(2):
             if self.channel is not None and self.channel.looks_dead():
                 log.info("sandbox worker %d died while idle; restarting it", self.index)
@@ -417,7 +424,7 @@ class Worker:
             oom_before = self._oom_events()
             try:
                 self._before_job(limits)
-                self.channel.send(json.dumps(header).encode(), code, data)
+                self.channel.send(header, code, data)
             except (ChannelClosed, OSError) as exc:
                 # the server was already gone before the job started: restart and retry once
                 self.stop(graceful=False)
@@ -474,6 +481,11 @@ class Worker:
 class _PoolState:
     idle: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     closed: bool = False
+
+
+def default_workers() -> int:
+    """Worker slots when the caller does not say: one per CPU, at least 2, at most 16."""
+    return min(16, max(2, os.cpu_count() or 2))
 
 
 class PooledSandbox:

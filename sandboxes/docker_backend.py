@@ -37,6 +37,7 @@ from .base import (
     SandboxError,
     SocketChannel,
     Worker,
+    default_workers,
     server_command,
 )
 
@@ -191,7 +192,8 @@ class DockerSandbox(PooledSandbox):
 
     Args:
         image: sandbox image (default ``$MAS_SANDBOX_IMAGE`` or ``mas-sandbox:latest``).
-        workers: containers in the pool (jobs that can run at once); default: CPU count, >= 2.
+        workers: containers in the pool (jobs that can run at once); default: one per CPU,
+            between 2 and 16.
         limits: default :class:`Limits` of jobs; per-job limits are enforced inside the
             container, the container's own limits are derived from these (see below).
         client: a ``docker.DockerClient``; default ``docker.from_env()``.
@@ -219,7 +221,7 @@ class DockerSandbox(PooledSandbox):
         preload: tuple[str, ...] = (),
         site_packages: bool = False,
     ) -> None:
-        super().__init__(workers if workers is not None else max(2, os.cpu_count() or 2), limits)
+        super().__init__(workers if workers is not None else default_workers(), limits)
         self.image = image or default_image()
         self.python = python
         self.preload = tuple(preload)

@@ -48,6 +48,7 @@ from .base import (
     PooledSandbox,
     SandboxError,
     Worker,
+    default_workers,
     server_command,
 )
 
@@ -335,7 +336,8 @@ class LocalSandbox(PooledSandbox):
     """Run Python programs under bubblewrap, through warm fork servers.
 
     Args:
-        workers: number of fork servers (jobs that can run at once); default: CPU count, >= 2.
+        workers: number of fork servers (jobs that can run at once); default: one per CPU,
+            between 2 and 16.
         limits: default :class:`Limits` for jobs that do not pass their own.
         bwrap: the bubblewrap executable (name on PATH or a path).
         python: interpreter to run inside the sandbox; default: this interpreter's base
@@ -363,7 +365,7 @@ class LocalSandbox(PooledSandbox):
         cgroups: bool | str = "auto",
         allow_unisolated: bool = False,
     ) -> None:
-        super().__init__(workers if workers is not None else max(2, os.cpu_count() or 2), limits)
+        super().__init__(workers if workers is not None else default_workers(), limits)
         if not isinstance(tmp_size_mb, int) or isinstance(tmp_size_mb, bool) or tmp_size_mb < 1:
             raise ValueError(f"tmp_size_mb must be a positive int, got {tmp_size_mb!r}")
         if cgroups not in ("auto", True, False):
