@@ -59,6 +59,16 @@ class ProgramConfig(EnvConfig):
             raise ValueError(
                 f"wall_s must be a number of seconds in [0.01, 3600], got {self.wall_s!r}"
             )
+        if (
+            isinstance(self.memory_mb, bool)
+            or not isinstance(self.memory_mb, int)
+            or self.memory_mb < 32
+        ):
+            raise ValueError(f"memory_mb must be an int >= 32, got {self.memory_mb!r}")
+        if not isinstance(self.max_output_bytes, int) or self.max_output_bytes < 1:
+            raise ValueError(
+                f"max_output_bytes must be a positive int, got {self.max_output_bytes!r}"
+            )
         if not isinstance(self.history_turns, int) or self.history_turns < 0:
             raise ValueError(f"history_turns must be an int >= 0, got {self.history_turns!r}")
         if self.data_options is not None and not isinstance(self.data_options, dict):

@@ -89,6 +89,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -416,13 +417,45 @@ def parse_assert_tests(
     return tests, "; ".join(dict.fromkeys(problems))
 
 
+def _call_test_as_assert(tree: ast.Module) -> str | None:
+    """A call test of :func:`envs.data.code_sets.call_test` (``_args`` / ``_expected`` JSON,
+    ``_got = f(*_args)``) as one assert in the tester's format."""
+    found: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            name = getattr(node.targets[0], "id", None)
+            value = node.value
+            if name in ("_args", "_expected") and isinstance(value, ast.Call) and value.args:
+                arg = value.args[0]
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    try:
+                        found[name] = json.loads(arg.value)
+                    except ValueError:
+                        return None
+            elif name == "_got" and isinstance(value, ast.Call) and "call" not in found:
+                found["call"] = ast.unparse(value.func)
+    if not {"_args", "_expected", "call"} <= set(found) or not isinstance(found["_args"], list):
+        return None
+    expected = found["_expected"]
+    lenient = any(isinstance(n, ast.Assert) and isinstance(n.test, ast.BoolOp) for n in tree.body)
+    if lenient and isinstance(expected, list) and len(expected) == 1:
+        expected = expected[0]  # APPS wraps outputs in a list and accepts the bare element
+    args = ", ".join(repr(a) for a in found["_args"])
+    # json round trip: tuples compare as lists, as in the golden test
+    return f"import json\nassert json.loads(json.dumps({found['call']}({args}))) == {expected!r}"
+
+
 def _hidden_as_asserts(code: str, entry_point: str) -> str | None:
     """A golden assert test rewritten in the tester's format: the body of ``def check(c)``
-    with ``c`` renamed to the entry point, without the ``check(...)`` call."""
+    with ``c`` renamed to the entry point, without the ``check(...)`` call; a JSON call test
+    becomes one plain assert."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError):
         return None
+    call = _call_test_as_assert(tree)
+    if call is not None:
+        return call
     body: list[ast.stmt] = []
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == "check":
@@ -624,25 +657,40 @@ class raw_env(ProgramEnv):
             if not infra:
                 _TESTER.put(key, res)
             return res
+        # A mutant is killed when some kept test fails on it. Assert tests are joined into one
+        # program per mutant; stdin tests go in rounds, each running only the mutants that
+        # survived the previous tests. Same kills as one run per (mutant, test), far fewer runs,
+        # and a looping mutant times out once.
         if kept[0].kind == "assert":
-            # One program per mutant: it is killed iff some kept assert fails, as with one
-            # run per test, at a fraction of the runs (and one timeout for a looping mutant).
-            kept = [TestCase.asserts("\n".join(t.code for t in kept), "tests")]
-        rep = mutation_score(
-            golden,
-            kept,
-            self.sandbox,
-            limits=self._limits(),
-            mutant_floor_s=cfg.mutant_floor_s,
-            entry_point=p.entry_point,
-            float_tol=cfg.float_tol,
-            mutants=mutants,
-        )
-        res["mut_score"] = rep.score
-        res["killed"] = f"{rep.killed}/{len(mutants)}"
-        res["cov"] = coverage_score(rep.score, cfg.tau_mut) if rep.available else 0.0
-        if not rep.available:
-            res["cov_why"] = rep.reason
+            rounds = [[TestCase.asserts("\n".join(t.code for t in kept), "tests")]]
+        else:
+            rounds = [[t] for t in kept]
+        alive = list(mutants)
+        measured, why = False, ""
+        for batch in rounds:
+            if not alive:
+                break
+            rep = mutation_score(
+                golden,
+                batch,
+                self.sandbox,
+                limits=self._limits(),
+                mutant_floor_s=cfg.mutant_floor_s,
+                entry_point=p.entry_point,
+                float_tol=cfg.float_tol,
+                mutants=alive,
+            )
+            if not rep.available:
+                why = rep.reason
+                continue
+            measured = True
+            alive = [r.mutant for r in rep.mutants if not r.killed]
+        killed = len(mutants) - len(alive) if measured else 0
+        res["mut_score"] = killed / len(mutants)
+        res["killed"] = f"{killed}/{len(mutants)}"
+        res["cov"] = coverage_score(res["mut_score"], cfg.tau_mut) if measured else 0.0
+        if not measured:
+            res["cov_why"] = why
         if infra:
             res["mask"] = 0.0
             res["why"] = "sandbox failure"
@@ -727,6 +775,9 @@ class raw_env(ProgramEnv):
         rec.tests = tuple(tests)
         rec.tests_error = problem or None
         mask = 1.0
+        if p.golden_solution is None:
+            mask = 0.0
+            reasons["mask"] = "the problem has no golden solution"
         if not tests:
             comps = {"valid": 0.0, "cov": 0.0}
             reasons["valid"] = problem
@@ -769,13 +820,9 @@ class raw_env(ProgramEnv):
         self._current = _Turn(self.turn + 1)
 
     def _step_info(self, agent: str) -> dict[str, Any]:
-        rec = (
-            self.history[-1]
-            if self.history and (agent == "tester" or self.config.mode == "single")
-            else self._current
-        )
         info: dict[str, Any] = {"pass_rate": self.pass_rate}
-        if agent == "tester":
+        if agent == "tester":  # the tester's step closed the turn
+            rec = self.history[-1]
             info["num_tests"] = len(rec.tests)
             info["agreed"] = rec.agreed
         return info

@@ -226,6 +226,16 @@ def test_tester_stdin_rewards():
     assert p["components"] == {"valid": 1.0, "cov": 0.0}
     assert p["reward"] == pytest.approx(mixed(0.25, 0.2))
     assert env.terminations["tester"] and not env.infos["tester"]["success"]  # print(0) agreed
+    env = make(SUM)
+    env.step(py("print(0)"))
+    env.step(io_test("0 0", "0") + "\n" + io_test("2 2", "4"))
+    # the second test kills the mutant the first lets through: 1/1, cov 1, valid 1
+    p = parts(env, "tester")
+    assert (
+        p["components"] == {"valid": 1.0, "cov": 1.0}
+        and p["reasons"]["cov"] == "killed 1/1 mutants"
+    )
+    assert not env.terminations["tester"]  # print(0) fails "2 2"
 
 
 def test_masks_are_zero_on_sandbox_failure():
