@@ -270,7 +270,7 @@ def _segment_text(seg: str) -> str | None:
     before = seg[: m.start()] if m else seg
     if m and not before.strip():
         return m.group(2)
-    lines = []
+    lines: list[str] = []
     for line in head.split("\n"):
         if not line.strip():
             if lines:
