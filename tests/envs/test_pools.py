@@ -205,6 +205,8 @@ def test_seed_source_specs(tmp_path):
     assert len(items) == 5 and [i.key for i in items] == sorted(i.key for i in items)
     gsm = load_seed_items((f"gsm8k:2@{FIXTURES / 'gsm8k.jsonl'}",))
     assert len(gsm) == 2 and all(it.kind == "math" and it.answer for it in gsm)
+    maths = load_seed_items((f"math:1@{FIXTURES / 'competition_math.jsonl'}",))
+    assert len(maths) == 1 and maths[0].kind == "math" and maths[0].answer
     mbpp = load_seed_items((f"mbpp@{FIXTURES / 'mbpp_full.jsonl'}",))
     assert mbpp and all(it.kind == "code" and it.tests for it in mbpp)
     QuestionPool([_math(1), _math(2)]).save(tmp_path / "p.jsonl")
@@ -263,6 +265,9 @@ def test_reference_checks():
     assert parse_assert_tests("x = 1")[1] == "the tests contain no assert"
     assert parse_assert_tests("assert (")[1].startswith("the tests do not compile")
     assert len(parse_assert_tests("\n".join(f"assert {i} == {i}" for i in range(50)))[0]) == 20
+    semi = parse_assert_tests("import math; assert math.isqrt(9) == 3")[0]
+    assert [t.code for t in semi] == ["import math\nassert math.isqrt(9) == 3\n"]
+    assert "longer than" in parse_assert_tests("assert True\n" * 10_000)[1]
     check = "def check(candidate):\n    assert candidate(1) == 2\n\ncheck(inc)\n"
     assert parse_assert_tests(check) == ((TestCase.asserts(check, "tests"),), "ok")
     assert assert_block((TestCase.asserts("assert a\n"), TestCase.io("1", "1"))) == "assert a"
