@@ -9,9 +9,11 @@ exercise the environments' parsers.
 
 from __future__ import annotations
 
+import copy
 import string
 from typing import Any
 
+import numpy as np
 from gymnasium.spaces import Dict, Text
 
 __all__ = ["UnicodeText", "prompt_space", "completion_space"]
@@ -57,13 +59,40 @@ class UnicodeText(Text):
     def __repr__(self) -> str:
         return f"UnicodeText(max_length={self.max_length})"
 
+    def __deepcopy__(self, memo: dict) -> UnicodeText:
+        # Env clones copy their spaces; gymnasium's generic deepcopy of the RNG is slow (~0.5 ms),
+        # so share the immutable charset tables and copy only the RNG state, if any.
+        new = copy.copy(self)
+        new._np_random = _copy_rng(self._np_random)
+        memo[id(self)] = new
+        return new
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, UnicodeText) and other.max_length == self.max_length
 
 
+class PromptSpace(Dict):
+    """``Dict({"prompt": UnicodeText})`` with a cheap deepcopy (see ``UnicodeText``)."""
+
+    def __deepcopy__(self, memo: dict) -> PromptSpace:
+        new = copy.copy(self)
+        new.spaces = {k: copy.deepcopy(v, memo) for k, v in self.spaces.items()}
+        new._np_random = _copy_rng(self._np_random)
+        memo[id(self)] = new
+        return new
+
+
+def _copy_rng(rng: np.random.Generator | None) -> np.random.Generator | None:
+    if rng is None:
+        return None
+    new = np.random.Generator(type(rng.bit_generator)())
+    new.bit_generator.state = rng.bit_generator.state
+    return new
+
+
 def prompt_space(max_length: int) -> Dict:
     """Observation space: ``{"prompt": str}``."""
-    return Dict({"prompt": UnicodeText(max_length)})
+    return PromptSpace({"prompt": UnicodeText(max_length)})
 
 
 def completion_space(max_length: int) -> UnicodeText:
