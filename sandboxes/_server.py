@@ -1,13 +1,14 @@
 """The fork server that runs *inside* an isolation boundary (bubblewrap or a container).
 
-This file is shipped into the sandbox as the argument of ``python -c`` and must therefore
-depend on the standard library only (Python >= 3.8, Linux). It is never imported on the host
-except by tools that read its source.
+The host starts ``python -I -S -B -c BOOTSTRAP <size> <config-json>`` (see
+``sandboxes.base.server_command``) and writes this file's source on the process's stdin, where
+the bootstrap reads and executes it; it must therefore depend on the standard library only
+(Python >= 3.8, Linux). It is never imported on the host except by tools that read it.
 
 Lifecycle
 ---------
-1. Start (``python -I -S -B -c <this file> <config-json>``) as PID 1 of a fresh PID namespace
-   (bubblewrap ``--as-pid-1`` or a container without an init). The control channel is
+1. Start as PID 1 of a fresh PID namespace (bubblewrap ``--as-pid-1`` or a container without
+   an init). The control channel is
    fds 0 (requests) and 1 (responses); they are moved to private descriptors and 0/1 are
    pointed at /dev/null. When started as root (bubblewrap run by root), it drops the
    capability bounding set and switches to the unprivileged uid named in the config.

@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ._seccomp import build_filter
 from .base import (
     Channel,
     Limits,
@@ -147,9 +148,12 @@ class _CgroupV1:
     def available(cls) -> bool:
         if os.geteuid() != 0:
             return False
+        try:
+            parents = cls.parents()
+        except (OSError, ValueError):
+            return False
         return all(
-            (cls.ROOT / c / "cgroup.procs").exists() and os.access(cls.ROOT / c, os.W_OK)
-            for c in ("memory", "pids")
+            (d / "cgroup.procs").exists() and os.access(d, os.W_OK) for d in parents.values()
         )
 
     def procs_files(self) -> list[str]:
@@ -245,13 +249,19 @@ class _LocalWorker(Worker):
 
     def _start(self) -> Channel:
         sb = self.sb
+        seccomp_fd = None
         self.stderr_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _stop)
         config: dict = {"preload": list(sb.preload), "nproc": True}
         if sb.isolated:
             if self.uid is not None:
                 config.update(drop_uid=self.uid, drop_gid=self.uid)
             config.update(work_root="/tmp", wipe=["/tmp", "/dev/shm"], kill_mode="pidns")
-            args = sb.bwrap_args()
+            program = build_filter() if sb.seccomp else None
+            if program is not None:
+                seccomp_fd = os.memfd_create("mas-sandbox-seccomp")
+                os.write(seccomp_fd, program)
+                os.lseek(seccomp_fd, 0, os.SEEK_SET)
+            args = sb.bwrap_args(seccomp_fd)
         else:
             # Unisolated (explicit opt-in): same uid as the caller, so RLIMIT_NPROC would count
             # the caller's own processes (and is void for root); the cgroup pids limit, where
@@ -271,16 +281,21 @@ class _LocalWorker(Worker):
             except OSError as exc:
                 log.warning("sandbox: cgroup setup failed (%s); continuing with rlimits only", exc)
                 self.cgroup = None
-        self.proc = _popen(
-            args,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr_file,
-            env=sb.env(),
-            cwd=self.workdir or "/",
-            close_fds=True,
-            start_new_session=True,
-        )
+        try:
+            self.proc = _popen(
+                args,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.stderr_file,
+                env=sb.env(),
+                cwd=self.workdir or "/",
+                close_fds=True,
+                pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+                start_new_session=True,
+            )
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         return PipeChannel(self.proc.stdin.fileno(), self.proc.stdout.fileno())
 
@@ -348,6 +363,8 @@ class LocalSandbox(PooledSandbox):
         preload: extra modules each server imports before forking (e.g. ``("numpy",)``).
         cgroups: ``"auto"`` (use cgroup v1 memory/pids limits when running as root and they
             are writable), True (require them) or False.
+        seccomp: install the syscall filter of :mod:`sandboxes._seccomp` (no new
+            namespaces, mounts, ptrace, bpf, io_uring, keyrings, ...).
         allow_unisolated: when bubblewrap is missing, run code *without isolation* (rlimits
             and process-tree cleanup only) instead of raising; logs a warning.
     """
@@ -363,6 +380,7 @@ class LocalSandbox(PooledSandbox):
         tmp_size_mb: int = 256,
         preload: Sequence[str] = (),
         cgroups: bool | str = "auto",
+        seccomp: bool = True,
         allow_unisolated: bool = False,
     ) -> None:
         super().__init__(workers if workers is not None else default_workers(), limits)
@@ -371,6 +389,7 @@ class LocalSandbox(PooledSandbox):
         if cgroups not in ("auto", True, False):
             raise ValueError(f"cgroups must be 'auto', True or False, got {cgroups!r}")
         self.tmp_size_mb = tmp_size_mb
+        self.seccomp = bool(seccomp)
         self.preload = tuple(preload)
         self.site_packages = bool(site_packages)
         self.bwrap = self._find_bwrap(bwrap)
@@ -448,7 +467,7 @@ class LocalSandbox(PooledSandbox):
         """Memory limit of a worker's cgroup: the job's limit plus its tmpfs and the server."""
         return (limits.memory_mb + self.tmp_size_mb + 64 + 64) << 20
 
-    def bwrap_args(self) -> list[str]:
+    def bwrap_args(self, seccomp_fd: int | None = None) -> list[str]:
         """The bubblewrap command line (without the interpreter)."""
         assert self.bwrap is not None
         a = [
@@ -496,6 +515,8 @@ class LocalSandbox(PooledSandbox):
         a += ["--chdir", "/tmp", "--clearenv"]
         for k, v in self.env().items():
             a += ["--setenv", k, v]
+        if seccomp_fd is not None:
+            a += ["--seccomp", str(seccomp_fd)]
         if os.geteuid() == 0:
             a += ["--cap-drop", "ALL"]
             a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]

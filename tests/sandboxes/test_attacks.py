@@ -280,6 +280,14 @@ ATTACKS = [
         _says("denied"),
     ),
     Attack(
+        "new_namespaces",
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nok = []\n"
+        "for flag in (0x10000000, 0x20000, 0x40000000):  # user, mount, net\n"
+        "    if libc.unshare(flag) == 0:\n        ok.append(hex(flag))\n"
+        "print(ok or 'denied')\n",
+        _says("denied"),
+    ),
+    Attack(
         "read_server_memory",
         "try:\n    f = open('/proc/1/mem', 'rb')\n    print('open')\nexcept OSError:\n"
         "    print('denied')\n",

@@ -101,6 +101,16 @@ def test_subprocess_inside_the_sandbox(backend):
     assert r.stdout == "42\n", r
 
 
+def test_threads_processes_and_multiprocessing_work(backend):
+    code = (
+        "import multiprocessing as mp, threading\n"
+        "t = threading.Thread(target=print, args=('thread',))\nt.start()\nt.join()\n"
+        "with mp.Pool(2) as pool:\n    print(pool.map(abs, [-1, -2, -3]))\n"
+    )
+    r = backend.run(code, limits=sandboxes.Limits(wall_s=10))
+    assert r.stdout == "thread\n[1, 2, 3]\n", r
+
+
 def test_unicode_round_trip(backend):
     text = "héllo wörld ✓ 漢字 🙂"
     r = backend.run("s = input()\nprint(s[::-1])\nprint('λ')", stdin=text)
