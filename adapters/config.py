@@ -1,0 +1,517 @@
+"""``TrainConfig``: one typed dataclass describes a training run (CLI flags and/or a YAML file).
+
+Every field is a flag of ``python -m adapters.train`` (``lora_rank`` -> ``--lora-rank``) and a key
+of the YAML file given with ``--config run.yaml``; flags override the file, unknown keys are an
+error that names the closest valid key. The resolved config (``auto`` values filled in) is saved
+as ``config.yaml`` in the output directory, and ``--resume DIR`` reads it back.
+
+Fields left at ``None`` mean *auto* and are filled by :meth:`TrainConfig.resolved` from the device:
+
+==================  ===========================  ==========================================
+field               CPU (no CUDA)                CUDA
+==================  ===========================  ==========================================
+steps               6                            150 (paper A.2.1)
+instances_per_step  2                            32
+candidates (K)      2                            4 (paper)
+max_new_tokens      48                           1024
+eval_episodes       4                            64
+gen_batch_size      16                           128
+micro_batch_size    8                            16
+env max_turns       2 (unless env_config sets)   the setting's default (paper T = 4)
+lr                  1e-4 with LoRA, 1e-6 full fine-tuning (paper A.2.1)
+dtype               float32                      bfloat16 with LoRA, float32 for full FT
+==================  ===========================  ==========================================
+
+The CPU column is sized so that ``python -m adapters.train --env sokoban`` (embedded
+SmolLM2-135M, LoRA rank 8) finishes in a few minutes on a 2-core machine; see the trainer module
+for measured times. Algorithms (``--algorithm``): ``at-grpo`` (tree sampling, agent- and
+turn-wise GRPO groups), ``grpo`` (parallel sampling, K episodes per instance), ``reinforce++``
+(global whitening, optional token-level KL penalty in the reward: ``kl_reward_coef``),
+``tr-reinforce++`` (whitening per role, MAE).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = [
+    "ALGORITHMS",
+    "derive_seed",
+    "TrainConfig",
+    "ConfigError",
+    "load_yaml",
+    "config_from_dict",
+]
+
+ALGORITHMS = ("at-grpo", "grpo", "reinforce++", "tr-reinforce++")
+KEEP_RULES = ("best", "random", "balanced", "adaptive")
+BACKENDS = ("transformers",)
+
+
+class ConfigError(ValueError):
+    """A bad configuration value or key (the message says which and why)."""
+
+
+@dataclass
+class TrainConfig:
+    """A training run. ``None`` = auto (see the module docstring); lists/dicts are copied."""
+
+    # ---- the setting
+    env: str = "sokoban"
+    env_config: dict[str, Any] = field(default_factory=dict)
+    instance: dict[str, Any] | None = None  # explicit instance for every train and eval episode
+    system_prompt: str | None = None  # a system message prepended to every prompt
+    prompt_prefix: list[dict[str, str]] = field(default_factory=list)  # few-shot messages
+    # ---- the model
+    model: str = "smollm2"  # smollm2 | tiny | local path | hub name | config:PATH (random init)
+    dtype: str = "auto"
+    lora_rank: int = 8  # 0 = full fine-tuning
+    lora_alpha: float | None = None  # None = 2 * rank
+    lora_dropout: float = 0.0
+    lora_target: str = "all-linear"
+    per_role: bool = False  # one policy per role instead of one shared policy
+    per_role_models: Literal["adapters", "models"] = "adapters"
+    # ---- the algorithm
+    algorithm: Literal["at-grpo", "grpo", "reinforce++", "tr-reinforce++"] = "at-grpo"
+    sampling: Literal["tree", "parallel"] | None = None  # None: tree for at-grpo, else parallel
+    candidates: int | None = None  # K
+    keep: Literal["best", "random", "balanced", "adaptive"] = "best"
+    keep_n: int = 1
+    max_branches: int = 16
+    normalize_std: bool = True  # GRPO: divide by the group std (False = Dr. GRPO)
+    instances_per_step: int | None = None
+    steps: int | None = None
+    lr: float | None = None
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    ppo_epochs: int = 1
+    minibatch_size: int = 0  # samples per optimizer step; 0 = the whole batch
+    micro_batch_size: int | None = None  # sequences per forward/backward (gradient accumulation)
+    clip_eps: float = 0.2
+    clip_eps_high: float | None = None
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    kl_loss_coef: float = 0.0
+    kl_loss_type: Literal["k1", "k2", "k3"] = "k3"
+    kl_reward_coef: float = 0.0  # REINFORCE++ token-level KL penalty beta (CoMAS Eq. 9)
+    gamma: float = 1.0
+    skip_zero_advantage: bool = True
+    share_prompt_forward: bool = True
+    old_logprobs: Literal["auto", "rollout", "recompute"] = "auto"
+    # ---- sampling
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int | None = None
+    gen_batch_size: int | None = None
+    # ---- evaluation
+    eval_episodes: int | None = None
+    eval_split: str = "val"
+    eval_every: int = 0  # 0 = only before and after training
+    eval_temperature: float = 0.0
+    # ---- the run
+    seed: int = 0
+    output_dir: str | None = None  # None = runs/<env>-<algorithm>-<time>
+    device: str = "auto"
+    backend: str = "transformers"
+    save_every: int = 1
+    keep_checkpoints: int = 2
+    plot_every: int = 5
+    env_workers: int = 2
+    threads: int | None = None  # torch CPU threads (None: leave torch's setting)
+    progress: bool = True
+    save_final: bool = True
+
+    def __post_init__(self) -> None:
+        self.env_config = dict(self.env_config or {})
+        self.prompt_prefix = [dict(m) for m in (self.prompt_prefix or [])]
+        self.check()
+
+    # ------------------------------------------------------------------ validation
+    def check(self) -> None:
+        """Raise :class:`ConfigError` for values that can never work."""
+        _check_types(self)
+        if self.algorithm not in ALGORITHMS:
+            raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        if self.keep not in KEEP_RULES:
+            raise ConfigError(f"keep must be one of {KEEP_RULES}, got {self.keep!r}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(
+                f"backend {self.backend!r} is not available; known backends: {BACKENDS}"
+            )
+        if self.sampling not in (None, "tree", "parallel"):
+            raise ConfigError(f"sampling must be 'tree' or 'parallel', got {self.sampling!r}")
+        if self.per_role_models not in ("adapters", "models"):
+            raise ConfigError("per_role_models must be 'adapters' or 'models'")
+        if self.old_logprobs not in ("auto", "rollout", "recompute"):
+            raise ConfigError("old_logprobs must be 'auto', 'rollout' or 'recompute'")
+        if self.kl_loss_type not in ("k1", "k2", "k3"):
+            raise ConfigError("kl_loss_type must be 'k1', 'k2' or 'k3'")
+        positive = {
+            "candidates": self.candidates,
+            "instances_per_step": self.instances_per_step,
+            "max_new_tokens": self.max_new_tokens,
+            "gen_batch_size": self.gen_batch_size,
+            "micro_batch_size": self.micro_batch_size,
+            "ppo_epochs": self.ppo_epochs,
+            "keep_n": self.keep_n,
+            "max_branches": self.max_branches,
+            "env_workers": self.env_workers,
+            "save_every": self.save_every,
+            "keep_checkpoints": self.keep_checkpoints,
+        }
+        for name, value in positive.items():
+            if value is not None and value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}")
+        for name in ("steps", "eval_episodes", "minibatch_size", "lora_rank", "eval_every"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(f"{name} must be >= 0, got {value}")
+        if self.candidates is not None and self.keep_n > self.candidates:
+            raise ConfigError(
+                f"keep_n ({self.keep_n}) cannot exceed candidates ({self.candidates})"
+            )
+        for name in ("temperature", "eval_temperature", "kl_loss_coef", "kl_reward_coef"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError("top_p must lie in (0, 1]")
+        if self.clip_eps <= 0 or (self.clip_eps_high is not None and self.clip_eps_high <= 0):
+            raise ConfigError("clip_eps (and clip_eps_high) must be > 0")
+        if self.lr is not None and self.lr <= 0:
+            raise ConfigError("lr must be > 0")
+        for i, m in enumerate(self.prompt_prefix):
+            if set(m) != {"role", "content"} or m["role"] not in ("system", "user", "assistant"):
+                raise ConfigError(
+                    f"prompt_prefix[{i}] must be {{'role': system|user|assistant, 'content': str}}"
+                )
+
+    # ------------------------------------------------------------------ auto values
+    def resolved(self, cuda: bool | None = None) -> TrainConfig:
+        """A copy with every auto (``None``) value filled in for the device."""
+        if cuda is None:
+            cuda = _cuda_wanted(self.device)
+        c = dataclasses.replace(self, env_config=dict(self.env_config))
+        lora = c.lora_rank > 0
+
+        def pick(cpu: Any, gpu: Any) -> Any:
+            return gpu if cuda else cpu
+
+        if c.sampling is None:
+            c.sampling = "tree" if c.algorithm == "at-grpo" else "parallel"
+        c.steps = pick(6, 150) if c.steps is None else c.steps
+        c.instances_per_step = pick(2, 32) if c.instances_per_step is None else c.instances_per_step
+        c.candidates = pick(2, 4) if c.candidates is None else c.candidates
+        c.max_new_tokens = pick(48, 1024) if c.max_new_tokens is None else c.max_new_tokens
+        c.eval_episodes = pick(4, 64) if c.eval_episodes is None else c.eval_episodes
+        c.gen_batch_size = pick(16, 128) if c.gen_batch_size is None else c.gen_batch_size
+        c.micro_batch_size = pick(8, 16) if c.micro_batch_size is None else c.micro_batch_size
+        if c.lr is None:
+            c.lr = 1e-4 if lora else 1e-6
+        if c.lora_alpha is None and lora:
+            c.lora_alpha = float(2 * c.lora_rank)
+        if c.dtype == "auto":
+            c.dtype = "bfloat16" if (cuda and lora) else "float32"
+        if c.old_logprobs == "auto":
+            c.old_logprobs = "rollout" if c.dtype == "float32" else "recompute"
+        if not cuda and "max_turns" not in c.env_config:
+            c.env_config["max_turns"] = 2
+        if c.keep_n > c.candidates:
+            raise ConfigError(f"keep_n ({c.keep_n}) cannot exceed candidates ({c.candidates})")
+        c.check()
+        return c
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        import yaml
+
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+    @classmethod
+    def load(cls, path: str | Path) -> TrainConfig:
+        return config_from_dict(load_yaml(path))
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        return config_from_dict({**self.to_dict(), **changes})
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def derive_seed(*keys: Any) -> int:
+    """A 31-bit seed from any keys, e.g. ``derive_seed(seed, "env", step, i)``.
+
+    Every random choice of a run (env instances, generation, minibatch order) uses a seed derived
+    from the run seed and where it happens, so a resumed run needs no hidden RNG state.
+
+    >>> derive_seed(0, "env", 3, 1) == derive_seed(0, "env", 3, 1) != derive_seed(0, "env", 3, 2)
+    True
+    """
+    import hashlib
+
+    digest = hashlib.blake2b(repr(keys).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % (2**31 - 1)
+
+
+def _cuda_wanted(device: str) -> bool:
+    if device == "auto":
+        try:
+            import torch
+        except ImportError:  # pragma: no cover
+            return False
+        return bool(torch.cuda.is_available())
+    return str(device).startswith("cuda")
+
+
+def field_types() -> dict[str, Any]:
+    """Field name -> resolved type annotation."""
+    return typing.get_type_hints(TrainConfig)
+
+
+def _strip_optional(tp: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+    base, optional = _strip_optional(tp)
+    if value is None:
+        return optional
+    origin = typing.get_origin(base)
+    if origin is Literal:
+        return value in typing.get_args(base)
+    if base is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if base is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if base is bool:
+        return isinstance(value, bool)
+    if base is str:
+        return isinstance(value, str)
+    if origin is dict or base is dict:
+        return isinstance(value, dict)
+    if origin is list or base is list:
+        return isinstance(value, list)
+    return True
+
+
+def _check_types(cfg: TrainConfig) -> None:
+    for name, tp in field_types().items():
+        value = getattr(cfg, name)
+        base, _ = _strip_optional(tp)
+        if base is float and isinstance(value, str):  # YAML reads 1e-4 as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+            else:
+                setattr(cfg, name, value)
+        if not _type_ok(value, tp):
+            base, _ = _strip_optional(tp)
+            if typing.get_origin(base) is Literal:
+                raise ConfigError(f"{name} must be one of {typing.get_args(base)}, got {value!r}")
+            raise ConfigError(f"{name} has the wrong type: {value!r} (expected {tp})")
+        if isinstance(value, int) and not isinstance(value, bool):
+            base, _ = _strip_optional(tp)
+            if base is float:
+                setattr(cfg, name, float(value))
+
+
+def _unknown_key_error(keys: list[str], where: str) -> ConfigError:
+    names = sorted(f.name for f in fields(TrainConfig))
+    parts = []
+    for k in keys:
+        close = difflib.get_close_matches(k.replace("-", "_"), names, n=1)
+        parts.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return ConfigError(
+        f"unknown key(s) in {where}: {', '.join(parts)}. Valid keys: {', '.join(names)}"
+    )
+
+
+def config_from_dict(data: dict[str, Any], where: str = "the configuration") -> TrainConfig:
+    """Build a :class:`TrainConfig` from a mapping, with a clear error for unknown keys."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must be a mapping of field names to values")
+    names = {f.name for f in fields(TrainConfig)}
+    unknown = [k for k in data if k not in names]
+    if unknown:
+        raise _unknown_key_error(unknown, where)
+    try:
+        return TrainConfig(**data)
+    except TypeError as exc:  # pragma: no cover - guarded above
+        raise ConfigError(str(exc)) from None
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (or JSON) mapping from ``path``."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    data = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p} must contain a mapping of field names to values")
+    return data
+
+
+def parse_value(text: str) -> Any:
+    """A CLI value: YAML scalars/JSON (``3``, ``1e-4``, ``true``, ``[1, 2]``, ``{a: 1}``)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def parse_key_values(items: list[str], flag: str) -> dict[str, Any]:
+    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}`` (values parsed with :func:`parse_value`)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{flag} expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = parse_value(value)
+    return out
+
+
+def to_json(cfg: TrainConfig) -> str:
+    return json.dumps(cfg.to_dict(), sort_keys=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+
+_HELP = {
+    "env": "setting id (see envs.list_envs())",
+    "env_config": "setting option KEY=VALUE (repeatable), e.g. --env-config mode=single",
+    "instance": "explicit instance as JSON for every train/eval episode",
+    "system_prompt": "system message prepended to every prompt",
+    "prompt_prefix": "few-shot messages as JSON: [{role, content}, ...]",
+    "model": "smollm2 (embedded), tiny, a local checkpoint, a hub name, or config:PATH",
+    "lora_rank": "LoRA rank; 0 = full fine-tuning",
+    "per_role": "one policy per role (default: one shared policy)",
+    "per_role_models": "per-role policies as LoRA adapters on one base, or separate models",
+    "algorithm": "at-grpo | grpo | reinforce++ | tr-reinforce++",
+    "candidates": "K: candidates per agent-turn (tree) or episodes per instance (parallel)",
+    "keep": "tree sampling keep rule: best | random | balanced | adaptive",
+    "instances_per_step": "env instances rolled out per training step",
+    "minibatch_size": "samples per optimizer step (0 = the whole batch)",
+    "kl_loss_coef": "weight of the KL loss against the reference model",
+    "kl_reward_coef": "REINFORCE++ token-level KL penalty in the reward (beta)",
+    "output_dir": "run directory (checkpoints, logs, plots); default runs/<env>-<algo>-<time>",
+    "device": "auto | cpu | cuda | cuda:N",
+    "backend": "rollout backend (transformers)",
+}
+
+_SHORTCUTS = {"mode": "env_config.mode", "max_turns": "env_config.max_turns"}
+
+
+def add_config_arguments(parser: Any) -> None:
+    """One flag per :class:`TrainConfig` field (defaults suppressed: only given flags count)."""
+    import argparse
+
+    for name, tp in field_types().items():
+        flag = "--" + name.replace("_", "-")
+        base, _ = _strip_optional(tp)
+        help_text = _HELP.get(name, "")
+        if name == "env_config":
+            parser.add_argument(
+                flag,
+                action="append",
+                metavar="KEY=VALUE",
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+        elif base is bool:
+            parser.add_argument(
+                flag,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+        else:
+            choices = typing.get_args(base) if typing.get_origin(base) is Literal else None
+            parser.add_argument(
+                flag,
+                default=argparse.SUPPRESS,
+                metavar=None if choices else "VALUE",
+                choices=choices,
+                help=help_text,
+            )
+    parser.add_argument(
+        "--mode", default=argparse.SUPPRESS, help="shortcut for --env-config mode=VALUE"
+    )
+    parser.add_argument(
+        "--max-turns",
+        type=int,
+        default=argparse.SUPPRESS,
+        help="shortcut for --env-config max_turns=VALUE",
+    )
+
+
+def _convert(name: str, text: Any) -> Any:
+    tp = field_types()[name]
+    base, optional = _strip_optional(tp)
+    if not isinstance(text, str):
+        return text
+    if optional and text.lower() in ("none", "null", "auto"):
+        return None
+    try:
+        if base is int:
+            return int(text)
+        if base is float:
+            return float(text)
+    except ValueError:
+        raise ConfigError(f"--{name.replace('_', '-')} expects a number, got {text!r}") from None
+    if base is str or typing.get_origin(base) is Literal:
+        return text
+    value = parse_value(text)
+    if not _type_ok(value, tp):
+        raise ConfigError(f"--{name.replace('_', '-')}: cannot use {text!r} ({tp})")
+    return value
+
+
+def overrides_from_args(args: Any) -> dict[str, Any]:
+    """The config values given on the command line (as a dict of field -> value)."""
+    given = dict(vars(args))
+    out: dict[str, Any] = {}
+    names = {f.name for f in fields(TrainConfig)}
+    env_cfg: dict[str, Any] = {}
+    if "env_config" in given:
+        env_cfg.update(parse_key_values(given.pop("env_config") or [], "--env-config"))
+    for short in _SHORTCUTS:
+        if short in given:
+            env_cfg[short] = given.pop(short)
+    if env_cfg:
+        out["env_config"] = env_cfg
+    for name, value in given.items():
+        if name in names:
+            out[name] = _convert(name, value)
+    return out
+
+
+def merge_config(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """YAML values overridden by CLI values; ``env_config`` is merged key by key."""
+    merged = dict(base)
+    for key, value in overrides.items():
+        if key == "env_config" and isinstance(merged.get("env_config"), dict):
+            merged["env_config"] = {**merged["env_config"], **value}
+        else:
+            merged[key] = value
+    return merged

@@ -1,0 +1,120 @@
+"""Train policies on a setting: ``python -m adapters.train --env sokoban``.
+
+Examples::
+
+    python -m adapters.train --env sokoban                  # CPU demo, embedded SmolLM2, LoRA
+    python -m adapters.train --env plan_path --mode single --steps 20 --candidates 4
+    python -m adapters.train --env sudoku --per-role --algorithm at-grpo --keep best
+    python -m adapters.train --env mae --algorithm tr-reinforce++ --candidates 1
+    python -m adapters.train --config run.yaml --lr 5e-5     # flags override the YAML file
+    python -m adapters.train --resume runs/sokoban-at-grpo-20250101-120000 [--steps 20]
+    python -m adapters.train --print-config                  # the resolved configuration
+
+Every :class:`~adapters.config.TrainConfig` field is a flag (``--lora-rank 0`` = full
+fine-tuning, ``--env-config KEY=VALUE`` for setting options; ``--mode`` and ``--max-turns`` are
+shortcuts for two of them). Unknown YAML keys are an error. With no flags the run uses the
+defaults for the device: on a CPU-only machine a few-minute demonstration (see
+:mod:`adapters.config`), on CUDA the paper-sized settings. See :mod:`adapters.trainer` for what a
+run writes and how resuming works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+from adapters.config import (
+    ConfigError,
+    TrainConfig,
+    add_config_arguments,
+    config_from_dict,
+    load_yaml,
+    merge_config,
+    overrides_from_args,
+)
+
+__all__ = ["build_parser", "config_from_argv", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m adapters.train",
+        description="RL training (AT-GRPO, GRPO, REINFORCE++, Task-Relative REINFORCE++) of LLM "
+        "policies on a multi-agent setting.",
+    )
+    p.add_argument("--config", default=None, help="YAML file with TrainConfig fields")
+    p.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    add_config_arguments(p)
+    return p
+
+
+def config_from_argv(argv: Sequence[str] | None = None) -> tuple[TrainConfig, argparse.Namespace]:
+    """The :class:`TrainConfig` described by the command line (YAML file, then flags)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    control = {k: getattr(args, k) for k in ("config", "resume", "print_config")}
+    for k in control:
+        delattr(args, k)
+    overrides = overrides_from_args(args)
+    base = load_yaml(control["config"]) if control["config"] else {}
+    where = f"config file {control['config']}" if control["config"] else "the configuration"
+    cfg = config_from_dict(merge_config(base, overrides), where=where)
+    return cfg, argparse.Namespace(**control, overrides=overrides)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        cfg, ctl = config_from_argv(argv)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if ctl.print_config:
+        import yaml
+
+        print(yaml.safe_dump(cfg.resolved().to_dict(), sort_keys=False), end="")
+        return 0
+    from adapters.trainer import Trainer
+
+    t0 = time.perf_counter()
+    if ctl.resume:
+        if ctl.config:
+            print("error: --resume reads DIR/config.yaml; do not pass --config", file=sys.stderr)
+            return 2
+        try:
+            trainer = Trainer.resume(ctl.resume, **ctl.overrides)
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"resuming {ctl.resume} at step {trainer.step}", flush=True)
+    else:
+        try:
+            trainer = Trainer(cfg)
+        except (ConfigError, FileExistsError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    c = trainer.cfg
+    print(
+        f"run {trainer.out}: env {c.env} {c.env_config}, model {c.model} "
+        f"({'LoRA r=' + str(c.lora_rank) if c.lora_rank else 'full fine-tuning'}, "
+        f"{'per-role' if c.per_role else 'shared'}), {c.algorithm} K={c.candidates} "
+        f"({c.sampling}), {c.instances_per_step} instances/step, {c.steps} steps, "
+        f"device {trainer.device}",
+        flush=True,
+    )
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    print(f"done in {time.perf_counter() - t0:.0f} s; outputs in {trainer.out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

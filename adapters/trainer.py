@@ -1,0 +1,537 @@
+"""The RL trainer: rollouts with the engine, AT-GRPO / GRPO / REINFORCE++ updates, checkpoints.
+
+One training step (AT-GRPO, Algorithm 1 of paper 002):
+
+1. **Rollout.** ``instances_per_step`` fresh env instances (seeds derived from ``(seed, step,
+   i)``) are rolled out by :class:`~adapters.rollout.RolloutEngine`: tree sampling with K
+   candidates per agent-turn and a keep rule (``at-grpo``), or K parallel episodes per instance
+   (``grpo``, ``reinforce++``, ``tr-reinforce++``). Generation seeds derive from
+   ``(seed, step)`` too, so a resumed run needs no hidden random state.
+2. **Advantages and update** (:mod:`adapters.trainer_update`): GRPO advantages per group key, or
+   REINFORCE++ / Task-Relative REINFORCE++ token advantages; each policy (one shared, or one per
+   role) is updated with PPO-clip on its own samples (``Sample.policy_id``) with its own
+   optimizer (:mod:`adapters.trainer_models` builds the policies).
+3. **Logging.** Every sample (prompt, completion, reward parts, advantage) is appended to
+   ``trajectories.jsonl``; one line of metrics per step goes to ``metrics.jsonl`` and TensorBoard
+   (reward per role, success rate, team reward, loss, KL, clip fraction, grad norm, timings of
+   generation / env+verifiers / update, tokens); ``training_curve.png`` is redrawn every
+   ``plot_every`` steps and at the end.
+4. **Checkpoint** (every ``save_every`` steps, atomic: written into a temporary directory, then
+   renamed): trainable weights (LoRA adapters or the full model), optimizer states, RNG states,
+   the step, the setting's shared objects (question pools) and the byte offsets of both JSONL
+   logs. ``Trainer.resume(run_dir)`` (``python -m adapters.train --resume DIR``) reloads the
+   newest checkpoint, truncates the logs to its offsets (lines written after it, by a run that was
+   killed, are rewritten identically) and continues: on CPU with fixed seeds the later metrics
+   equal those of an uninterrupted run.
+
+Run directory: ``config.yaml`` (the resolved :class:`~adapters.config.TrainConfig`),
+``metrics.jsonl``, ``trajectories.jsonl``, ``tensorboard/``, ``training_curve.png``,
+``eval_before.json`` / ``eval_after.json`` (greedy evaluation on ``eval_split``),
+``checkpoints/step_NNNNNN/`` and ``final/<policy>/`` (peft adapter or model directory, loadable by
+``python -m adapters.evaluate --policy DIR``).
+
+Default CPU run (``python -m adapters.train --env sokoban``; embedded SmolLM2-135M, LoRA rank 8,
+AT-GRPO with K = 2, 2 instances per step, 6 steps, max_turns = 2, 48 new tokens, 4 greedy eval
+episodes before and after): see the report numbers in ``benchmarks/train_throughput.py``'s
+docstring for measured step times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from adapters.config import TrainConfig, derive_seed
+from adapters.envpool import LocalEnvPool
+from adapters.evaluate import EvalReport, create_shared_objects, env_roles, episode_specs, evaluate
+from adapters.metrics import MetricsLogger, truncate_file
+from adapters.rollout import RolloutConfig, RolloutEngine, RolloutResult, Sample, write_jsonl
+
+__all__ = ["Trainer", "latest_checkpoint", "RESUMABLE_OVERRIDES"]
+
+CKPT_FORMAT = 1
+# fields that may change on --resume without breaking exactness
+RESUMABLE_OVERRIDES = frozenset(
+    {"steps", "progress", "plot_every", "eval_episodes", "eval_every", "save_final", "threads"}
+)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint directory of a run (None when there is none)."""
+    ckdir = Path(run_dir) / "checkpoints"
+    if not ckdir.is_dir():
+        return None
+    done = sorted(
+        p
+        for p in ckdir.iterdir()
+        if p.is_dir() and p.name.startswith("step_") and (p / "state.json").is_file()
+    )
+    return done[-1] if done else None
+
+
+def _default_output_dir(cfg: TrainConfig) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return str(Path("runs") / f"{cfg.env}-{cfg.algorithm}-{stamp}")
+
+
+class Trainer:
+    """Trains policies on one setting (see the module docstring).
+
+    Args:
+        config: the run's :class:`TrainConfig` (auto values are resolved here).
+        models: optional ``(model, tokenizer)`` to train instead of loading ``config.model``.
+        resume: continue from the newest checkpoint in ``config.output_dir``.
+        log: where progress lines go (default: print, or ``tqdm.write`` under a progress bar).
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        models: Any = None,
+        resume: bool = False,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        import numpy as np
+        import torch
+
+        from adapters.trainer_models import (
+            build_policy_models,
+            make_backend,
+            resolve_torch_device,
+            role_policy_map,
+        )
+
+        cfg = config.resolved()
+        if cfg.output_dir is None:
+            cfg.output_dir = _default_output_dir(cfg)
+        self.cfg = cfg
+        self.out = Path(cfg.output_dir)
+        self._log_fn = log
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self._prepare_dir(resume)
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed % 2**32)
+        torch.manual_seed(cfg.seed)
+        self.device = resolve_torch_device(cfg.device)
+        self.env_config = dict(cfg.env_config)
+        self.roles = env_roles(cfg.env, self.env_config)
+        self.shared = create_shared_objects(cfg.env, self.env_config)
+        self.models, self.tokenizer = build_policy_models(cfg, self.roles, self.device, models)
+        self.pad_id = int(self.tokenizer.pad_token_id)
+        self.backend = make_backend(cfg, self.models, self.tokenizer, self.device)
+        self.policies = self.backend.policies()
+        self.role_policy = role_policy_map(cfg, self.roles)
+        self.pool = LocalEnvPool(workers=cfg.env_workers)
+        self.engine = RolloutEngine(
+            cfg.env,
+            self.policies,
+            RolloutConfig(
+                candidates=cfg.candidates or 1,
+                sampling=cfg.sampling or "tree",
+                keep=cfg.keep,
+                keep_n=cfg.keep_n,
+                max_branches=cfg.max_branches,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                top_k=cfg.top_k,
+                max_new_tokens=cfg.max_new_tokens or 256,
+            ),
+            env_config={**self.env_config, **self.shared},
+            role_policy=self.role_policy,
+            pool=self.pool,
+        )
+        self.step = 0
+        self.traj_path = self.out / "trajectories.jsonl"
+        state = self._restore() if resume else None
+        if state is None:
+            truncate_file(self.traj_path, 0)
+            (self.out / "metrics.jsonl").write_text("")
+        self.metrics = MetricsLogger(self.out, purge_step=self.step + 1 if resume else None)
+        if state is not None:
+            self.metrics.truncate(int(state["metrics_bytes"]))
+
+    # ------------------------------------------------------------------ setup
+    def _prepare_dir(self, resume: bool) -> None:
+        cfg_path = self.out / "config.yaml"
+        if resume:
+            if not cfg_path.is_file():
+                raise FileNotFoundError(f"{self.out} has no config.yaml: nothing to resume")
+            return
+        if cfg_path.exists():
+            raise FileExistsError(
+                f"{self.out} already holds a run; resume it with --resume {self.out} or choose "
+                "another --output-dir"
+            )
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.cfg.save(cfg_path)
+
+    @classmethod
+    def resume(cls, run_dir: str | Path, *, models: Any = None, **overrides: Any) -> Trainer:
+        """Continue the run in ``run_dir`` from its newest checkpoint.
+
+        Only :data:`RESUMABLE_OVERRIDES` may change (e.g. ``steps`` to train longer).
+        """
+        run_dir = Path(run_dir)
+        cfg = TrainConfig.load(run_dir / "config.yaml")
+        bad = sorted(set(overrides) - RESUMABLE_OVERRIDES)
+        if bad:
+            raise ValueError(
+                f"cannot change {bad} when resuming (only {sorted(RESUMABLE_OVERRIDES)}): the "
+                "rest of the run must stay what the checkpoint was trained with"
+            )
+        cfg = cfg.replace(**overrides, output_dir=str(run_dir))
+        if overrides:
+            cfg.save(run_dir / "config.yaml")
+        return cls(cfg, models=models, resume=True)
+
+    def log(self, line: str) -> None:
+        if self._log_fn is not None:
+            self._log_fn(line)
+        else:
+            from tqdm.auto import tqdm
+
+            tqdm.write(line, file=sys.stdout)
+
+    # ------------------------------------------------------------------ rollout + update
+    def rollout(self, step: int) -> RolloutResult:
+        """Roll out this step's instances (seeds derived from ``(seed, step)``)."""
+        cfg = self.cfg
+        specs = episode_specs(
+            cfg.env,
+            cfg.instances_per_step or 1,
+            seed=cfg.seed,
+            tag=f"train-{step}",
+            env_config={**self.env_config, **self.shared},
+            split="train",
+            instance=cfg.instance,
+        )
+        return self.engine.run(specs, seed=derive_seed(cfg.seed, "rollout", step))
+
+    def update(self, samples: Sequence[Sample], step: int) -> dict[str, float]:
+        """Advantages for ``samples`` and one PPO update per policy; returns statistics."""
+        from adapters.trainer_update import (
+            batch_logprobs,
+            compute_advantages,
+            make_items,
+            mean_kl_to_ref,
+            update_policy,
+        )
+
+        cfg = self.cfg
+        items, dropped = make_items(samples)
+        by_pid: dict[str, list[Any]] = defaultdict(list)
+        for it in items:
+            by_pid[it.sample.policy_id].append(it)
+        temperature = cfg.temperature if cfg.temperature > 0 else 1.0
+        need_ref = cfg.kl_loss_coef > 0 or (
+            cfg.kl_reward_coef > 0 and cfg.algorithm in ("reinforce++", "tr-reinforce++")
+        )
+        for pid, its in by_pid.items():
+            pm = self.models[pid]
+            pm.activate()
+            if cfg.old_logprobs == "recompute":
+                for it, lp in zip(
+                    its, batch_logprobs(pm.model, its, cfg, self.pad_id, temperature)
+                ):
+                    it.old_logprobs = lp
+            if need_ref:
+                with pm.reference():
+                    refs = batch_logprobs(pm.ref_forward_model, its, cfg, self.pad_id, temperature)
+                for it, lp in zip(its, refs):
+                    it.ref_logprobs = lp
+        compute_advantages(cfg, items)
+        out: dict[str, float] = {"samples_untrainable": float(dropped)}
+        totals: dict[str, float] = defaultdict(float)
+        trained = 0
+        for pid in sorted(by_pid):
+            st = update_policy(cfg, self.models[pid], by_pid[pid], step, self.pad_id)
+            if len(by_pid) > 1 or cfg.per_role:
+                out.update({f"{k}/{pid}": v for k, v in st.items() if k in ("loss", "grad_norm")})
+            if st.get("optimizer_steps"):
+                trained += 1
+                for k in ("loss", "pg_loss", "kl_loss", "clip_frac", "approx_kl", "grad_norm"):
+                    if k in st:
+                        totals[k] += st[k]
+            for k in ("samples_trained", "tokens_trained", "optimizer_steps"):
+                out[k] = out.get(k, 0.0) + st.get(k, 0.0)
+        for k in ("loss", "pg_loss", "clip_frac", "approx_kl", "grad_norm"):
+            out[k] = totals.get(k, 0.0) / max(trained, 1)  # 0 when nothing was trained
+        if "kl_loss" in totals:
+            out["kl_loss"] = totals["kl_loss"] / max(trained, 1)
+        kl = mean_kl_to_ref(items)
+        if kl is not None:
+            out["kl"] = kl
+        nonzero = sum(1 for it in items if it.advantages is not None and bool(it.advantages.any()))
+        out["zero_adv_frac"] = 1.0 - nonzero / len(items) if items else 1.0
+        self.backend.sync(sorted(by_pid))
+        return out
+
+    def train_step(self) -> dict[str, Any]:
+        """One full step (rollout, update, logs, checkpoint); returns its metrics line."""
+        cfg = self.cfg
+        step = self.step + 1
+        t0 = time.perf_counter()
+        self.backend.timer.reset()
+        result = self.rollout(step)
+        t_rollout = time.perf_counter() - t0
+        t_gen = self.backend.timer.reset()
+        t1 = time.perf_counter()
+        stats = self.update(result.samples, step)
+        t_update = time.perf_counter() - t1
+        with open(self.traj_path, "a") as fh:
+            write_jsonl(result.samples, fh, train_step=step)
+            os.fsync(fh.fileno())
+        m: dict[str, Any] = {}
+        m.update(result.metrics())
+        m["groups"] = float(len({s.group for s in result.samples}))
+        m["prompt_tokens"] = float(sum(len(s.prompt_ids) for s in result.samples))
+        m.update(stats)
+        m["lr"] = cfg.lr
+        m["time/generation"] = t_gen
+        m["time/env"] = max(0.0, t_rollout - t_gen)
+        m["time/update"] = t_update
+        m["time/step"] = time.perf_counter() - t0
+        if t_gen > 0:
+            m["throughput/gen_tokens_per_s"] = m.get("completion_tokens", 0.0) / t_gen
+        self.metrics.log(step, m)
+        self.step = step
+        if step % cfg.save_every == 0 or step == cfg.steps:
+            self.save_checkpoint()
+        if cfg.plot_every and step % cfg.plot_every == 0:
+            self.metrics.plot()
+        return {"step": step, **m}
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, tag: str) -> EvalReport | None:
+        """Greedy evaluation on ``eval_split`` (same instances every time); saved as JSON."""
+        cfg = self.cfg
+        if not cfg.eval_episodes:
+            return None
+        report = evaluate(
+            cfg.env,
+            self.policies,
+            episodes=cfg.eval_episodes,
+            env_config=self.env_config,
+            role_policy=self.role_policy,
+            split=cfg.eval_split,
+            seed=cfg.seed,
+            temperature=cfg.eval_temperature,
+            max_new_tokens=cfg.max_new_tokens or 256,
+            instance=cfg.instance,
+        )
+        self.backend.timer.reset()
+        (self.out / f"eval_{tag}.json").write_text(json.dumps(report.to_dict(), indent=2))
+        self.metrics.log_scalars(
+            self.step, f"eval_{tag}" if not tag.startswith("step") else "eval", report.summary()
+        )
+        return report
+
+    def train(self) -> list[dict[str, Any]]:
+        """The whole run: evaluation before, ``steps`` steps, evaluation after, final export."""
+        from tqdm.auto import tqdm
+
+        cfg = self.cfg
+        steps = cfg.steps or 0
+        before_path = self.out / "eval_before.json"
+        before = None
+        if cfg.eval_episodes and not before_path.exists():
+            self.log(f"evaluating before training ({cfg.eval_episodes} {cfg.eval_split} episodes)")
+            before = self.evaluate("before")
+            if before is not None:
+                self.log(before.table())
+        elif before_path.exists():
+            before = json.loads(before_path.read_text())
+        history: list[dict[str, Any]] = []
+        bar = tqdm(
+            total=steps,
+            initial=self.step,
+            desc=f"train {cfg.env}",
+            disable=not cfg.progress,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
+        try:
+            while self.step < steps:
+                m = self.train_step()
+                history.append(m)
+                bar.update(1)
+                bar.set_postfix(
+                    reward=f"{m.get('reward/mean', 0.0):.3f}",
+                    success=f"{m.get('success_rate', 0.0):.2f}",
+                )
+                self.log(self.format_step(m))
+                if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < steps:
+                    rep = self.evaluate(f"step{self.step:06d}")
+                    if rep is not None:
+                        self.log(rep.table())
+        finally:
+            bar.close()
+        self.metrics.plot()
+        after = None
+        if cfg.eval_episodes:
+            self.log(f"evaluating after training ({cfg.eval_episodes} {cfg.eval_split} episodes)")
+            after = self.evaluate("after")
+            if after is not None:
+                self.log(after.table())
+                if before is not None:
+                    self.log(_compare(before, after))
+        if cfg.save_final:
+            self.export(self.out / "final")
+        return history
+
+    def format_step(self, m: dict[str, Any]) -> str:
+        roles = " ".join(f"{r} {m[f'reward/{r}']:.3f}" for r in self.roles if f"reward/{r}" in m)
+        return (
+            f"step {m['step']}/{self.cfg.steps}  reward {m.get('reward/mean', 0.0):.3f} ({roles})"
+            f"  success {m.get('success_rate', 0.0):.2f}  team {m.get('team_reward', 0.0):.3f}"
+            f"  loss {m.get('loss', 0.0):+.4f}  trained {int(m.get('samples_trained', 0))}"
+            f"/{int(m.get('samples', 0))}  gen {m['time/generation']:.1f}s"
+            f"  env {m['time/env']:.1f}s  update {m['time/update']:.1f}s"
+        )
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self) -> Path:
+        """Write ``checkpoints/step_NNNNNN`` atomically (temp dir + rename); prune old ones."""
+        import numpy as np
+        import torch
+
+        ckdir = self.out / "checkpoints"
+        ckdir.mkdir(parents=True, exist_ok=True)
+        final = ckdir / f"step_{self.step:06d}"
+        tmp = ckdir / f".tmp-step_{self.step:06d}-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        for pid, pm in self.models.items():
+            torch.save(
+                {k: v.detach().cpu() for k, v in pm.trainable_state().items()},
+                tmp / f"policy_{pid}.pt",
+            )
+            torch.save(pm.optimizer.state_dict(), tmp / f"optimizer_{pid}.pt")
+        rng = {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        }
+        torch.save(rng, tmp / "rng.pt")
+        torch.save({k: v.state_dict() for k, v in self.shared.items()}, tmp / "shared.pt")
+        state = {
+            "format": CKPT_FORMAT,
+            "step": self.step,
+            "trajectories_bytes": self.traj_path.stat().st_size if self.traj_path.exists() else 0,
+            "metrics_bytes": self.metrics.offset,
+            "policies": sorted(self.models),
+            "time": time.time(),
+        }
+        (tmp / "state.json").write_text(json.dumps(state, indent=2))
+        _fsync_dir(tmp)
+        if final.exists():  # a re-run of the same step after a resume
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(ckdir)
+        done = sorted(p for p in ckdir.iterdir() if p.name.startswith("step_"))
+        for old in done[: -self.cfg.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+        for stale in ckdir.glob(".tmp-step_*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        return final
+
+    def _restore(self) -> dict[str, Any] | None:
+        import numpy as np
+        import torch
+
+        ckpt = latest_checkpoint(self.out)
+        if ckpt is None:
+            return None
+        state = json.loads((ckpt / "state.json").read_text())
+        if state.get("format") != CKPT_FORMAT:
+            raise RuntimeError(f"{ckpt} has checkpoint format {state.get('format')}")
+        if sorted(state["policies"]) != sorted(self.models):
+            raise RuntimeError(
+                f"{ckpt} holds policies {state['policies']}, not {sorted(self.models)}"
+            )
+        for pid, pm in self.models.items():
+            weights = torch.load(ckpt / f"policy_{pid}.pt", map_location=self.device)
+            pm.load_trainable_state(weights)
+            pm.optimizer.load_state_dict(
+                torch.load(ckpt / f"optimizer_{pid}.pt", map_location=self.device)
+            )
+        rng = torch.load(ckpt / "rng.pt", weights_only=False)
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+        if rng.get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        shared = torch.load(ckpt / "shared.pt", weights_only=False)
+        for name, obj in self.shared.items():
+            if name in shared:
+                obj.load_state_dict(shared[name])
+        truncate_file(self.traj_path, int(state["trajectories_bytes"]))
+        self.step = int(state["step"])
+        if self.models:
+            next(iter(self.models.values())).activate()
+        return state
+
+    def export(self, where: Path) -> None:
+        """Save each policy: its peft adapter, or the full model and tokenizer."""
+        where.mkdir(parents=True, exist_ok=True)
+        for pid, pm in self.models.items():
+            target = where / pid
+            if pm.peft is not None:
+                tmp = where / f".tmp-{pid}"
+                shutil.rmtree(tmp, ignore_errors=True)
+                pm.peft.save_pretrained(str(tmp), selected_adapters=[pm.adapter])
+                src = tmp / pm.adapter if (tmp / str(pm.adapter)).is_dir() else tmp
+                shutil.rmtree(target, ignore_errors=True)
+                shutil.move(str(src), str(target))
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                pm.model.save_pretrained(str(target))
+                self.tokenizer.save_pretrained(str(target))
+
+    def close(self) -> None:
+        self.metrics.close()
+        self.engine.close()
+        self.pool.close()
+        self.backend.close()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _compare(before: Any, after: EvalReport) -> str:
+    b = before.to_dict() if isinstance(before, EvalReport) else dict(before)
+    a = after.to_dict()
+    lines = ["before -> after training (greedy evaluation):"]
+    for key, label in (("success_rate", "success rate"), ("team_reward", "team reward")):
+        lines.append(f"  {label:<14}{b[key]:>8.3f} -> {a[key]:.3f}")
+    for role, v in a["reward_per_agent"].items():
+        lines.append(f"  reward/{role:<7}{b['reward_per_agent'].get(role, 0.0):>8.3f} -> {v:.3f}")
+    return "\n".join(lines)

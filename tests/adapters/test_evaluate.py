@@ -1,0 +1,100 @@
+"""``adapters.evaluate``: the oracle upper bound, per-role specs, the CLI table and JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adapters.evaluate import build_policies, evaluate, main, parse_policy_spec
+from adapters.oracle import OraclePolicy
+from adapters.policies import ScriptedPolicy
+
+SMALL = {"height": 5, "width": 5, "min_distance": 3, "wall_density": 0.1}
+CORRIDOR = {"grid": ["..."], "start": [0, 0], "goal": [0, 2]}
+
+
+def test_oracle_solves_plan_path():
+    report = evaluate("plan_path", OraclePolicy(), episodes=4, env_config=SMALL)
+    assert report.episodes == 4
+    assert report.success_rate == 1.0 and report.team_reward == 1.0
+    assert set(report.reward_per_agent) == {"tool", "planner"}
+    assert report.reward_per_agent["planner"] == pytest.approx(1.0)
+    assert report.mean_turns == 1.0  # the oracle reaches the goal in the first turn
+    assert len(report.per_episode) == 4
+    table = report.table()
+    assert "success rate" in table and "planner" in table
+
+
+def test_same_seed_same_instances_and_split_matters():
+    a = evaluate("plan_path", OraclePolicy(), episodes=3, env_config=SMALL, seed=1)
+    b = evaluate("plan_path", OraclePolicy(), episodes=3, env_config=SMALL, seed=1)
+    c = evaluate("plan_path", OraclePolicy(), episodes=3, env_config=SMALL, seed=1, split="test")
+    ids = [e["instance_id"] for e in a.per_episode]
+    assert ids == [e["instance_id"] for e in b.per_episode]
+    assert set(ids).isdisjoint(e["instance_id"] for e in c.per_episode)
+
+
+def test_wrong_answers_fail_and_explicit_instance():
+    wrong = ScriptedPolicy(lambda _t: "#### [L]")
+    right = ScriptedPolicy(lambda _t: "thinking...\n#### [R,R]")
+    cfg = {"mode": "single", "max_turns": 2}
+    bad = evaluate("plan_path", wrong, episodes=2, env_config=cfg, instance=CORRIDOR)
+    good = evaluate("plan_path", right, episodes=2, env_config=cfg, instance=CORRIDOR)
+    assert bad.success_rate == 0.0 and bad.mean_turns == 2.0
+    assert good.success_rate == 1.0 and good.reward_per_agent == {"planner": 1.0}
+    assert bad.split == "instance"
+
+
+def test_build_policies_per_role_specs():
+    roles = ["tool", "planner"]
+    pols, mapping = build_policies(["oracle"], roles)
+    assert mapping == {"tool": "oracle", "planner": "oracle"} and len(pols) == 1
+    pols, mapping = build_policies(["tool=oracle", "planner=oracle"], roles)
+    assert mapping == {"tool": "oracle", "planner": "oracle"}
+    with pytest.raises(ValueError, match="unknown role"):
+        build_policies(["coder=oracle", "oracle"], roles)
+    with pytest.raises(ValueError, match="no policy for role"):
+        build_policies(["tool=oracle"], roles)
+    with pytest.raises(ValueError, match="more than one"):
+        build_policies(["oracle", "oracle"], roles)
+    with pytest.raises(ValueError, match="unknown policy spec"):
+        parse_policy_spec("no-such-thing")
+
+
+def test_cli_prints_table_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    rc = main(
+        [
+            "--env", "plan_path", "--policy", "tool=oracle", "--policy", "planner=oracle",
+            "--episodes", "3", "--env-config", "height=5", "--env-config", "width=5",
+            "--max-turns", "2", "--json", str(out),
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "success rate" in text and "1.000" in text
+    data = json.loads(out.read_text())
+    assert data["success_rate"] == 1.0 and data["episodes"] == 3
+    assert data["policies"] == {"tool": "oracle", "planner": "oracle"}
+
+
+def test_openai_spec_against_a_local_server(tmp_path):
+    from adapters.serve import start_in_thread
+
+    server = start_in_thread(ScriptedPolicy(lambda _t: "#### [R,R]"), model_name="scripted")
+    try:
+        spec = f"openai:{server.url}"
+        policy = parse_policy_spec(spec)  # no #MODEL: the server's first model
+        assert policy.model == "scripted"
+        report = evaluate(
+            "plan_path",
+            policy,
+            episodes=2,
+            env_config={"mode": "single"},
+            instance=CORRIDOR,
+        )
+        assert report.success_rate == 1.0
+    finally:
+        server.shutdown()
+        server.server_close()

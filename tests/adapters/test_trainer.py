@@ -1,0 +1,321 @@
+"""Trainer (fast): shared-prompt log-probs, advantages, per-role routing, logs, checkpoints.
+
+Everything runs on the tiny char-level model from conftest (no download) on a small Plan-Path.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from adapters.algorithms import group_advantages, sequence_logprobs  # noqa: E402
+from adapters.config import TrainConfig  # noqa: E402
+from adapters.trainer import Trainer, latest_checkpoint  # noqa: E402
+from adapters.trainer_update import (  # noqa: E402
+    TrainItem,
+    completion_logprobs,
+    compute_advantages,
+)
+
+from .conftest import make_char_model  # noqa: E402
+
+SMALL = {"height": 3, "width": 3, "min_distance": 2, "wall_density": 0.0, "max_turns": 2}
+
+
+def char_models(seed: int = 0):
+    return make_char_model(seed=seed, max_position_embeddings=2048, eos_bias=2.0)
+
+
+def cfg(tmp_path, name="run", **kw) -> TrainConfig:
+    base = dict(
+        env="plan_path",
+        env_config=dict(SMALL),
+        lora_rank=4,
+        steps=2,
+        instances_per_step=2,
+        candidates=2,
+        max_new_tokens=6,
+        eval_episodes=0,
+        progress=False,
+        device="cpu",
+        plot_every=0,
+        save_final=False,
+        lr=1e-2,
+        output_dir=str(tmp_path / name),
+    )
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def trainer(tmp_path, name="run", seed=0, **kw) -> Trainer:
+    return Trainer(cfg(tmp_path, name, **kw), models=char_models(seed), log=lambda s: None)
+
+
+# ------------------------------------------------------------------------------ log-probs
+
+
+def test_shared_prompt_forward_equals_full_forward_values_and_gradients():
+    model, tok = make_char_model(seed=1)
+    enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    p1, p2 = (
+        enc("<|user|>go left\n<|assistant|>"),
+        enc("<|user|>a longer prompt here\n<|assistant|>"),
+    )
+    prompts = [p1, p1, p2, p1, p2]
+    comps = [enc("abc"), enc("hello!"), enc("x"), enc("abcd"), enc("zz top")]
+    weights = torch.randn(5, 6)
+
+    def run(share):
+        model.zero_grad()
+        lp = completion_logprobs(
+            model, prompts, comps, pad_id=tok.pad_token_id, temperature=0.7, share_prompt=share
+        )
+        (lp * weights).sum().backward()
+        return lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    shared, g_shared = run(True)
+    full, g_full = run(False)
+    assert shared.shape == (5, 6)
+    assert torch.allclose(shared, full, atol=1e-5)
+    for i, c in enumerate(comps):  # padding stays zero
+        assert torch.all(shared[i, len(c) :] == 0)
+    for n in g_full:
+        err = (g_shared[n] - g_full[n]).norm() / g_full[n].norm().clamp(min=1e-12)
+        assert err < 1e-4, (n, float(err))
+    # and both equal sequence_logprobs on one unpadded sequence
+    ids = torch.tensor([p2 + comps[4]])
+    mask = torch.zeros_like(ids)
+    mask[0, len(p2) :] = 1
+    with torch.no_grad():
+        ref = sequence_logprobs(model, ids, torch.ones_like(ids), mask, temperature=0.7)
+    assert torch.allclose(ref[0, len(p2) :], shared[4, : len(comps[4])], atol=1e-5)
+
+
+def test_rollout_logprobs_match_training_logprobs(tmp_path):
+    tr = trainer(tmp_path, temperature=0.8)
+    samples = tr.rollout(1).samples
+    s = samples[0]
+    lp = completion_logprobs(
+        tr.models["shared"].model,
+        [s.prompt_ids],
+        [s.completion_ids],
+        pad_id=tr.pad_id,
+        temperature=0.8,
+    )
+    assert torch.allclose(lp[0], torch.tensor(s.logprobs), atol=1e-4)
+    tr.close()
+
+
+# ------------------------------------------------------------------------------ advantages
+
+
+def _items(rewards, groups, roles=None, lengths=None):
+    from adapters.rollout import Sample
+
+    out = []
+    for i, (r, g) in enumerate(zip(rewards, groups)):
+        n = (lengths or [3] * len(rewards))[i]
+        s = Sample(
+            group=g, instance=0, instance_id="x", branch="0", role=(roles or ["a"] * 9)[i],
+            policy_id="shared", turn=0, step=0, candidate=i, kept=False, prompt="p",
+            completion="c", prompt_ids=[1], completion_ids=[2] * n, logprobs=[-1.0] * n,
+            reward=r, reward_parts={}, success=False, done=True,
+        )  # fmt: skip
+        out.append(TrainItem(s, [1], [2] * n, torch.full((n,), -1.0)))
+    return out
+
+
+def test_advantages_per_algorithm():
+    rewards, groups = [1.0, 0.0, 0.5, 0.5, 0.2], ["g1", "g1", "g2", "g2", "g3"]
+    items = _items(rewards, groups)
+    compute_advantages(TrainConfig(algorithm="at-grpo"), items)
+    expected = group_advantages(rewards, groups)
+    for it, e in zip(items, expected.tolist()):
+        assert torch.allclose(it.advantages, torch.full((3,), e))
+        assert it.sample.advantage == pytest.approx(e)
+    assert [round(it.sample.advantage, 4) for it in items[2:]] == [0.0, 0.0, 0.0]
+
+    items = _items([1.0, 0.0, 2.0, 1.0], ["a", "b", "c", "d"], lengths=[2, 2, 2, 2])
+    compute_advantages(TrainConfig(algorithm="reinforce++"), items)
+    flat = torch.cat([it.advantages for it in items])  # whitened over the whole batch
+    assert flat.mean().abs() < 1e-6 and flat.std(unbiased=False) == pytest.approx(1, abs=1e-4)
+
+    roles = ["solver", "solver", "judge", "judge"]
+    items = _items([1.0, 0.0, 10.0, 12.0], ["a", "b", "c", "d"], roles=roles, lengths=[2] * 4)
+    compute_advantages(TrainConfig(algorithm="tr-reinforce++"), items)
+    # per-role whitening: each role's advantages are +-1 regardless of its reward scale
+    assert [round(it.sample.advantage, 4) for it in items] == [1.0, -1.0, -1.0, 1.0]
+
+
+# ------------------------------------------------------------------------------ routing
+
+
+def _make_signal(samples, role_with_signal):
+    """Equal rewards for every other role, varying rewards for ``role_with_signal``."""
+    for s in samples:
+        s.reward = float(s.candidate) if s.role == role_with_signal else 0.3
+
+
+def _snapshot(module):
+    return {n: p.detach().clone() for n, p in module.named_parameters()}
+
+
+def test_per_role_adapters_only_the_intended_policy_changes(tmp_path):
+    tr = trainer(tmp_path, per_role=True)
+    assert sorted(tr.models) == ["planner", "tool"]
+    peft_model = tr.models["tool"].peft
+    assert peft_model is tr.models["planner"].peft  # one base, two adapters
+    samples = tr.rollout(1).samples
+    assert {s.role: s.policy_id for s in samples} == {"tool": "tool", "planner": "planner"}
+    _make_signal(samples, "planner")
+    before = _snapshot(peft_model)
+    stats = tr.update(samples, 1)
+    after = _snapshot(peft_model)
+    changed = {n for n in before if not torch.equal(before[n], after[n])}
+    assert changed, "the planner adapter did not change"
+    assert all(".planner." in n for n in changed), sorted(changed)[:5]
+    assert any("lora_B.planner" in n for n in changed)
+    assert stats["samples_trained"] == sum(1 for s in samples if s.role == "planner")
+    # and the other way round
+    samples = tr.rollout(2).samples
+    _make_signal(samples, "tool")
+    before = _snapshot(peft_model)
+    tr.update(samples, 2)
+    after = _snapshot(peft_model)
+    changed = {n for n in before if not torch.equal(before[n], after[n])}
+    assert changed and all(".tool." in n for n in changed)
+    tr.close()
+
+
+def test_per_role_separate_models_only_the_intended_policy_changes(tmp_path):
+    tr = trainer(tmp_path, per_role=True, lora_rank=0, lr=1e-3)
+    tool, planner = tr.models["tool"].model, tr.models["planner"].model
+    assert tool is not planner
+    samples = tr.rollout(1).samples
+    _make_signal(samples, "tool")
+    b_tool, b_plan = _snapshot(tool), _snapshot(planner)
+    tr.update(samples, 1)
+    assert all(torch.equal(b_plan[n], p) for n, p in planner.named_parameters())
+    assert any(not torch.equal(b_tool[n], p) for n, p in tool.named_parameters())
+    tr.close()
+
+
+def test_role_sharing_trains_one_policy_on_every_role(tmp_path):
+    tr = trainer(tmp_path)
+    assert list(tr.models) == ["shared"]
+    samples = tr.rollout(1).samples
+    assert {s.policy_id for s in samples} == {"shared"}
+    for s in samples:
+        s.reward = float(s.candidate)
+    stats = tr.update(samples, 1)
+    assert stats["samples_trained"] == len(samples)
+    assert stats["optimizer_steps"] == 1 and stats["grad_norm"] > 0
+    tr.close()
+
+
+def test_kl_reference_is_the_base_with_adapters_disabled(tmp_path):
+    tr = trainer(tmp_path, kl_loss_coef=0.1)
+    samples = tr.rollout(1).samples
+    for s in samples:
+        s.reward = float(s.candidate)
+    stats = tr.update(samples, 1)
+    # LoRA starts at B = 0: the policy equals the reference before the first update
+    assert stats["kl"] == pytest.approx(0.0, abs=1e-5)
+    assert "kl_loss" in stats
+    stats = tr.update(tr.rollout(2).samples, 2)
+    assert stats["kl"] > 0  # after an update the policy has moved away from the base
+    tr.close()
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "reinforce++", "tr-reinforce++"])
+def test_other_algorithms_run_a_step(tmp_path, algorithm):
+    tr = trainer(tmp_path, algorithm=algorithm, kl_reward_coef=0.05, steps=1)
+    assert tr.cfg.sampling == "parallel"
+    m = tr.train_step()
+    assert (m["samples"] > 0 and "loss" in m) or m["samples_trained"] == 0
+    tr.close()
+
+
+# ------------------------------------------------------------------------------ outputs
+
+
+def test_run_writes_logs_checkpoints_and_plot(tmp_path):
+    tr = trainer(tmp_path, steps=2, eval_episodes=1, plot_every=1, save_final=True)
+    tr.train()
+    tr.close()
+    out = tmp_path / "run"
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2]
+    for key in (
+        "reward/tool", "reward/planner", "success_rate", "team_reward", "loss", "grad_norm",
+        "clip_frac", "time/generation", "time/env", "time/update", "completion_tokens",
+    ):  # fmt: skip
+        assert key in lines[0], key
+    traj = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert {t["train_step"] for t in traj} == {1, 2}
+    assert len(traj) == sum(m["samples"] for m in lines)
+    assert all("advantage" in t and "reward_parts" in t for t in traj)
+    assert (out / "training_curve.png").stat().st_size > 1000
+    assert list((out / "tensorboard").iterdir())
+    assert json.loads((out / "eval_before.json").read_text())["episodes"] == 1
+    assert (out / "eval_after.json").exists()
+    assert (out / "final" / "shared" / "adapter_config.json").exists()
+    ck = latest_checkpoint(out)
+    assert ck is not None and ck.name == "step_000002"
+    state = json.loads((ck / "state.json").read_text())
+    assert state["trajectories_bytes"] == (out / "trajectories.jsonl").stat().st_size
+    assert TrainConfig.load(out / "config.yaml") == tr.cfg
+    with pytest.raises(FileExistsError):
+        Trainer(tr.cfg, models=char_models())
+
+
+def _comparable(m):
+    return {k: v for k, v in m.items() if not k.startswith(("time/", "throughput/"))}
+
+
+def test_resume_in_process_matches_uninterrupted_run(tmp_path):
+    a = trainer(tmp_path, "a", steps=3)
+    full = [_comparable(a.train_step()) for _ in range(3)]
+    a.close()
+    b = trainer(tmp_path, "b", steps=3)
+    b.train_step()
+    b.train_step()
+    b.close()
+    # a run killed during step 3 leaves partial log lines behind
+    with open(tmp_path / "b" / "trajectories.jsonl", "a") as fh:
+        fh.write('{"partial": true}\n{"trunc')
+    with open(tmp_path / "b" / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 3, "partial": true}\n')
+    c = Trainer.resume(tmp_path / "b", models=char_models())
+    assert c.step == 2
+    third = _comparable(c.train_step())
+    c.close()
+    assert third == full[2]
+    ta = (tmp_path / "a" / "trajectories.jsonl").read_text()
+    tb = (tmp_path / "b" / "trajectories.jsonl").read_text()
+    assert ta == tb
+    ma = [
+        _comparable(json.loads(x))
+        for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()
+    ]
+    mb = [
+        _comparable(json.loads(x))
+        for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert ma == mb
+
+
+def test_resume_refuses_changes_that_break_exactness(tmp_path):
+    tr = trainer(tmp_path, steps=1)
+    tr.train_step()
+    tr.close()
+    with pytest.raises(ValueError, match="cannot change"):
+        Trainer.resume(tmp_path / "run", models=char_models(), lr=0.5)
+    longer = Trainer.resume(tmp_path / "run", models=char_models(), steps=2)
+    assert longer.cfg.steps == 2 and longer.step == 1
+    longer.close()
