@@ -102,7 +102,86 @@ def _write_all(fd, data):
 
 
 def _send(*frames):
-    _write_all(CTRL_OUT, b"".join(_LEN.pack(len(f)) + f for f in frames))
+    """Send frames with one writev and without joining them (no copies of job data)."""
+    parts = []
+    for f in frames:
+        parts.append(_LEN.pack(len(f)))
+        parts.append(f)
+    parts = [memoryview(p).cast("B") for p in parts]
+    while parts:
+        try:
+            k = os.writev(CTRL_OUT, parts[:1024])
+        except InterruptedError:
+            continue
+        while k and parts:
+            if k >= len(parts[0]):
+                k -= len(parts.pop(0))
+            else:
+                parts[0] = parts[0][k:]
+                k = 0
+        while parts and not len(parts[0]):
+            parts.pop(0)
+
+
+class _Buf:
+    """A reusable byte buffer that is wiped after each job.
+
+    Every byte of a job (code, stdin, output) passes through these and nothing else, so no
+    freed heap memory of the server holds another job's data when the next job is forked from
+    it (a forked job can read all of its own address space).
+    """
+
+    def __init__(self, size=1 << 16):
+        self.data = bytearray(size)
+        self.n = 0
+
+    def reserve(self, n):
+        if n > len(self.data):
+            bigger = bytearray(max(n, 2 * len(self.data)))
+            with memoryview(self.data) as old:
+                bigger[: self.n] = old[: self.n]  # through a view: no temporary copy
+            self.wipe()
+            self.data = bigger
+
+    def view(self):
+        return memoryview(self.data)[: self.n]
+
+    def read_from(self, fd, n):
+        """Fill with exactly n bytes from fd; False at end of input."""
+        self.reserve(n)
+        self.n = 0
+        mv = memoryview(self.data)
+        try:
+            while self.n < n:
+                try:
+                    k = os.readv(fd, [mv[self.n : n]])
+                except InterruptedError:
+                    continue
+                if k == 0:
+                    return False
+                self.n += k
+        finally:
+            mv.release()
+        return True
+
+    def append(self, chunk, limit):
+        """Append as much of ``chunk`` as fits under ``limit`` bytes; True if some was cut."""
+        room = limit - self.n
+        take = min(room, len(chunk)) if room > 0 else 0
+        if take:
+            self.reserve(self.n + take)
+            self.data[self.n : self.n + take] = chunk[:take]
+            self.n += take
+        return take < len(chunk)
+
+    def wipe(self):
+        if self.n:
+            self.data[: self.n] = bytes(self.n)
+        self.n = 0
+        # (the grown-out buffer of reserve() is wiped before it is dropped)
+
+
+CODE, STDIN, OUT, ERR, SCRATCH = _Buf(), _Buf(), _Buf(), _Buf(), _Buf(1 << 16)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -289,7 +368,7 @@ def _wipe(path, budget=None):
 # ----------------------------------------------------------------------------------------------
 
 
-def _child(code, job_dir, limits, fds, status):
+def _child(job_dir, limits, fds, status):
     """Runs in the forked child. Never returns."""
     import resource
 
@@ -330,7 +409,7 @@ def _child(code, job_dir, limits, fds, status):
         os.umask(0o022)
     except BaseException:
         os._exit(125)
-    os._exit(_run_main(code, job_dir, status))
+    os._exit(_run_main(bytes(CODE.view()).decode("utf-8", "surrogateescape"), job_dir, status))
 
 
 def _run_main(code, job_dir, status):
@@ -417,7 +496,8 @@ def _exit_status(exc):
 # ----------------------------------------------------------------------------------------------
 
 
-def _run_job(header, code, stdin_data, status):
+def _run_job(header, status):
+    """Run the job whose code and stdin are in CODE and STDIN; output lands in OUT and ERR."""
     limits = header["limits"]
     cap = int(limits["max_output_bytes"])
     wall = float(limits["wall_s"])
@@ -425,31 +505,31 @@ def _run_job(header, code, stdin_data, status):
     work_root = CONFIG["work_root"]
     job_dir = os.path.join(work_root, "job")
     os.mkdir(job_dir, 0o700)
-    with open(os.path.join(job_dir, "main.py"), "wb") as f:
-        f.write(code)
+    fd = os.open(os.path.join(job_dir, "main.py"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    _write_all(fd, CODE.view())
+    os.close(fd)
 
-    if stdin_data:
+    if STDIN.n:
         stdin_fd = os.memfd_create("stdin")
-        _write_all(stdin_fd, stdin_data)
+        _write_all(stdin_fd, STDIN.view())
         os.lseek(stdin_fd, 0, os.SEEK_SET)
     else:
         stdin_fd = os.dup(NULL_FD)
     out_r, out_w = _big_pipe(cap)
     err_r, err_w = _big_pipe(cap)
     status[0] = 0
-    source = code.decode("utf-8", "surrogateescape")
 
     sys.stderr.flush()  # nothing of the server's may linger in the buffers jobs inherit
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        _child(source, job_dir, limits, (stdin_fd, out_w, err_w), status)
+        _child(job_dir, limits, (stdin_fd, out_w, err_w), status)
     t_forked = time.monotonic()
     for fd in (stdin_fd, out_w, err_w):
         os.close(fd)
 
     deadline = start + wall
-    bufs = {out_r: bytearray(), err_r: bytearray()}
+    bufs = {out_r: OUT, err_r: ERR}
     truncated = {out_r: False, err_r: False}
     open_fds = {out_r, err_r}
     pidfd = None
@@ -458,23 +538,22 @@ def _run_job(header, code, stdin_data, status):
     except (AttributeError, OSError):
         pass
 
+    scratch = memoryview(SCRATCH.data)
+
     def drain(fd):
         """Read what the pipe holds now (non-blocking); False once at end of file."""
         while True:
             try:
-                data = os.read(fd, 1 << 16)
+                k = os.readv(fd, [scratch])
             except BlockingIOError:
                 return True
             except OSError:
-                data = b""
-            if not data:
+                k = 0
+            if not k:
                 open_fds.discard(fd)
                 return False
-            buf = bufs[fd]
-            room = cap - len(buf)
-            if room > 0:
-                buf += data[:room]
-            if len(data) > room:
+            SCRATCH.n = max(SCRATCH.n, k)
+            if bufs[fd].append(scratch[:k], cap):
                 truncated[fd] = True
 
     # The pipes are large (see _big_pipe) and read lazily: while a job is quiet the server
@@ -508,13 +587,12 @@ def _run_job(header, code, stdin_data, status):
                 exited, wait_status, rusage = True, st, ru
         if exited:
             break
-        before = len(bufs[out_r]) + len(bufs[err_r])
         got_data = False
         for fd in list(open_fds):
-            n0 = len(bufs[fd])
+            n0 = bufs[fd].n
             drain(fd)
-            got_data = got_data or len(bufs[fd]) > n0 or truncated[fd]
-        if got_data or len(bufs[out_r]) + len(bufs[err_r]) > before:
+            got_data = got_data or bufs[fd].n > n0 or truncated[fd]
+        if got_data:
             watch = [out_r, err_r]
         watch = [fd for fd in watch if fd in open_fds]  # not those at end of file
     end = time.monotonic()
@@ -558,7 +636,7 @@ def _run_job(header, code, stdin_data, status):
     memory_exceeded = (
         bool(status[0])
         or (not timed_out and sig in _MEM_SIGNALS and maxrss >= 0.7 * mem_bytes)
-        or _memory_error_reported(bufs[err_r])
+        or _memory_error_reported(ERR)
     )
     budget = [_WIPE_BUDGET]
     wiped = all(_wipe(p, budget) for p in CONFIG["wipe"])
@@ -580,7 +658,8 @@ def _run_job(header, code, stdin_data, status):
             for t in (t_forked, end, t_reaped, t_killed, time.monotonic())
         ],
     }
-    return result, bytes(bufs[out_r]), bytes(bufs[err_r])
+    scratch.release()
+    return result
 
 
 _TICK_S = 0.01
@@ -600,9 +679,15 @@ def _big_pipe(cap):
 
 
 def _memory_error_reported(err):
-    """An uncaught MemoryError in some thread or child process: Python's report ends with it."""
-    tail = bytes(err[-200:]).rstrip().rsplit(b"\n", 1)[-1]
-    return tail == b"MemoryError" or tail.startswith(b"MemoryError:")
+    """An uncaught MemoryError in some thread or child process: Python's report ends with it.
+    (Looked up in place: no copy of the job's stderr is made.)"""
+    data, end = err.data, err.n
+    while end > 0 and data[end - 1] in b" \t\r\n":
+        end -= 1
+    start = data.rfind(b"\n", 0, end) + 1
+    if not data.startswith(b"MemoryError", start, end):
+        return False
+    return end - start == 11 or data[start + 11] == 58  # "MemoryError" or "MemoryError: ..."
 
 
 def _tmp_ok(path):
@@ -710,18 +795,21 @@ def main():
         if frame is None:
             return 0
         header = json.loads(frame.decode())
-        code = _read_frame(CTRL_IN)
-        data = _read_frame(CTRL_IN)
-        if code is None or data is None:
-            return 0
+        for buf in (CODE, STDIN):
+            head = _read_exact(CTRL_IN, 4)
+            if head is None or not buf.read_from(CTRL_IN, _LEN.unpack(head)[0]):
+                return 0
         try:
-            result, out, err = _run_job(header, code, data, status)
+            result = _run_job(header, status)
         except Exception as exc:  # infrastructure failure: report, and ask for a restart
             _kill_everything()
             result = {"error": "sandbox server: %s: %s" % (type(exc).__name__, exc)}
             result["healthy"] = False
-            out = err = b""
-        _send(json.dumps(result).encode(), out, err)
+            OUT.wipe()
+            ERR.wipe()
+        _send(json.dumps(result).encode(), OUT.view(), ERR.view())
+        for buf in (CODE, STDIN, OUT, ERR, SCRATCH):
+            buf.wipe()
 
 
 if __name__ == "__main__":

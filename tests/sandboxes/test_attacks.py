@@ -368,3 +368,62 @@ def test_host_keeps_working_after_memory_bomb(backend):
     assert r.error is None and not r.ok, r
     assert_no_strays(backend)
     assert backend.run("print('ok')").stdout == "ok\n"
+
+
+SCAN_MEMORY = r"""
+import sys
+pairs = [line.split() for line in sys.stdin.read().splitlines()]
+canary = pairs[0][0] + pairs[0][1]  # made here: the scan must find it (positive control)
+found = []
+with open("/proc/self/maps") as maps:
+    regions = [line.split() for line in maps]
+mem = open("/proc/self/mem", "rb", buffering=0)
+for fields in regions:
+    lo, hi = (int(x, 16) for x in fields[0].split("-"))
+    if "r" not in fields[1] or "w" not in fields[1]:
+        continue
+    pos = lo
+    while pos < hi:
+        size = min(hi - pos, 1 << 20)
+        try:
+            mem.seek(pos)
+            data = mem.read(size + 64)
+        except (OSError, OverflowError, ValueError):
+            break
+        for k, (first, second) in enumerate(pairs):
+            first_b, second_b = first.encode(), second.encode()
+            i = data.find(first_b)
+            while i != -1:
+                if data[i + len(first_b) : i + len(first_b) + len(second_b)] == second_b:
+                    found.append(k)
+                i = data.find(first_b, i + 1)
+        pos += size
+print(sorted(set(found)))
+"""
+
+
+@pytest.mark.parametrize("kind", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+def test_no_job_sees_an_earlier_jobs_data(kind):
+    """Code, stdin, stdout and stderr of a job never reach a later job's address space.
+
+    The later job (same worker) scans its own writable memory for each secret, which it only
+    ever holds in two halves; a canary it joins itself shows that the scan works.
+    """
+    from .conftest import _docker_or_skip
+
+    sb = sandboxes.LocalSandbox(workers=1) if kind == "local" else _docker_or_skip()
+    try:
+        secrets = [uuid.uuid4().hex for _ in range(5)]  # canary, code, stdin, stdout, stderr
+        out, err = secrets[3], secrets[4]
+        first = sb.run(
+            f"# {secrets[1]}\nimport sys\nsecret, a, b, c, d = sys.stdin.read().split()\n"
+            "print(a + b)\nprint(c + d, file=sys.stderr)\n",
+            stdin=" ".join([secrets[2], out[:16], out[16:], err[:16], err[16:]]),
+        )
+        assert first.stdout == out + "\n" and first.stderr == err + "\n", first
+        stdin = "\n".join(f"{s[:16]} {s[16:]}" for s in secrets)
+        scan = sb.run(SCAN_MEMORY, stdin=stdin, limits=sandboxes.Limits(wall_s=20))
+        assert scan.ok, scan
+        assert scan.stdout == "[0]\n", f"earlier jobs' data found in memory: {scan.stdout}"
+    finally:
+        sb.close()
