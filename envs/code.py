@@ -100,7 +100,7 @@ from envs.core.config import RewardConfig
 from envs.core.rewards import RewardParts
 from envs.data.records import CodeProblem
 from envs.data.splits import canonical_text
-from verifiers.code_tests import TestCase, TestReport, check_compiles, run_tests_many
+from verifiers.code_tests import TestCase, TestReport, check_compiles, quiet_parse, run_tests_many
 from verifiers.extract import clip_text, extract_code_block
 
 __all__ = [
@@ -216,7 +216,7 @@ def _prelude(p: CodeProblem) -> str:
     parts = [p.prelude.strip()] if p.prelude.strip() else []
     if p.style == "function" and p.starter_code and p.entry_point:
         try:
-            tree = ast.parse(p.starter_code)
+            tree = quiet_parse(p.starter_code)
         except (SyntaxError, ValueError):
             tree = None
         if tree is not None:
@@ -245,7 +245,7 @@ def _same_program(a: str | None, b: str | None) -> bool:
     if a is None or b is None:
         return False
     try:
-        return ast.dump(ast.parse(a)) == ast.dump(ast.parse(b))
+        return ast.dump(quiet_parse(a)) == ast.dump(quiet_parse(b))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return a.strip() == b.strip()
 
@@ -379,7 +379,7 @@ def parse_assert_tests(
             return [], "no python code block with assert statements found"
         code = "\n".join(lines)
     try:
-        tree = ast.parse(code)
+        tree = quiet_parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         return [], f"the test code does not parse: {type(exc).__name__}"
     setup: list[ast.stmt] = []
@@ -450,7 +450,7 @@ def _hidden_as_asserts(code: str, entry_point: str) -> str | None:
     with ``c`` renamed to the entry point, without the ``check(...)`` call; a JSON call test
     becomes one plain assert."""
     try:
-        tree = ast.parse(code)
+        tree = quiet_parse(code)
     except (SyntaxError, ValueError, RecursionError):
         return None
     call = _call_test_as_assert(tree)

@@ -71,7 +71,7 @@ import numpy as np
 
 from envs.core.splits import SPLITS, check_split, split_of, stable_hash
 from envs.data.splits import canonical_text
-from verifiers.code_tests import TestCase, check_compiles
+from verifiers.code_tests import TestCase, check_compiles, quiet_parse
 from verifiers.extract import extract_code_block
 
 __all__ = [
@@ -640,7 +640,7 @@ def _parse_assert_tests(text: str | None, max_tests: int) -> tuple[tuple[TestCas
     if not built.ok:
         return (), f"the tests do not compile: {built.reason}"
     try:
-        tree = ast.parse(code)
+        tree = quiet_parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return (), "the tests do not parse"
     asserts = [n for n in tree.body if isinstance(n, ast.Assert)]
@@ -666,7 +666,7 @@ def assert_block(tests: Sequence[TestCase]) -> str:
 def first_function(code: str) -> str | None:
     """The name of the first top-level function a program defines (its entry point)."""
     try:
-        tree = ast.parse(code)
+        tree = quiet_parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     for node in tree.body:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -168,6 +169,17 @@ class Check:
 # ---------------------------------------------------------------- static checks
 
 
+def quiet_parse(source: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse`` without letting model-written code's ``SyntaxWarning``s reach the logs.
+
+    >>> type(quiet_parse("x = 1")).__name__
+    'Module'
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return ast.parse(source, filename)
+
+
 def check_compiles(source: object, filename: str = "<solution>") -> Check:
     """Does ``source`` compile as Python? (``compile()`` only; nothing is executed.)
 
@@ -185,7 +197,9 @@ def check_compiles(source: object, filename: str = "<solution>") -> Check:
     if len(source) > MAX_SOURCE_CHARS:
         return Check(False, f"program longer than {MAX_SOURCE_CHARS} characters")
     try:
-        compile(source, filename, "exec", dont_inherit=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            compile(source, filename, "exec", dont_inherit=True)
     except SyntaxError as exc:
         line = (exc.text or "").strip()
         where = f" (line {exc.lineno})" if exc.lineno else ""
@@ -309,7 +323,7 @@ def split_check_function(test_code: str, entry_point: str) -> list[TestCase]:
     """
     whole = [TestCase.asserts(test_code.rstrip("\n") + f"\n\ncheck({entry_point})\n", "check")]
     try:
-        tree = ast.parse(test_code)
+        tree = quiet_parse(test_code)
     except (SyntaxError, ValueError, RecursionError):
         return whole
     check = next(

@@ -41,6 +41,7 @@ from verifiers.code_tests import (
     MAX_SOURCE_CHARS,
     TestCase,
     check_compiles,
+    quiet_parse,
     run_tests,
     run_tests_many,
 )
@@ -305,7 +306,7 @@ def make_mutants(source: str, seed: int = 0, max_mutants: int = 30) -> list[Muta
     if len(source) > MAX_SOURCE_CHARS:
         return []
     try:
-        tree = ast.parse(source)
+        tree = quiet_parse(source)
         original = ast.unparse(tree)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
@@ -318,7 +319,7 @@ def make_mutants(source: str, seed: int = 0, max_mutants: int = 30) -> list[Muta
     for k in order:
         if len(chosen) >= max_mutants:
             break
-        fresh = ast.parse(source)
+        fresh = quiet_parse(source)
         info = _apply(fresh, *cands[k])
         if info is None:
             continue
