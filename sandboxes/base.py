@@ -98,6 +98,7 @@ class ExecResult:
 
     ``exit_code`` is None when the program did not exit by itself (killed by a signal, by the
     wall-clock limit, or an infrastructure ``error``); ``signal`` then names the signal.
+    ``cpu_time_s`` and ``peak_memory_bytes`` (max RSS) are those of the main process.
     ``timed_out`` covers both the wall-clock and the CPU-time limit (``cpu_exceeded`` says
     which). ``error`` is set only for infrastructure failures (the sandbox worker died or
     stopped answering); the sandbox recovers by itself and stays usable.
@@ -113,6 +114,8 @@ class ExecResult:
     signal: int | None = None
     cpu_exceeded: bool = False
     error: str | None = None
+    cpu_time_s: float = 0.0
+    peak_memory_bytes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -474,6 +477,8 @@ class Worker:
             duration_s=float(head.get("duration_s", 0.0)),
             signal=head.get("signal"),
             cpu_exceeded=bool(head.get("cpu_exceeded")),
+            cpu_time_s=float(head.get("cpu_s", 0.0)),
+            peak_memory_bytes=int(head.get("maxrss_bytes", 0)),
         )
 
 

@@ -22,6 +22,11 @@ def test_stdin_and_sum(backend):
     assert 0 < r.duration_s < FAST.wall_s
 
 
+def test_resource_usage_is_reported(backend):
+    r = backend.run("x = bytearray(64 << 20)\nsum(range(3 * 10**6))")
+    assert r.ok and r.cpu_time_s > 0.01 and r.peak_memory_bytes >= 64 << 20, r
+
+
 def test_stdin_bytes_and_large(backend):
     data = "\n".join(str(i) for i in range(200_000))
     r = backend.run("import sys\nprint(sum(map(int, sys.stdin.read().split())))", stdin=data)
