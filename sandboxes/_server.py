@@ -810,6 +810,8 @@ def main():
         _send(json.dumps(result).encode(), OUT.view(), ERR.view())
         for buf in (CODE, STDIN, OUT, ERR, SCRATCH):
             buf.wipe()
+        if not result.get("healthy"):
+            return 0  # never run another job here: the host starts a fresh server
 
 
 if __name__ == "__main__":

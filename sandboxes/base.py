@@ -22,6 +22,7 @@ import socket
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -372,8 +373,9 @@ class Worker:
         """A counter of OOM kills of this worker's cgroup/container, when known."""
         return None
 
-    def _before_job(self, limits: Limits) -> None:
-        """Backend hook (e.g. set the cgroup memory limit)."""
+    def _before_job(self, limits: list[Limits]) -> None:
+        """Backend hook before a request is sent (e.g. set the cgroup limits): ``limits`` are
+        those of every job sent and not yet answered, the new one last."""
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -410,37 +412,105 @@ class Worker:
         else:
             finish()
 
-    # -- one job -------------------------------------------------------------------------------
+    # -- jobs ------------------------------------------------------------------------------------
     def execute(self, job: Job, limits: Limits) -> ExecResult:
-        code, data = _encode(job.code), _encode(job.stdin)
-        header = _request_header(limits)
-        for attempt in range(2):
-            if self.channel is not None and self.channel.looks_dead():
-                log.info("sandbox worker %d died while idle; restarting it", self.index)
-                self.stop(graceful=False)
-            if not self.alive:
-                try:
-                    self.start()
-                except SandboxError as exc:
-                    return _failure(str(exc))
-            assert self.channel is not None
-            oom_before = self._oom_events()
-            try:
-                self._before_job(limits)
-                self.channel.send(header, code, data)
-            except (ChannelClosed, OSError) as exc:
-                # the server was already gone before the job started: restart and retry once
-                self.stop(graceful=False)
-                if attempt == 0:
-                    continue
-                return _failure(f"sandbox worker unavailable: {exc}")
-            return self._receive(limits, oom_before)
-        return _failure("sandbox worker unavailable")  # pragma: no cover
+        """Run one job (starting or replacing the server as needed)."""
+        results: list[ExecResult | None] = [None]
+        todo = iter([0])
+        self.run_stream(
+            [Job(job.code, job.stdin, limits)], lambda: next(todo, None), results, limits
+        )
+        assert results[0] is not None
+        return results[0]
 
-    def _receive(self, limits: Limits, oom_before: int | None) -> ExecResult:
+    def run_stream(
+        self,
+        jobs: Sequence[Job],
+        take: Callable[[], int | None],
+        results: list[ExecResult | None],
+        default_limits: Limits,
+        depth: int = 1,
+    ) -> None:
+        """Run ``jobs[i]`` for every index ``take()`` hands out, into ``results[i]``.
+
+        With ``depth=2`` the next request is already queued in the server's input while the
+        current job runs, so the server never waits for the host between jobs (it still runs
+        one job at a time). A request that was queued behind a job whose server died or had
+        to be replaced never started; it is sent again, to the new server.
+        """
+        pending: deque[int] = deque()  # taken, to send (first) again
+        inflight: deque[tuple[int, Limits, float]] = deque()  # sent: (index, limits, sent at)
+        sends: dict[int, int] = {}
+        last_reply = time.monotonic()
+        oom_mark: int | None = None
+        exhausted = False
+        while True:
+            while len(inflight) < depth and not exhausted:
+                i = pending.popleft() if pending else take()
+                if i is None:
+                    exhausted = True
+                    break
+                job = jobs[i]
+                limits = job.limits or default_limits
+                if not inflight:
+                    if self.channel is not None and self.channel.looks_dead():
+                        log.info("sandbox worker %d died while idle; restarting it", self.index)
+                        self.stop(graceful=False)
+                    if not self.alive:
+                        try:
+                            self.start()
+                        except SandboxError as exc:
+                            results[i] = _failure(str(exc))
+                            continue
+                    oom_mark = self._oom_events()
+                    last_reply = time.monotonic()
+                assert self.channel is not None
+                try:
+                    self._before_job([lim for _, lim, _ in inflight] + [limits])
+                    self.channel.send(
+                        _request_header(limits), _encode(job.code), _encode(job.stdin)
+                    )
+                except (ChannelClosed, OSError) as exc:
+                    sends[i] = sends.get(i, 0) + 1
+                    if sends[i] >= 2:
+                        results[i] = _failure(f"sandbox worker unavailable: {exc}")
+                    else:
+                        pending.appendleft(i)  # never reached the server
+                    if not inflight:
+                        self.stop(graceful=False)
+                    break
+                sends[i] = sends.get(i, 0) + 1
+                inflight.append((i, limits, time.monotonic()))
+            if not inflight:
+                if exhausted and not pending:
+                    return
+                continue
+            i, limits, sent_at = inflight.popleft()
+            result, state = self._receive(limits, oom_mark, max(sent_at, last_reply))
+            results[i] = result
+            last_reply = time.monotonic()
+            if state == "ok":
+                oom_mark = self._oom_events() if oom_mark is not None else None
+                if inflight:
+                    self._before_job([lim for _, lim, _ in inflight])
+                continue
+            # The server is gone or retiring (it exits by itself after an unclean job):
+            # whatever was queued behind this job never started.
+            for j, _, _ in reversed(inflight):
+                pending.appendleft(j)
+            inflight.clear()
+            if state == "unhealthy":
+                log.info("sandbox worker %d left unclean by a job; replacing it", self.index)
+                self.stop(background=True)
+            else:
+                self.stop(graceful=False)
+
+    def _receive(
+        self, limits: Limits, oom_before: int | None, started: float
+    ) -> tuple[ExecResult, str]:
+        """Read one result; state is "ok", "unhealthy" (replace the server) or "dead"."""
         assert self.channel is not None
-        t0 = time.monotonic()
-        deadline = t0 + limits.wall_s + self.grace_s + 0.1 * limits.wall_s
+        deadline = started + limits.wall_s + self.grace_s + 0.1 * limits.wall_s
         cap = limits.max_output_bytes
         try:
             head = json.loads(self.channel.recv_frame(deadline, _MAX_HEADER))
@@ -449,25 +519,22 @@ class Worker:
         except (ChannelClosed, ChannelTimeout, ValueError) as exc:
             oom = self._oom_events()
             detail = self._describe_failure()
-            self.stop(graceful=False)
             timed_out = isinstance(exc, ChannelTimeout)
             what = "stopped answering" if timed_out else f"died ({exc})"
             res = _failure(
                 f"sandbox worker {what}; it was replaced" + (f": {detail}" if detail else ""),
                 timed_out=timed_out,
-                duration=time.monotonic() - t0,
+                duration=time.monotonic() - started,
             )
             res.memory_exceeded = oom is not None and oom_before is not None and oom > oom_before
-            return res
+            return res, "dead"
         self.jobs_done += 1
-        if not head.get("healthy", False):
-            log.info("sandbox worker %d left unclean by a job; replacing it", self.index)
-            self.stop(background=True)
+        state = "ok" if head.get("healthy", False) else "unhealthy"
         if "error" in head:
-            return _failure(str(head["error"]), duration=time.monotonic() - t0)
+            return _failure(str(head["error"]), duration=time.monotonic() - started), state
         oom_after = self._oom_events()
         oom = oom_after is not None and oom_before is not None and oom_after > oom_before
-        return ExecResult(
+        result = ExecResult(
             exit_code=head.get("exit_code"),
             stdout=out.decode("utf-8", "replace"),
             stderr=err.decode("utf-8", "replace"),
@@ -480,6 +547,7 @@ class Worker:
             cpu_time_s=float(head.get("cpu_s", 0.0)),
             peak_memory_bytes=int(head.get("maxrss_bytes", 0)),
         )
+        return result, state
 
 
 @dataclass
@@ -548,14 +616,38 @@ class PooledSandbox:
         return self._run_job(Job(code, stdin, limits))
 
     def run_many(self, jobs: Iterable[JobLike]) -> list[ExecResult]:
-        """Run a batch concurrently on all workers; results come back in input order."""
+        """Run a batch concurrently on all workers; results come back in input order.
+
+        Each worker keeps its next request queued while a job runs (see Worker.run_stream),
+        so the servers never wait for this process between jobs.
+        """
         batch = [as_job(j) for j in jobs]
         if not batch:
             return []
         if len(batch) == 1:
             return [self._run_job(batch[0])]
+        results: list[ExecResult | None] = [None] * len(batch)
+        order = iter(range(len(batch)))
+        lock = threading.Lock()
+
+        def take() -> int | None:
+            with lock:
+                return next(order, None)
+
+        def drive() -> None:
+            worker = self._state.idle.get()
+            try:
+                if self._state.closed:
+                    raise RuntimeError("this sandbox is closed")
+                worker.run_stream(batch, take, results, self.limits, depth=2)
+            finally:
+                self._state.idle.put(worker)
+
         executor = self._get_executor()
-        return list(executor.map(self._run_job, batch))
+        for f in [executor.submit(drive) for _ in range(min(self._n, len(batch)))]:
+            f.result()
+        assert all(r is not None for r in results)
+        return results  # type: ignore[return-value]
 
     def close(self) -> None:
         """Stop every worker (idempotent). Jobs running in other threads finish first."""

@@ -299,9 +299,10 @@ class _LocalWorker(Worker):
         assert self.proc.stdin is not None and self.proc.stdout is not None
         return PipeChannel(self.proc.stdin.fileno(), self.proc.stdout.fileno())
 
-    def _before_job(self, limits: Limits) -> None:
+    def _before_job(self, limits: list[Limits]) -> None:
         if self.cgroup is not None:
-            self.cgroup.set_limits(self.sb.cgroup_memory(limits), limits.max_procs + 4)
+            memory = max(self.sb.cgroup_memory(lim) for lim in limits)
+            self.cgroup.set_limits(memory, max(lim.max_procs for lim in limits) + 4)
 
     def _oom_events(self) -> int | None:
         return self.cgroup.oom_kills() if self.cgroup is not None else None

@@ -196,6 +196,39 @@ def test_worker_killed_from_outside_is_replaced(backend):
     assert_no_strays(backend)
 
 
+def test_run_many_recovers_from_an_unclean_job(backend):
+    """A job that leaves too many files gets its worker replaced; the jobs queued behind it
+    run on a fresh worker and see none of its files."""
+    flood = "import os\nfor i in range(6000):\n    open(f'f{i}', 'w').close()\nprint('flooded')"
+    look = "import os\nprint(sorted(os.listdir('.')))"
+    jobs = [flood, look, look, flood, look, look, look, look]
+    results = backend.run_many(jobs)
+    for job, r in zip(jobs, results, strict=True):
+        assert r.error is None, r
+        assert r.stdout == ("flooded\n" if job == flood else "['main.py']\n"), r
+    assert_no_strays(backend)
+
+
+def test_run_many_survives_workers_killed_mid_batch(backend):
+    """Jobs running when their server is killed report an error; the others all complete."""
+    jobs = ["import time\ntime.sleep(0.3)\nprint('done')"] * 8
+
+    def killer():
+        time.sleep(0.45)
+        for pid in sandbox_processes(backend)[0]:
+            os.kill(pid, signal.SIGKILL)
+
+    t = threading.Thread(target=killer)
+    t.start()
+    results = backend.run_many(jobs)
+    t.join()
+    failed = [r for r in results if r.error is not None]
+    assert all(r.stdout == "done\n" and r.ok for r in results if r.error is None), results
+    assert len(failed) <= 2 and len(results) - len(failed) >= 6, results
+    assert all(r.exit_code is None and not r.ok for r in failed)
+    assert all(r.stdout == "done\n" for r in backend.run_many(["print('done')"] * 4))
+
+
 def test_bad_arguments_raise_clear_errors(backend):
     with pytest.raises(TypeError, match="code must be a str"):
         backend.run(b"print(1)")
