@@ -293,6 +293,25 @@ def _is_zombie_of_other(pid):
         return True
 
 
+@pytest.mark.parametrize("kind", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+def test_caller_environment_never_reaches_jobs(kind, monkeypatch):
+    """Even a sandbox created while a secret sits in os.environ gives jobs a clean env."""
+    from .conftest import _docker_or_skip
+
+    secret = "mas-env-secret-3f9c1e"
+    monkeypatch.setenv("MAS_SANDBOX_ENV_SECRET", secret)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    sb = sandboxes.LocalSandbox(workers=1) if kind == "local" else _docker_or_skip()
+    try:
+        r = sb.run("import os\nprint(sorted(os.environ))\nprint(repr(dict(os.environ)))")
+        assert r.ok and secret not in r.stdout, r
+        names = eval(r.stdout.splitlines()[0])
+        assert "MAS_SANDBOX_ENV_SECRET" not in names and "AWS_SECRET_ACCESS_KEY" not in names
+        assert {"PATH", "HOME", "LANG"} <= set(names)
+    finally:
+        sb.close()
+
+
 def test_default_is_shared_and_works():
     a, b = sandboxes.default(), sandboxes.default()
     assert a is b and isinstance(a, sandboxes.LocalSandbox)
