@@ -52,7 +52,7 @@ _MAX_REQUEST = 1 << 30
 # ``random`` (reseeds after every fork); a job that imports them pays their import instead.
 _PRELOAD = (
     "array bisect collections copy functools heapq io itertools json math mmap operator "
-    "fcntl re resource site string typing"
+    "atexit fcntl re resource site string typing"
 ).split()
 _MEM_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGKILL}
 
