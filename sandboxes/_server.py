@@ -599,7 +599,9 @@ def _run_job(header, status):
 
     if not exited:
         try:
-            os.kill(pid, signal.SIGKILL)
+            # As PID 1 kill the whole namespace at once: the main process and all it started
+            # die together instead of one after the other.
+            os.kill(-1 if CONFIG.get("kill_mode", "pidns") == "pidns" else pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     if wait_status is None:
