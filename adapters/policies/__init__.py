@@ -29,6 +29,7 @@ from adapters.policies.scripted import ScriptedPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
     from adapters.policies.transformers_policy import TransformersPolicy
+    from adapters.policies.vllm_policy import VLLMPolicy
 
 __all__ = [
     "ChatPrompt",
@@ -40,6 +41,7 @@ __all__ = [
     "SamplingParams",
     "ScriptedPolicy",
     "TransformersPolicy",
+    "VLLMPolicy",
     "check_prompts",
     "to_messages",
     "truncate_stop",
@@ -51,4 +53,8 @@ def __getattr__(name: str) -> Any:
         from adapters.policies.transformers_policy import TransformersPolicy
 
         return TransformersPolicy
+    if name == "VLLMPolicy":  # needs the vllm package (scripts/setup_vllm.sh)
+        from adapters.policies.vllm_policy import VLLMPolicy
+
+        return VLLMPolicy
     raise AttributeError(f"module 'adapters.policies' has no attribute {name!r}")

@@ -1,0 +1,101 @@
+"""The trainer's ``vllm`` rollout backend (VLLMBackend) on the shared engine: lazy first sync,
+per-role LoRA adapters re-saved and reloaded after an update, full-weight sync."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapters.policies.base import SamplingParams
+
+from .test_logprobs import TOL, hf_logprobs
+
+QUESTION = "What is the capital of France? Answer in one sentence."
+GREEDY = SamplingParams(temperature=0, max_new_tokens=16)
+
+
+def _models(cfg, roles):
+    import torch
+
+    from adapters.models import load_policy_model
+    from adapters.trainer_models import build_policy_models
+
+    base = load_policy_model(None, device="cpu", dtype=torch.float32)
+    return build_policy_models(cfg, roles, torch.device("cpu"), models=base)
+
+
+def _step(params, seed, scale=0.05):
+    """Stand-in for an optimizer step: add seeded noise to the given parameters."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in params:
+            p.add_(torch.randn(p.shape, generator=gen) * scale)
+
+
+def test_per_role_lora_backend(engine):
+    from adapters.config import TrainConfig
+    from adapters.policies.vllm_policy import VLLMBackend
+
+    cfg = TrainConfig(model="smollm2", dtype="float32", lora_rank=8, per_role=True).resolved(
+        cuda=False
+    )
+    models, tok = _models(cfg, ["alpha", "beta"])
+    backend = VLLMBackend(cfg, models, tok, "cpu", engine=engine)
+    try:
+        pols = backend.policies()
+        base = engine.generate([QUESTION], GREEDY)[0][0]
+        # first use pushes each adapter; peft starts LoRA at zero, so both equal the base
+        for pid in ("alpha", "beta"):
+            c = pols[pid].generate([QUESTION], GREEDY)[0][0]
+            assert c.token_ids == base.token_ids and _shift(c, base) < TOL
+        _step([p for p in models["alpha"].params if "lora_B" in _name(models["alpha"], p)], 0)
+        backend.sync(["alpha"])
+        a = pols["alpha"].generate([QUESTION], GREEDY)[0][0]
+        assert a.token_ids != base.token_ids or _shift(a, base) > 0.05
+        models["alpha"].activate()
+        ref = hf_logprobs(models["alpha"].model, a.prompt_ids, a.token_ids, 1.0)
+        assert max(abs(x - y) for x, y in zip(ref, a.logprobs)) < TOL
+        b = pols["beta"].generate([QUESTION], GREEDY)[0][0]
+        assert b.token_ids == base.token_ids and _shift(b, base) < TOL
+    finally:
+        backend.close()
+    assert "alpha" not in engine.adapters and "beta" not in engine.adapters
+
+
+def test_full_finetuning_backend(engine):
+    from adapters.config import TrainConfig
+    from adapters.policies.vllm_policy import VLLMBackend
+
+    cfg = TrainConfig(model="smollm2", dtype="float32", lora_rank=0).resolved(cuda=False)
+    models, tok = _models(cfg, ["alpha"])
+    (pm,) = models.values()
+    original = {n: t.detach().clone() for n, t in pm.model.state_dict().items()}
+    backend = VLLMBackend(cfg, models, tok, "cpu", engine=engine)
+    (pol,) = backend.policies().values()
+    try:
+        base = pol.generate([QUESTION], GREEDY)[0][0]  # lazy sync of the full weights
+        _step([p for n, p in pm.model.named_parameters() if ".mlp." in n], 1, scale=0.02)
+        backend.sync([pm.pid])
+        changed = pol.generate([QUESTION], GREEDY)[0][0]
+        assert changed.token_ids != base.token_ids or _shift(changed, base) > 0.05
+        ref = hf_logprobs(pm.model, changed.prompt_ids, changed.token_ids, 1.0)
+        assert max(abs(x - y) for x, y in zip(ref, changed.logprobs)) < TOL
+    finally:
+        engine.update_weights(original)
+        backend.close()
+    restored = engine.generate([QUESTION], GREEDY)[0][0]
+    assert restored.token_ids == base.token_ids and _shift(restored, base) < 1e-6
+
+
+def _shift(c, base):
+    """Largest log-prob difference on the tokens both completions share."""
+    n = min(len(c.token_ids), len(base.token_ids))
+    return max(abs(x - y) for x, y in zip(c.logprobs[:n], base.logprobs[:n]))
+
+
+def _name(pm, param):
+    for n, p in pm.peft.named_parameters():
+        if p is param:
+            return n
+    pytest.fail("parameter not found in the peft model")
