@@ -52,7 +52,7 @@ __all__ = [
 
 ALGORITHMS = ("at-grpo", "grpo", "reinforce++", "tr-reinforce++")
 KEEP_RULES = ("best", "random", "balanced", "adaptive")
-BACKENDS = ("transformers",)
+BACKENDS = ("transformers", "vllm")
 
 
 class ConfigError(ValueError):
@@ -416,7 +416,7 @@ _HELP = {
     "kl_reward_coef": "REINFORCE++ token-level KL penalty in the reward (beta)",
     "output_dir": "run directory (checkpoints, logs, plots); default runs/<env>-<algo>-<time>",
     "device": "auto | cpu | cuda | cuda:N",
-    "backend": "rollout backend (transformers)",
+    "backend": "rollout backend: transformers | vllm (needs vllm: scripts/setup_vllm.sh)",
 }
 
 _SHORTCUTS = {"mode": "env_config.mode", "max_turns": "env_config.max_turns"}

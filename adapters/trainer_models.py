@@ -331,4 +331,8 @@ def make_backend(
     """The rollout backend named by ``cfg.backend`` (extension point for other backends)."""
     if cfg.backend == "transformers":
         return TransformersBackend(cfg, models, tokenizer, device)
-    raise ValueError(f"unknown rollout backend {cfg.backend!r}; available: transformers")
+    if cfg.backend == "vllm":  # generation in vLLM, weights synced after every update
+        from adapters.policies.vllm_policy import VLLMBackend
+
+        return VLLMBackend(cfg, models, tokenizer, device)  # type: ignore[return-value]
+    raise ValueError(f"unknown rollout backend {cfg.backend!r}; available: transformers, vllm")
