@@ -405,6 +405,11 @@ def _child(job_dir, limits, fds, status):
                 # cannot raise a hard limit that is already lower: lower the soft one only
                 cur = resource.getrlimit(what)[1]
                 resource.setrlimit(what, (min(soft, cur), cur))
+        if CONFIG.get("job_nice"):
+            try:
+                os.nice(int(CONFIG["job_nice"]))
+            except OSError:
+                pass
         os.chdir(job_dir)
         os.umask(0o022)
     except BaseException:

@@ -104,6 +104,7 @@ class _DockerWorker(Worker):
             "work_root": "/tmp",
             "wipe": ["/tmp", "/dev/shm"],
             "kill_mode": "pidns",
+            "job_nice": 10,  # below the server, within the container's own cpu group
         }
         cmd = server_command(sb.python, config, sb.site_packages)
         host_config = api.create_host_config(

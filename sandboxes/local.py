@@ -102,7 +102,10 @@ class BubblewrapNotFound(SandboxError):
 
 
 class _CgroupV1:
-    """A memory + pids cgroup (v1) for one worker, below this process's own cgroups."""
+    """Memory + pids (+ cpu, where writable) cgroups (v1) for one worker, below this process's
+    own cgroups. The cpu group makes a worker one scheduling entity: however many processes a
+    job starts, together they get one task's share of the host's CPU, and inside it the
+    server outranks its (niced) jobs, so it acts on time even against a fork bomb."""
 
     ROOT = Path("/sys/fs/cgroup")
 
@@ -124,7 +127,11 @@ class _CgroupV1:
             _, ctrls, path = line.split(":", 2)
             for c in ctrls.split(","):
                 own[c] = path
-        return {c: cls.ROOT / c / own.get(c, "/").lstrip("/") for c in ("memory", "pids")}
+        out = {c: cls.ROOT / c / own.get(c, "/").lstrip("/") for c in ("memory", "pids")}
+        cpu = cls.ROOT / "cpu" / own.get("cpu", "/").lstrip("/")
+        if (cpu / "cpu.shares").exists() and os.access(cpu, os.W_OK):
+            out["cpu"] = cpu
+        return out
 
     @classmethod
     def remove_stale(cls) -> None:
@@ -153,7 +160,8 @@ class _CgroupV1:
         except (OSError, ValueError):
             return False
         return all(
-            (d / "cgroup.procs").exists() and os.access(d, os.W_OK) for d in parents.values()
+            (parents[c] / "cgroup.procs").exists() and os.access(parents[c], os.W_OK)
+            for c in ("memory", "pids")
         )
 
     def procs_files(self) -> list[str]:
@@ -251,7 +259,18 @@ class _LocalWorker(Worker):
         sb = self.sb
         seccomp_fd = None
         self.stderr_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _stop)
+        self.cgroup = None
+        if sb.use_cgroups:
+            try:
+                name = f"{_CgroupV1.PREFIX}{os.getpid()}-{self.index}-{next(_uid_counter)}"
+                self.cgroup = _CgroupV1(name)
+                self.cgroup.set_limits(sb.cgroup_memory(sb.limits), sb.limits.max_procs + 4)
+            except OSError as exc:
+                log.warning("sandbox: cgroup setup failed (%s); continuing with rlimits only", exc)
+                self.cgroup = None
         config: dict = {"preload": list(sb.preload), "nproc": True}
+        if self.cgroup is not None and "cpu" in self.cgroup.dirs:
+            config["job_nice"] = 10  # below the server, within the worker's own cpu group
         if sb.isolated:
             if self.uid is not None:
                 config.update(drop_uid=self.uid, drop_gid=self.uid)
@@ -271,16 +290,9 @@ class _LocalWorker(Worker):
             config["nproc"] = False
             args = []
         args += server_command(sb.python, config, sb.site_packages)
-        if sb.use_cgroups:
-            try:
-                name = f"{_CgroupV1.PREFIX}{os.getpid()}-{self.index}-{next(_uid_counter)}"
-                self.cgroup = _CgroupV1(name)
-                self.cgroup.set_limits(sb.cgroup_memory(sb.limits), sb.limits.max_procs + 4)
-                redirect = " && ".join(f'echo $$ > "{f}"' for f in self.cgroup.procs_files())
-                args = ["/bin/sh", "-c", redirect + ' && exec "$@"', "sh", *args]
-            except OSError as exc:
-                log.warning("sandbox: cgroup setup failed (%s); continuing with rlimits only", exc)
-                self.cgroup = None
+        if self.cgroup is not None:
+            redirect = " && ".join(f'echo $$ > "{f}"' for f in self.cgroup.procs_files())
+            args = ["/bin/sh", "-c", redirect + ' && exec "$@"', "sh", *args]
         try:
             self.proc = _popen(
                 args,

@@ -81,7 +81,10 @@ def _both(*checks):
 
 
 def _cpu_limit(r):
-    assert r.cpu_exceeded and r.timed_out and r.signal is not None, r
+    """Killed once its CPU time ran out (1 s); only a starved job (a loaded host) may reach
+    the wall limit first, and never with more CPU time than allowed."""
+    assert r.timed_out and r.signal is not None and r.cpu_time_s <= 2.2, r
+    assert r.cpu_exceeded or r.cpu_time_s < 1.0, r
 
 
 def _crashed(r):
