@@ -26,7 +26,10 @@ Lifecycle
    Without a PID namespace (explicitly unisolated mode) it is a child subreaper and kills the
    descendant tree found in /proc instead.
 5. It reaps everything, wipes the writable directories and answers with a JSON header followed
-   by the captured stdout and stderr.
+   by the captured stdout and stderr. A job's bytes (code, stdin, output) only ever live in the
+   server's reusable buffers (``_Buf``), which are zeroed after each job: a later job, forked
+   from the server, cannot find an earlier job's data in its own memory. If cleaning up failed
+   (or would take too long), the server exits after answering; the host starts a fresh one.
 
 Wire format (both directions): 4-byte big-endian length, then that many bytes.
 Request:  header JSON {"limits": {...}}, then the code, then stdin (three frames).

@@ -14,7 +14,8 @@ Instead of paying a ``docker exec`` per job (tens of milliseconds and several AP
 the container's main process is the same fork server as the local backend
 (``sandboxes/_server.py``), talking over the container's attached stdin/stdout. It is PID 1 of
 the container, so it cannot be signalled by jobs and ``kill(-1)`` removes every process a job
-left; the work directory is wiped after each job. A job that breaks its container (kills or
+left; the work directory is wiped after each job, and jobs run niced so that inside the
+container's CPU share the server always outranks them. A job that breaks its container (kills or
 wedges the server, exhausts the container's memory, leaves the tmpfs unclean) gets the container
 replaced. Containers are started with ``auto_remove`` and ``StdinOnce``: if this process dies,
 their stdin closes, the server exits and Docker removes them.

@@ -13,9 +13,12 @@ Each worker slot is one ``bwrap`` process whose sandboxed child is the fork serv
 * a clean environment (``PATH``, ``HOME``, ``LANG`` and little else);
 * when the host runs as root: no capabilities and a uid of its own per worker (so RLIMIT_NPROC
   counts only that worker's processes and root-owned files stay unreadable), plus, where the
-  cgroup v1 memory/pids controllers are writable, a cgroup per worker whose limits follow the
-  job's (a backstop against many processes each using their full address-space limit; OOM
-  kills are reported as ``memory_exceeded``).
+  cgroup v1 controllers are writable, cgroups per worker: memory and pids limits that follow
+  the job's (a backstop against many processes each using their full address-space limit;
+  OOM kills are reported as ``memory_exceeded``) and a cpu group (all processes of a job share
+  one task's CPU weight; jobs run niced inside it, so the server acts on time);
+* a seccomp filter (``sandboxes/_seccomp.py``): no new namespaces, mounts, ptrace, bpf,
+  io_uring, keyrings, kernel modules, or foreign-ABI syscalls.
 
 Per job the server forks a child that applies the rlimits (CPU, address space, processes, file
 size, open files, no core), and everything the job started is killed when its main process
