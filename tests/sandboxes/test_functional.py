@@ -383,3 +383,13 @@ def test_docker_container_replaced_after_server_dies(docker_sandbox):
     results = docker_sandbox.run_many(["print('again')"] * 4)
     assert all(r.stdout == "again\n" for r in results), results
     assert set(docker_sandbox.containers()) != before
+
+
+def test_module_doctests():
+    import doctest
+
+    from sandboxes import _seccomp, base
+
+    for module in (base, _seccomp):
+        failed, attempted = doctest.testmod(module)
+        assert attempted > 0 and failed == 0, module.__name__
