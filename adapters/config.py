@@ -11,13 +11,15 @@ Fields left at ``None`` mean *auto* and are filled by :meth:`TrainConfig.resolve
 field               CPU (no CUDA)                CUDA
 ==================  ===========================  ==========================================
 steps               6                            150 (paper A.2.1)
-instances_per_step  2                            32
-candidates (K)      2                            4 (paper)
+instances_per_step  1                            32
+candidates (K)      4                            4 (paper)
 max_new_tokens      48                           1024
-eval_episodes       4                            64
+temperature         0.7                          1.0 (paper)
+demos               1                            0
+eval_episodes       2                            64
 gen_batch_size      16                           128
 micro_batch_size    8                            16
-env max_turns       2 (unless env_config sets)   the setting's default (paper T = 4)
+env max_turns       1 (unless env_config sets)   the setting's default (paper T = 4)
 lr                  1e-4 with LoRA, 1e-6 full fine-tuning (paper A.2.1)
 dtype               float32                      bfloat16 with LoRA, float32 for full FT
 ==================  ===========================  ==========================================
@@ -69,6 +71,7 @@ class TrainConfig:
     instance: dict[str, Any] | None = None  # explicit instance for every train and eval episode
     system_prompt: str | None = None  # a system message prepended to every prompt
     prompt_prefix: list[dict[str, str]] = field(default_factory=list)  # few-shot messages
+    demos: int | None = None  # oracle demonstrations per role (in-context examples)
     # ---- the model
     model: str = "smollm2"  # smollm2 | tiny | local path | hub name | config:PATH (random init)
     dtype: str = "auto"
@@ -105,7 +108,7 @@ class TrainConfig:
     share_prompt_forward: bool = True
     old_logprobs: Literal["auto", "rollout", "recompute"] = "auto"
     # ---- sampling
-    temperature: float = 1.0
+    temperature: float | None = None
     top_p: float = 1.0
     top_k: int = -1
     max_new_tokens: int | None = None
@@ -169,7 +172,14 @@ class TrainConfig:
         for name, value in positive.items():
             if value is not None and value < 1:
                 raise ConfigError(f"{name} must be >= 1, got {value}")
-        for name in ("steps", "eval_episodes", "minibatch_size", "lora_rank", "eval_every"):
+        for name in (
+            "steps",
+            "eval_episodes",
+            "minibatch_size",
+            "lora_rank",
+            "eval_every",
+            "demos",
+        ):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"{name} must be >= 0, got {value}")
@@ -178,7 +188,7 @@ class TrainConfig:
                 f"keep_n ({self.keep_n}) cannot exceed candidates ({self.candidates})"
             )
         for name in ("temperature", "eval_temperature", "kl_loss_coef", "kl_reward_coef"):
-            if getattr(self, name) < 0:
+            if (getattr(self, name) or 0.0) < 0:
                 raise ConfigError(f"{name} must be >= 0")
         if not 0 < self.top_p <= 1:
             raise ConfigError("top_p must lie in (0, 1]")
@@ -206,12 +216,14 @@ class TrainConfig:
         if c.sampling is None:
             c.sampling = "tree" if c.algorithm == "at-grpo" else "parallel"
         c.steps = pick(6, 150) if c.steps is None else c.steps
-        c.instances_per_step = pick(2, 32) if c.instances_per_step is None else c.instances_per_step
-        c.candidates = pick(2, 4) if c.candidates is None else c.candidates
+        c.instances_per_step = pick(1, 32) if c.instances_per_step is None else c.instances_per_step
+        c.candidates = pick(4, 4) if c.candidates is None else c.candidates
         c.max_new_tokens = pick(48, 1024) if c.max_new_tokens is None else c.max_new_tokens
-        c.eval_episodes = pick(4, 64) if c.eval_episodes is None else c.eval_episodes
+        c.eval_episodes = pick(2, 64) if c.eval_episodes is None else c.eval_episodes
         c.gen_batch_size = pick(16, 128) if c.gen_batch_size is None else c.gen_batch_size
         c.micro_batch_size = pick(8, 16) if c.micro_batch_size is None else c.micro_batch_size
+        c.demos = pick(1, 0) if c.demos is None else c.demos
+        c.temperature = pick(0.7, 1.0) if c.temperature is None else c.temperature
         if c.lr is None:
             c.lr = 1e-4 if lora else 1e-6
         if c.lora_alpha is None and lora:
@@ -221,7 +233,7 @@ class TrainConfig:
         if c.old_logprobs == "auto":
             c.old_logprobs = "rollout" if c.dtype == "float32" else "recompute"
         if not cuda and "max_turns" not in c.env_config:
-            c.env_config["max_turns"] = 2
+            c.env_config["max_turns"] = 1
         if c.keep_n > c.candidates:
             raise ConfigError(f"keep_n ({c.keep_n}) cannot exceed candidates ({c.candidates})")
         c.check()
@@ -403,6 +415,7 @@ _HELP = {
     "instance": "explicit instance as JSON for every train/eval episode",
     "system_prompt": "system message prepended to every prompt",
     "prompt_prefix": "few-shot messages as JSON: [{role, content}, ...]",
+    "demos": "worked examples per role from the setting's oracle, shown before each prompt",
     "model": "smollm2 (embedded), tiny, a local checkpoint, a hub name, or config:PATH",
     "lora_rank": "LoRA rank; 0 = full fine-tuning",
     "per_role": "one policy per role (default: one shared policy)",

@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m adapters.train",
         description="RL training (AT-GRPO, GRPO, REINFORCE++, Task-Relative REINFORCE++) of LLM "
         "policies on a multi-agent setting.",
+        allow_abbrev=False,
     )
     p.add_argument("--config", default=None, help="YAML file with TrainConfig fields")
     p.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR")

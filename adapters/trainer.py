@@ -104,10 +104,10 @@ class Trainer:
         import torch
 
         from adapters.trainer_models import (
+            build_demos,
             build_policy_models,
             make_backend,
             resolve_torch_device,
-            role_policy_map,
         )
 
         cfg = config.resolved()
@@ -128,9 +128,20 @@ class Trainer:
         self.shared = create_shared_objects(cfg.env, self.env_config)
         self.models, self.tokenizer = build_policy_models(cfg, self.roles, self.device, models)
         self.pad_id = int(self.tokenizer.pad_token_id)
-        self.backend = make_backend(cfg, self.models, self.tokenizer, self.device)
+        max_new = cfg.max_new_tokens or 256
+        self.demos = build_demos(
+            cfg.env,
+            {**self.env_config, **self.shared},
+            self.roles,
+            cfg.demos or 0,
+            cfg.seed,
+            fits=lambda text: len(self.tokenizer(text)["input_ids"]) < max_new,
+        )
+        self.backend = make_backend(
+            cfg, self.models, self.tokenizer, self.device, self.roles, self.demos
+        )
         self.policies = self.backend.policies()
-        self.role_policy = role_policy_map(cfg, self.roles)
+        self.role_policy = dict(self.backend.role_policy)
         self.pool = LocalEnvPool(workers=cfg.env_workers)
         self.engine = RolloutEngine(
             cfg.env,
@@ -141,7 +152,7 @@ class Trainer:
                 keep=cfg.keep,
                 keep_n=cfg.keep_n,
                 max_branches=cfg.max_branches,
-                temperature=cfg.temperature,
+                temperature=1.0 if cfg.temperature is None else cfg.temperature,
                 top_p=cfg.top_p,
                 top_k=cfg.top_k,
                 max_new_tokens=cfg.max_new_tokens or 256,
@@ -215,7 +226,10 @@ class Trainer:
             split="train",
             instance=cfg.instance,
         )
-        return self.engine.run(specs, seed=derive_seed(cfg.seed, "rollout", step))
+        result = self.engine.run(specs, seed=derive_seed(cfg.seed, "rollout", step))
+        for s in result.samples:  # rollout ids ("shared/tool") -> the trained policy
+            s.policy_id = self.backend.train_pid.get(s.policy_id, s.policy_id)
+        return result
 
     def update(self, samples: Sequence[Sample], step: int) -> dict[str, float]:
         """Advantages for ``samples`` and one PPO update per policy; returns statistics."""
@@ -232,7 +246,7 @@ class Trainer:
         by_pid: dict[str, list[Any]] = defaultdict(list)
         for it in items:
             by_pid[it.sample.policy_id].append(it)
-        temperature = cfg.temperature if cfg.temperature > 0 else 1.0
+        temperature = cfg.temperature if cfg.temperature else 1.0
         need_ref = cfg.kl_loss_coef > 0 or (
             cfg.kl_reward_coef > 0 and cfg.algorithm in ("reinforce++", "tr-reinforce++")
         )

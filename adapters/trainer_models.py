@@ -42,6 +42,7 @@ __all__ = [
     "build_policy_models",
     "make_backend",
     "role_policy_map",
+    "build_demos",
 ]
 
 SHARED = "shared"
@@ -291,28 +292,53 @@ def build_policy_models(
 
 
 class TransformersBackend:
-    """Generation with :class:`~adapters.policies.TransformersPolicy` on the training modules."""
+    """Generation with :class:`~adapters.policies.TransformersPolicy` on the training modules.
+
+    Rollout policies are keyed by *rollout ids*: the trainable policy id, or ``"<pid>/<role>"``
+    when roles sharing one trainable policy get different prompt prefixes (demonstrations).
+    ``role_policy`` maps roles to rollout ids and ``train_pid`` maps rollout ids back to the
+    trainable policy (the trainer routes samples with it).
+    """
 
     name = "transformers"
 
     def __init__(
-        self, cfg: TrainConfig, models: dict[str, PolicyModel], tokenizer: Any, device: Any
+        self,
+        cfg: TrainConfig,
+        models: dict[str, PolicyModel],
+        tokenizer: Any,
+        device: Any,
+        roles: Sequence[str],
+        role_prefix: dict[str, list[dict[str, str]]] | None = None,
     ) -> None:
         from adapters.policies.transformers_policy import TransformersPolicy
 
         self.timer = GenerationTimer()
-        prefix = prompt_prefix(cfg)
+        base_prefix = prompt_prefix(cfg)
+        role_prefix = role_prefix or {}
         self._policies: dict[str, Policy] = {}
+        self.role_policy: dict[str, str] = {}
+        self.train_pid: dict[str, str] = {}
         inner_by_module: dict[int, Any] = {}
-        for pid, pm in models.items():
+        for role, pid in role_policy_map(cfg, roles).items():
+            pm = models[pid]
+            rid = f"{pid}/{role}" if role_prefix and pid != role else pid
+            self.role_policy[role] = rid
+            self.train_pid[rid] = pid
+            if rid in self._policies:
+                continue
             inner = inner_by_module.get(id(pm.model))
             if inner is None:
                 inner = TransformersPolicy(
                     pm.model, tokenizer, device=device, batch_size=cfg.gen_batch_size, name=pid
                 )
                 inner_by_module[id(pm.model)] = inner
-            self._policies[pid] = ManagedPolicy(
-                inner, activate=pm.activate, prefix=prefix, timer=self.timer, name=pid
+            self._policies[rid] = ManagedPolicy(
+                inner,
+                activate=pm.activate,
+                prefix=base_prefix + role_prefix.get(role, []),
+                timer=self.timer,
+                name=pid,
             )
 
     def policies(self) -> dict[str, Policy]:
@@ -326,13 +352,83 @@ class TransformersBackend:
 
 
 def make_backend(
-    cfg: TrainConfig, models: dict[str, PolicyModel], tokenizer: Any, device: Any
+    cfg: TrainConfig,
+    models: dict[str, PolicyModel],
+    tokenizer: Any,
+    device: Any,
+    roles: Sequence[str],
+    role_prefix: dict[str, list[dict[str, str]]] | None = None,
 ) -> TransformersBackend:
-    """The rollout backend named by ``cfg.backend`` (extension point for other backends)."""
+    """The rollout backend named by ``cfg.backend`` (extension point for other backends).
+
+    A backend provides ``policies()`` (rollout id -> Policy), ``role_policy`` (role -> rollout
+    id), ``train_pid`` (rollout id -> trainable policy id), ``timer`` (a
+    :class:`GenerationTimer`), ``sync(pids)`` after each update, and ``close()``.
+    """
     if cfg.backend == "transformers":
-        return TransformersBackend(cfg, models, tokenizer, device)
+        return TransformersBackend(cfg, models, tokenizer, device, roles, role_prefix)
     if cfg.backend == "vllm":  # generation in vLLM, weights synced after every update
         from adapters.policies.vllm_policy import VLLMBackend
 
-        return VLLMBackend(cfg, models, tokenizer, device)  # type: ignore[return-value]
+        return VLLMBackend(cfg, models, tokenizer, device, roles, role_prefix)  # type: ignore[return-value]
     raise ValueError(f"unknown rollout backend {cfg.backend!r}; available: transformers, vllm")
+
+
+# ---------------------------------------------------------------------------------------------
+# demonstrations
+
+
+def build_demos(
+    env_id: str,
+    env_config: dict[str, Any],
+    roles: Sequence[str],
+    n: int,
+    seed: int,
+    fits: Callable[[str], bool] | None = None,
+) -> dict[str, list[dict[str, str]]]:
+    """In-context demonstrations from the setting's oracle: per role, ``n`` pairs of messages
+    (the role's first prompt in a train-split episode, the oracle's answer to it).
+
+    Earlier agents in each demo episode act with the oracle too. A role whose oracle answer does
+    not pass ``fits`` (e.g. longer than ``max_new_tokens``: the policy could never write it)
+    gets no demonstration. Settings without an oracle give none (a warning is logged).
+    """
+    import logging
+
+    import envs
+    from adapters.config import derive_seed
+    from adapters.envpool import flush_dead_steps
+
+    out: dict[str, list[dict[str, str]]] = {r: [] for r in roles}
+    if n <= 0:
+        return {}
+    for j in range(n):
+        raw = envs.make(env_id, **env_config).unwrapped
+        raw.reset(seed=derive_seed(seed, "demo", j), options={"split": "train"})
+        flush_dead_steps(raw)
+        seen: set[str] = set()
+        try:
+            while raw.agents and len(seen) < len(roles):
+                agent = raw.agent_selection
+                answer = raw.oracle(agent)
+                if agent not in seen:
+                    seen.add(agent)
+                    prompt = raw.observe(agent)["prompt"]
+                    out.setdefault(agent, []).extend(
+                        [
+                            {"role": "user", "content": prompt},
+                            {"role": "assistant", "content": answer},
+                        ]
+                    )
+                raw.step(answer)
+                flush_dead_steps(raw)
+        except NotImplementedError:
+            logging.getLogger(__name__).warning(
+                "%s has no oracle: training without demonstrations", env_id
+            )
+            return {}
+    return {
+        r: msgs
+        for r, msgs in out.items()
+        if msgs and (fits is None or all(fits(m["content"]) for m in msgs[1::2]))
+    }

@@ -352,7 +352,7 @@ def update_policy(
     stats["samples_trained"] = float(len(items))
     if not items:
         return dict(stats)
-    temperature = cfg.temperature if cfg.temperature > 0 else 1.0
+    temperature = cfg.temperature if cfg.temperature else 1.0
     pm.activate()
     pm.model.train(cfg.lora_dropout > 0)
     dev = next(pm.model.parameters()).device

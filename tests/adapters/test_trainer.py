@@ -28,7 +28,7 @@ SMALL = {"height": 3, "width": 3, "min_distance": 2, "wall_density": 0.0, "max_t
 
 
 def char_models(seed: int = 0):
-    return make_char_model(seed=seed, max_position_embeddings=2048, eos_bias=2.0)
+    return make_char_model(seed=seed, max_position_embeddings=8192, eos_bias=2.0)
 
 
 def cfg(tmp_path, name="run", **kw) -> TrainConfig:
@@ -41,6 +41,7 @@ def cfg(tmp_path, name="run", **kw) -> TrainConfig:
         candidates=2,
         max_new_tokens=6,
         eval_episodes=0,
+        demos=0,
         progress=False,
         device="cpu",
         plot_every=0,
@@ -52,8 +53,20 @@ def cfg(tmp_path, name="run", **kw) -> TrainConfig:
     return TrainConfig(**base)
 
 
-def trainer(tmp_path, name="run", seed=0, **kw) -> Trainer:
-    return Trainer(cfg(tmp_path, name, **kw), models=char_models(seed), log=lambda s: None)
+def trainer(tmp_path, name="run", seed=0, cls=None, **kw) -> Trainer:
+    cls = cls or Trainer
+    return cls(cfg(tmp_path, name, **kw), models=char_models(seed), log=lambda s: None)
+
+
+class ShapedTrainer(Trainer):
+    """Rewards from the completion text, so that a random model gets varied rewards and every
+    step really updates the weights and the optimizer state."""
+
+    def rollout(self, step):
+        result = super().rollout(step)
+        for s in result.samples:
+            s.reward = (sum(map(ord, s.completion)) % 5) / 5
+        return result
 
 
 # ------------------------------------------------------------------------------ log-probs
@@ -241,6 +254,36 @@ def test_other_algorithms_run_a_step(tmp_path, algorithm):
     tr.close()
 
 
+def test_build_demos_from_the_oracle():
+    from adapters.trainer_models import build_demos
+
+    demos = build_demos("plan_path", SMALL, ["tool", "planner"], 2, seed=0)
+    assert set(demos) == {"tool", "planner"}
+    assert [m["role"] for m in demos["planner"]] == ["user", "assistant"] * 2
+    assert demos["planner"][0]["content"] != demos["planner"][2]["content"]  # two instances
+    assert demos["planner"][1]["content"].splitlines()[-1].startswith("####")
+    assert demos["tool"][1]["content"].startswith("```python")
+    short = build_demos(
+        "plan_path", SMALL, ["tool", "planner"], 1, seed=0, fits=lambda t: len(t) < 200
+    )
+    assert set(short) == {"planner"}  # the tool's program is too long to be written
+
+
+def test_oracle_demonstrations_prefix_the_prompts(tmp_path):
+    tr = trainer(tmp_path, demos=1, max_new_tokens=64)
+    assert set(tr.demos) == {"planner"}  # the tool's oracle program exceeds 64 tokens
+    assert tr.role_policy == {"tool": "shared/tool", "planner": "shared/planner"}
+    samples = tr.rollout(1).samples
+    assert {s.policy_id for s in samples} == {"shared"}  # routed back to the trained policy
+    planner = next(x for x in samples if x.role == "planner")
+    text = tr.tokenizer.decode(planner.prompt_ids)
+    assert tr.demos["planner"][1]["content"] in text
+    assert text.endswith(planner.prompt + "\n<|assistant|>")
+    tool = next(x for x in samples if x.role == "tool")
+    assert tr.tokenizer.decode(tool.prompt_ids) == f"<|user|>{tool.prompt}\n<|assistant|>"
+    tr.close()
+
+
 # ------------------------------------------------------------------------------ outputs
 
 
@@ -279,10 +322,11 @@ def _comparable(m):
 
 
 def test_resume_in_process_matches_uninterrupted_run(tmp_path):
-    a = trainer(tmp_path, "a", steps=3)
+    a = trainer(tmp_path, "a", steps=3, cls=ShapedTrainer)
     full = [_comparable(a.train_step()) for _ in range(3)]
     a.close()
-    b = trainer(tmp_path, "b", steps=3)
+    assert all(m["optimizer_steps"] == 1 and m["grad_norm"] > 0 for m in full)
+    b = trainer(tmp_path, "b", steps=3, cls=ShapedTrainer)
     b.train_step()
     b.train_step()
     b.close()
@@ -291,7 +335,7 @@ def test_resume_in_process_matches_uninterrupted_run(tmp_path):
         fh.write('{"partial": true}\n{"trunc')
     with open(tmp_path / "b" / "metrics.jsonl", "a") as fh:
         fh.write('{"step": 3, "partial": true}\n')
-    c = Trainer.resume(tmp_path / "b", models=char_models())
+    c = ShapedTrainer.resume(tmp_path / "b", models=char_models())
     assert c.step == 2
     third = _comparable(c.train_step())
     c.close()

@@ -1,0 +1,179 @@
+"""Trainer throughput: rollout tokens/s and step time split into generation / env / update.
+
+    python benchmarks/train_throughput.py                       # embedded SmolLM2, CPU
+    python benchmarks/train_throughput.py --env plan_path --steps 4 --candidates 4
+    python benchmarks/train_throughput.py --model-config adapters/configs/qwen3_1_7b.json \\
+        --device cuda --instances 16 --max-new-tokens 512        # paper-sized model, random weights
+
+Each step is a full :class:`adapters.trainer.Trainer` step (AT-GRPO tree sampling by default):
+rollout of ``--instances`` instances with K candidates per agent-turn, the PPO update of every
+sample, the JSONL logs and the checkpoint. Columns:
+
+- ``gen s``: time inside the policy's ``generate`` (batched decoding);
+- ``env s``: the rest of the rollout: env steps, verifiers and sandboxed tool programs, cloning;
+- ``update s``: log-probs, advantages, forward/backward and optimizer steps;
+- ``ckpt s``: writing the checkpoint (LoRA adapter or full model, optimizer, RNG states);
+- ``gen tok/s``: completion tokens generated per second of generation;
+- ``train tok/s``: (prompt + completion) tokens of the trained samples per second of update (the
+  shared-prompt forward runs each distinct prompt once, so this counts work saved too).
+
+Every sample is trained (``skip_zero_advantage`` off), so the update cost does not depend on
+whether a random or tiny model happens to earn varied rewards. ``--model-config`` builds the
+model from a config with random weights (no download); ``--layers N`` shrinks it for a quick
+check. The first ``--warmup`` steps are reported but left out of the means. Numbers on a shared
+machine are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", default="sokoban")
+    p.add_argument("--model", default="smollm2", help="smollm2 | tiny | local path")
+    p.add_argument("--model-config", default=None, help="config.json: random-weight model")
+    p.add_argument("--layers", type=int, default=None, help="override num_hidden_layers")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--algorithm", default="at-grpo")
+    p.add_argument("--candidates", type=int, default=2)
+    p.add_argument("--instances", type=int, default=2)
+    p.add_argument("--max-turns", type=int, default=1)
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--lora-rank", type=int, default=8)
+    p.add_argument("--demos", type=int, default=1)
+    p.add_argument("--micro-batch-size", type=int, default=None)
+    p.add_argument("--gen-batch-size", type=int, default=None)
+    p.add_argument("--no-share-prompt", action="store_true", help="full forward per sample")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--json", default=None, help="write the rows as JSON")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    import torch
+
+    from adapters.config import TrainConfig
+    from adapters.models import model_from_config
+    from adapters.trainer import Trainer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cuda = args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available())
+    models = None
+    model_name = args.model
+    if args.model_config:
+        over = {"num_hidden_layers": args.layers} if args.layers else {}
+        dtype = torch.bfloat16 if cuda else torch.float32
+        dev = "cuda" if cuda and args.device == "auto" else args.device
+        dev = "cpu" if dev == "auto" else dev
+        models = model_from_config(args.model_config, device=dev, dtype=dtype, **over)
+        model_name = f"{Path(args.model_config).stem} (random weights)"
+    with tempfile.TemporaryDirectory(prefix="train-throughput-") as tmp:
+        cfg = TrainConfig(
+            env=args.env,
+            env_config={"max_turns": args.max_turns},
+            model=args.model,
+            device=args.device,
+            algorithm=args.algorithm,
+            candidates=args.candidates,
+            instances_per_step=args.instances,
+            max_new_tokens=args.max_new_tokens,
+            lora_rank=args.lora_rank,
+            demos=args.demos,
+            micro_batch_size=args.micro_batch_size,
+            gen_batch_size=args.gen_batch_size,
+            share_prompt_forward=not args.no_share_prompt,
+            skip_zero_advantage=False,
+            steps=args.warmup + args.steps,
+            eval_episodes=0,
+            output_dir=str(Path(tmp) / "run"),
+            progress=False,
+            plot_every=0,
+            save_final=False,
+        )
+        t0 = time.perf_counter()
+        trainer = Trainer(cfg, models=models, log=lambda s: None)
+        setup = time.perf_counter() - t0
+        c = trainer.cfg
+        print(
+            f"train_throughput: env {c.env} {c.env_config}, model {model_name} "
+            f"({'LoRA r=' + str(c.lora_rank) if c.lora_rank else 'full fine-tuning'}, "
+            f"{c.dtype}), device {trainer.device}, {c.algorithm} K={c.candidates}, "
+            f"{c.instances_per_step} instances/step, max_new_tokens {c.max_new_tokens}, "
+            f"demos {c.demos}, torch threads {torch.get_num_threads()}; setup {setup:.1f} s"
+        )
+        header = (
+            f"{'step':>4} {'gen s':>7} {'env s':>7} {'update s':>9} {'ckpt s':>7} {'step s':>7}"
+            f" {'samples':>7} {'gen tok':>8} {'gen tok/s':>9} {'train tok':>9} {'train tok/s':>11}"
+        )
+        print(header)
+        rows = []
+        try:
+            for i in range(cfg.steps or 0):
+                t = time.perf_counter()
+                m = trainer.train_step()
+                wall = time.perf_counter() - t
+                train_tokens = m.get("tokens_trained", 0.0) + m.get("prompt_tokens", 0.0) * (
+                    m.get("samples_trained", 0.0) / max(1.0, m.get("samples", 1.0))
+                )
+                row = {
+                    "step": m["step"],
+                    "warmup": i < args.warmup,
+                    "gen_s": m["time/generation"],
+                    "env_s": m["time/env"],
+                    "update_s": m["time/update"],
+                    "ckpt_s": max(0.0, wall - m["time/step"]),
+                    "step_s": wall,
+                    "samples": m.get("samples", 0.0),
+                    "gen_tokens": m.get("completion_tokens", 0.0),
+                    "train_tokens": train_tokens,
+                }
+                row["gen_tok_s"] = row["gen_tokens"] / max(row["gen_s"], 1e-9)
+                row["train_tok_s"] = train_tokens / max(row["update_s"], 1e-9)
+                rows.append(row)
+                print(_fmt(row, f"{row['step']}{'*' if row['warmup'] else ''}"))
+        finally:
+            trainer.close()
+    timed = [r for r in rows if not r["warmup"]] or rows
+    mean = {
+        k: statistics.fmean(r[k] for r in timed) for k in rows[0] if k not in ("step", "warmup")
+    }
+    mean["gen_tok_s"] = sum(r["gen_tokens"] for r in timed) / max(
+        sum(r["gen_s"] for r in timed), 1e-9
+    )
+    mean["train_tok_s"] = sum(r["train_tokens"] for r in timed) / max(
+        sum(r["update_s"] for r in timed), 1e-9
+    )
+    print(_fmt(mean, "mean"))
+    print("(* = warm-up step, not in the mean)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "mean": mean}, indent=2))
+    return 0
+
+
+def _fmt(r: dict, label: str) -> str:
+    return (
+        f"{label:>4} {r['gen_s']:>7.1f} {r['env_s']:>7.2f} {r['update_s']:>9.1f}"
+        f" {r['ckpt_s']:>7.2f} {r['step_s']:>7.1f} {r['samples']:>7.0f} {r['gen_tokens']:>8.0f}"
+        f" {r['gen_tok_s']:>9.1f} {r['train_tokens']:>9.0f} {r['train_tok_s']:>11.1f}"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
