@@ -62,7 +62,7 @@ _MEM_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGKILL}
 CTRL_IN = -1
 CTRL_OUT = -1
 NULL_FD = -1
-CONFIG = {}
+CONFIG: dict = {}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -192,7 +192,7 @@ CODE, STDIN, OUT, ERR, SCRATCH = _Buf(), _Buf(), _Buf(), _Buf(), _Buf(1 << 16)
 # ----------------------------------------------------------------------------------------------
 
 
-_PRCTL = []
+_PRCTL: list = []
 
 
 def _prctl(option, arg2=0):
@@ -724,9 +724,9 @@ def _make_std_streams():
         buf = (io.BufferedReader if mode == "r" else io.BufferedWriter)(raw)
         return io.TextIOWrapper(buf, encoding="utf-8", errors=errors, line_buffering=line_buffering)
 
-    sys.stdin = sys.__stdin__ = stream(0, "r", "strict", False)
-    sys.stdout = sys.__stdout__ = stream(1, "w", "strict", False)
-    sys.stderr = sys.__stderr__ = stream(2, "w", "backslashreplace", True)
+    sys.stdin = sys.__stdin__ = stream(0, "r", "strict", False)  # type: ignore[misc]
+    sys.stdout = sys.__stdout__ = stream(1, "w", "strict", False)  # type: ignore[misc]
+    sys.stderr = sys.__stderr__ = stream(2, "w", "backslashreplace", True)  # type: ignore[misc]
 
 
 def _warm_up():

@@ -43,6 +43,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import IO
 
 from ._seccomp import build_filter
 from .base import (
@@ -88,7 +89,10 @@ def _spawner() -> ThreadPoolExecutor:
 
 
 def _popen(args: list[str], **kw) -> subprocess.Popen:
-    return _spawner().submit(subprocess.Popen, args, **kw).result()
+    def spawn() -> subprocess.Popen:
+        return subprocess.Popen(args, **kw)
+
+    return _spawner().submit(spawn).result()
 
 
 def _next_uid() -> int:
@@ -253,7 +257,7 @@ class _LocalWorker(Worker):
         super().__init__(index)
         self.sb = sandbox
         self.proc: subprocess.Popen | None = None
-        self.stderr_file = None
+        self.stderr_file: IO[bytes] | None = None
         self.cgroup: _CgroupV1 | None = None
         self.workdir: str | None = None
         self.uid = _next_uid() if os.geteuid() == 0 else None

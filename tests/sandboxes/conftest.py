@@ -82,7 +82,8 @@ def sandbox_processes(sb) -> tuple[list[int], list[int]]:
         children: dict[int, list[int]] = {}
         for pid, (ppid, _) in table.items():
             children.setdefault(ppid, []).append(pid)
-        servers, strays = [], []
+        servers: list[int] = []
+        strays: list[int] = []
         for top in sb.processes():
             stack = list(children.get(top, []))
             depth1 = set(stack)
