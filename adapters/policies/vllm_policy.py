@@ -586,11 +586,15 @@ class VLLMBackend:
 
     The transformers models stay the trainable ones; vLLM only generates. LoRA runs (shared or
     per role, adapters or separate models: the frozen bases are identical) use one engine with one
-    vLLM adapter per policy id, re-saved with peft and reloaded after every update. Full
+    vLLM adapter per trainable policy id, re-saved with peft and reloaded after every update. Full
     fine-tuning uses one engine per distinct model and :meth:`VLLMPolicy.update_weights`. Every
     policy is synchronised lazily before its first generation (which also covers a resumed
     checkpoint), and :meth:`sync` pushes the updated ones after each optimizer step.
 
+    Same interface as the trainer's ``TransformersBackend``: ``policies()`` keyed by rollout id
+    (the policy id, or ``"<pid>/<role>"`` when roles sharing a policy get different prompt
+    prefixes), ``role_policy`` (role -> rollout id), ``train_pid`` (rollout id -> policy id),
+    ``timer``, ``sync(pids)``, ``close()``. Without ``roles`` the rollout ids are the policy ids.
     ``engine`` injects an existing :class:`VLLMPolicy` (tests); it must match the layout.
     """
 
@@ -602,11 +606,18 @@ class VLLMBackend:
         models: Mapping[str, Any],
         tokenizer: Any,
         device: Any,
+        roles: Sequence[str] | None = None,
+        role_prefix: Mapping[str, list[dict[str, str]]] | None = None,
         *,
         engine: VLLMPolicy | None = None,
         engine_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        from adapters.trainer_models import GenerationTimer, ManagedPolicy, prompt_prefix
+        from adapters.trainer_models import (
+            GenerationTimer,
+            ManagedPolicy,
+            prompt_prefix,
+            role_policy_map,
+        )
 
         self.cfg = cfg
         self.models = dict(models)
@@ -652,17 +663,30 @@ class VLLMBackend:
                     by_module[id(pm.model)] = eng
                 self.engines[pid] = eng
                 inner[pid] = eng
-        prefix = prompt_prefix(cfg)
-        self._policies: dict[str, Policy] = {
-            pid: ManagedPolicy(
+        base_prefix = prompt_prefix(cfg)
+        prefixes = dict(role_prefix or {})
+        pairs: list[tuple[str | None, str]]
+        if roles is None:
+            pairs = [(None, pid) for pid in self.models]
+        else:
+            pairs = list(role_policy_map(cfg, roles).items())
+        self.role_policy: dict[str, str] = {}
+        self.train_pid: dict[str, str] = {}
+        self._policies: dict[str, Policy] = {}
+        for role, pid in pairs:
+            rid = f"{pid}/{role}" if role is not None and prefixes and pid != role else pid
+            if role is not None:
+                self.role_policy[role] = rid
+            self.train_pid[rid] = pid
+            if rid in self._policies:
+                continue
+            self._policies[rid] = ManagedPolicy(
                 inner[pid],
                 activate=lambda pid=pid: self._ensure_synced(pid),
-                prefix=prefix,
+                prefix=base_prefix + (prefixes.get(role, []) if role is not None else []),
                 timer=self.timer,
                 name=pid,
             )
-            for pid in self.models
-        }
 
     def _base_checkpoint(self, pm: Any, tokenizer: Any) -> str | None:
         """A directory vLLM can load the (frozen) base from: the configured model when it is a

@@ -37,13 +37,16 @@ def test_per_role_lora_backend(engine):
     from adapters.config import TrainConfig
     from adapters.policies.vllm_policy import VLLMBackend
 
-    cfg = TrainConfig(model="smollm2", dtype="float32", lora_rank=8, per_role=True).resolved(
-        cuda=False
-    )
+    cfg = TrainConfig(model="smollm2", dtype="float32", lora_rank=8, per_role=True)
+    cfg = cfg.resolved(cuda=False)
     models, tok = _models(cfg, ["alpha", "beta"])
-    backend = VLLMBackend(cfg, models, tok, "cpu", engine=engine)
+    backend = VLLMBackend(cfg, models, tok, "cpu", ["alpha", "beta"], engine=engine)
     try:
         pols = backend.policies()
+        assert set(pols) == {"alpha", "beta"} and backend.role_policy == {
+            "alpha": "alpha",
+            "beta": "beta",
+        }
         base = engine.generate([QUESTION], GREEDY)[0][0]
         # first use pushes each adapter; peft starts LoRA at zero, so both equal the base
         for pid in ("alpha", "beta"):
@@ -63,21 +66,29 @@ def test_per_role_lora_backend(engine):
     assert "alpha" not in engine.adapters and "beta" not in engine.adapters
 
 
-def test_full_finetuning_backend(engine):
+def test_full_finetuning_backend_with_role_prefixes(engine):
     from adapters.config import TrainConfig
     from adapters.policies.vllm_policy import VLLMBackend
 
     cfg = TrainConfig(model="smollm2", dtype="float32", lora_rank=0).resolved(cuda=False)
-    models, tok = _models(cfg, ["alpha"])
+    models, tok = _models(cfg, ["alpha", "beta"])
     (pm,) = models.values()
     original = {n: t.detach().clone() for n, t in pm.model.state_dict().items()}
-    backend = VLLMBackend(cfg, models, tok, "cpu", engine=engine)
-    (pol,) = backend.policies().values()
+    demo = [{"role": "user", "content": "Say OK."}, {"role": "assistant", "content": "OK."}]
+    backend = VLLMBackend(
+        cfg, models, tok, "cpu", ["alpha", "beta"], {"alpha": demo}, engine=engine
+    )
+    pols = backend.policies()
+    assert set(pols) == {"shared/alpha", "shared/beta"}
+    assert backend.train_pid == {"shared/alpha": "shared", "shared/beta": "shared"}
     try:
-        base = pol.generate([QUESTION], GREEDY)[0][0]  # lazy sync of the full weights
+        base = pols["shared/beta"].generate([QUESTION], GREEDY)[0][0]  # lazy full-weight sync
+        with_demo = pols["shared/alpha"].generate([QUESTION], GREEDY)[0][0]
+        assert len(with_demo.prompt_ids) > len(base.prompt_ids)
+        assert "Say OK." in tok.decode(with_demo.prompt_ids)
         _step([p for n, p in pm.model.named_parameters() if ".mlp." in n], 1, scale=0.02)
         backend.sync([pm.pid])
-        changed = pol.generate([QUESTION], GREEDY)[0][0]
+        changed = pols["shared/beta"].generate([QUESTION], GREEDY)[0][0]
         assert changed.token_ids != base.token_ids or _shift(changed, base) > 0.05
         ref = hf_logprobs(pm.model, changed.prompt_ids, changed.token_ids, 1.0)
         assert max(abs(x - y) for x, y in zip(ref, changed.logprobs)) < TOL
