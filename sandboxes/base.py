@@ -486,11 +486,10 @@ class Worker:
                     return
                 continue
             i, limits, sent_at = inflight.popleft()
-            result, state = self._receive(limits, oom_mark, max(sent_at, last_reply))
+            result, state, oom_mark = self._receive(limits, oom_mark, max(sent_at, last_reply))
             results[i] = result
             last_reply = time.monotonic()
             if state == "ok":
-                oom_mark = self._oom_events() if oom_mark is not None else None
                 if inflight:
                     self._before_job([lim for _, lim, _ in inflight])
                 continue
@@ -507,8 +506,9 @@ class Worker:
 
     def _receive(
         self, limits: Limits, oom_before: int | None, started: float
-    ) -> tuple[ExecResult, str]:
-        """Read one result; state is "ok", "unhealthy" (replace the server) or "dead"."""
+    ) -> tuple[ExecResult, str, int | None]:
+        """Read one result: (result, state, OOM-kill counter now); state is "ok",
+        "unhealthy" (replace the server) or "dead"."""
         assert self.channel is not None
         deadline = started + limits.wall_s + self.grace_s + 0.1 * limits.wall_s
         cap = limits.max_output_bytes
@@ -527,12 +527,16 @@ class Worker:
                 duration=time.monotonic() - started,
             )
             res.memory_exceeded = oom is not None and oom_before is not None and oom > oom_before
-            return res, "dead"
+            return res, "dead", oom
         self.jobs_done += 1
         state = "ok" if head.get("healthy", False) else "unhealthy"
-        if "error" in head:
-            return _failure(str(head["error"]), duration=time.monotonic() - started), state
         oom_after = self._oom_events()
+        if "error" in head:
+            return (
+                _failure(str(head["error"]), duration=time.monotonic() - started),
+                state,
+                oom_after,
+            )
         oom = oom_after is not None and oom_before is not None and oom_after > oom_before
         result = ExecResult(
             exit_code=head.get("exit_code"),
@@ -547,7 +551,7 @@ class Worker:
             cpu_time_s=float(head.get("cpu_s", 0.0)),
             peak_memory_bytes=int(head.get("maxrss_bytes", 0)),
         )
-        return result, state
+        return result, state, oom_after
 
 
 @dataclass
