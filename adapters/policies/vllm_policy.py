@@ -61,6 +61,7 @@ core for the engine process).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -682,7 +683,7 @@ class VLLMBackend:
                 continue
             self._policies[rid] = ManagedPolicy(
                 inner[pid],
-                activate=lambda pid=pid: self._ensure_synced(pid),
+                activate=functools.partial(self._ensure_synced, pid),
                 prefix=base_prefix + (prefixes.get(role, []) if role is not None else []),
                 timer=self.timer,
                 name=pid,
