@@ -19,6 +19,7 @@ demos               1                            0
 eval_episodes       2                            64
 gen_batch_size      16                           128
 micro_batch_size    8                            16
+micro_batch_tokens  2048                         32768
 env max_turns       1 (unless env_config sets)   the setting's default (paper T = 4)
 lr                  1e-4 with LoRA, 1e-6 full fine-tuning (paper A.2.1)
 dtype               float32                      bfloat16 with LoRA, float32 for full FT
@@ -97,6 +98,7 @@ class TrainConfig:
     ppo_epochs: int = 1
     minibatch_size: int = 0  # samples per optimizer step; 0 = the whole batch
     micro_batch_size: int | None = None  # sequences per forward/backward (gradient accumulation)
+    micro_batch_tokens: int | None = None  # padded tokens per forward/backward (0 = no limit)
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
@@ -179,6 +181,7 @@ class TrainConfig:
             "lora_rank",
             "eval_every",
             "demos",
+            "micro_batch_tokens",
         ):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -222,6 +225,8 @@ class TrainConfig:
         c.eval_episodes = pick(2, 64) if c.eval_episodes is None else c.eval_episodes
         c.gen_batch_size = pick(16, 128) if c.gen_batch_size is None else c.gen_batch_size
         c.micro_batch_size = pick(8, 16) if c.micro_batch_size is None else c.micro_batch_size
+        if c.micro_batch_tokens is None:
+            c.micro_batch_tokens = pick(2048, 32768)
         c.demos = pick(1, 0) if c.demos is None else c.demos
         c.temperature = pick(0.7, 1.0) if c.temperature is None else c.temperature
         if c.lr is None:

@@ -342,12 +342,49 @@ def build_policies(
     built: dict[str, Policy] = {}
     role_policy: dict[str, str] = {}
     for r in roles:
-        spec = per_role.get(r, default)
-        assert spec is not None
+        chosen = per_role.get(r, default)
+        assert chosen is not None
+        spec = chosen
         if spec not in built:
             built[spec] = parse_policy_spec(spec, device=device, dtype=dtype, batch_size=batch_size)
         role_policy[r] = spec
     return built, role_policy
+
+
+def _with_prefixes(
+    args: argparse.Namespace,
+    env_config: dict[str, Any],
+    roles: Sequence[str],
+    policies: dict[str, Policy],
+    role_policy: dict[str, str],
+) -> tuple[dict[str, Policy], dict[str, str]]:
+    """Wrap policies with the system prompt and per-role oracle demonstrations."""
+    from adapters.trainer_models import ManagedPolicy, build_demos
+
+    system = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
+    demos: dict[str, list[dict[str, str]]] = {}
+    if args.demos:
+        tok = next((p.tokenizer for p in policies.values() if p.tokenizer is not None), None)
+        limit = args.max_new_tokens
+
+        def fits(text: str) -> bool:  # about 4 characters per token without a tokenizer
+            return len(tok(text)["input_ids"]) < limit if tok is not None else len(text) < 4 * limit
+
+        shared = create_shared_objects(args.env, env_config)
+        demos = build_demos(
+            args.env, {**env_config, **shared}, roles, args.demos, args.seed, fits=fits
+        )
+    out: dict[str, Policy] = {}
+    mapping: dict[str, str] = {}
+    for role in roles:
+        spec = role_policy[role]
+        key = f"{spec}/{role}" if role in demos else spec
+        if key not in out:
+            out[key] = ManagedPolicy(
+                policies[spec], prefix=system + demos.get(role, []), name=policies[spec].name
+            )
+        mapping[role] = key
+    return out, mapping
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,6 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--system-prompt", default=None, help="system message for model policies")
+    p.add_argument(
+        "--demos",
+        type=int,
+        default=0,
+        help="oracle demonstrations per role before each prompt (as the trainer's --demos; "
+        "answers longer than --max-new-tokens are left out)",
+    )
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: auto)")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: checkpoint's)")
     p.add_argument("--batch-size", type=int, default=16)
@@ -402,11 +446,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     policies, role_policy = build_policies(
         args.policy, roles, device=args.device, dtype=args.dtype, batch_size=args.batch_size
     )
-    if args.system_prompt:
-        from adapters.trainer_models import ManagedPolicy
-
-        prefix = [{"role": "system", "content": args.system_prompt}]
-        policies = {k: ManagedPolicy(p, prefix=prefix) for k, p in policies.items()}
+    if args.system_prompt or args.demos:
+        policies, role_policy = _with_prefixes(args, env_config, roles, policies, role_policy)
     report = evaluate(
         args.env,
         policies,

@@ -64,8 +64,8 @@ class MetricsLogger:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:  # pragma: no cover - tensorboard is in the train extra
-                SummaryWriter = None  # type: ignore[assignment]
-            if SummaryWriter is not None:
+                pass
+            else:
                 self._tb = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge_step)
 
     @property
@@ -108,7 +108,7 @@ def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float
     xs, ys = [], []
     for r in rows:
         v = r.get(key)
-        if _finite(v):
+        if isinstance(v, (int, float)) and _finite(v):
             xs.append(int(r["step"]))
             ys.append(float(v))
     return xs, ys

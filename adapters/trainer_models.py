@@ -81,7 +81,7 @@ class PolicyModel:
         if self.peft is not None:
             from peft import get_peft_model_state_dict
 
-            return get_peft_model_state_dict(self.peft, adapter_name=self.adapter)
+            return get_peft_model_state_dict(self.peft, adapter_name=self.adapter or "default")
         return self.model.state_dict()
 
     def load_trainable_state(self, state: dict[str, Any]) -> None:
@@ -182,7 +182,7 @@ def _lora_config(cfg: TrainConfig) -> Any:
         target = [t.strip() for t in target.split(",") if t.strip()]
     return LoraConfig(
         r=cfg.lora_rank,
-        lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank,
+        lora_alpha=int(cfg.lora_alpha or 2 * cfg.lora_rank),
         lora_dropout=cfg.lora_dropout,
         target_modules=target,
         bias="none",
@@ -282,7 +282,7 @@ def build_policy_models(
         pm.roles = [r for r in roles if role_map[r] == pid]
         pm.model.eval()
         pm.optimizer = torch.optim.AdamW(
-            pm.params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999)
+            pm.params, lr=cfg.lr or 1e-4, weight_decay=cfg.weight_decay, betas=(0.9, 0.999)
         )
     return out, tok
 
@@ -330,7 +330,11 @@ class TransformersBackend:
             inner = inner_by_module.get(id(pm.model))
             if inner is None:
                 inner = TransformersPolicy(
-                    pm.model, tokenizer, device=device, batch_size=cfg.gen_batch_size, name=pid
+                    pm.model,
+                    tokenizer,
+                    device=device,
+                    batch_size=cfg.gen_batch_size or 16,
+                    name=pid,
                 )
                 inner_by_module[id(pm.model)] = inner
             self._policies[rid] = ManagedPolicy(

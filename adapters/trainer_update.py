@@ -168,7 +168,7 @@ def completion_logprobs(
     ).last_hidden_state[:, -1]
     idx = torch.tensor(index, device=dev)
     if index != list(range(len(uprompts))):
-        cache.reorder_cache(idx)
+        cache.reorder_cache(idx)  # type: ignore[arg-type]
     cids = torch.full((len(completions), width), pad_id, dtype=torch.long)
     for i, c in enumerate(completions):
         cids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
@@ -222,16 +222,31 @@ def _full_logprobs(
     return torch.stack([torch.nn.functional.pad(r, (0, cw - len(r))) for r in rows])
 
 
-def _micro_batches(items: Sequence[TrainItem], size: int) -> list[list[TrainItem]]:
-    """Chunks of at most ``size`` items, keeping items of one prompt together where possible."""
+def _padded_cost(items: Sequence[TrainItem]) -> int:
+    """Tokens one shared-prompt forward of ``items`` processes (padding included)."""
+    prompts = {it.prompt_key for it in items}
+    plen = max(len(p) for p in prompts)
+    clen = max(len(it.completion_ids) for it in items)
+    return len(prompts) * plen + len(items) * clen
+
+
+def _micro_batches(
+    items: Sequence[TrainItem], size: int, max_tokens: int = 0
+) -> list[list[TrainItem]]:
+    """Chunks of at most ``size`` items and (when ``max_tokens``) at most that many padded tokens.
+
+    Items of one prompt stay together where possible, and prompts are packed longest first so
+    that prompts of similar length share a chunk (less padding).
+    """
     by_prompt: dict[tuple[int, ...], list[TrainItem]] = defaultdict(list)
     for it in items:
         by_prompt[it.prompt_key].append(it)
+    groups = sorted(by_prompt.values(), key=lambda g: -len(g[0].prompt_ids))
     out: list[list[TrainItem]] = []
     cur: list[TrainItem] = []
-    for group in by_prompt.values():
+    for group in groups:
         for it in group:
-            if len(cur) >= size:
+            if cur and (len(cur) >= size or (max_tokens and _padded_cost([*cur, it]) > max_tokens)):
                 out.append(cur)
                 cur = []
             cur.append(it)
@@ -250,7 +265,7 @@ def batch_logprobs(
     """Per-item log-prob tensors under ``model`` (no grad), in micro-batches."""
     out: dict[int, torch.Tensor] = {}
     with torch.no_grad():
-        for mb in _micro_batches(items, cfg.micro_batch_size or 8):
+        for mb in _micro_batches(items, cfg.micro_batch_size or 8, cfg.micro_batch_tokens or 0):
             lp = completion_logprobs(
                 model,
                 [it.prompt_ids for it in mb],
@@ -365,7 +380,9 @@ def update_policy(
                 token_mean = cfg.loss_agg == "token-mean"
                 denom = float(sum(len(it.completion_ids) for it in mb) if token_mean else len(mb))
                 pm.optimizer.zero_grad(set_to_none=True)
-                for micro in _micro_batches(mb, cfg.micro_batch_size or 8):
+                for micro in _micro_batches(
+                    mb, cfg.micro_batch_size or 8, cfg.micro_batch_tokens or 0
+                ):
                     lengths = [len(it.completion_ids) for it in micro]
                     width = max(lengths)
                     mask = _mask(lengths, width).to(dev)

@@ -7,7 +7,8 @@
 
 Each step is a full :class:`adapters.trainer.Trainer` step (AT-GRPO tree sampling by default):
 rollout of ``--instances`` instances with K candidates per agent-turn, the PPO update of every
-sample, the JSONL logs and the checkpoint. Columns:
+sample, the JSONL logs and the checkpoint. Unset flags take the trainer's defaults for the device
+(so the CPU default is the step of ``python -m adapters.train --env sokoban``). Columns:
 
 - ``gen s``: time inside the policy's ``generate`` (batched decoding);
 - ``env s``: the rest of the rollout: env steps, verifiers and sandboxed tool programs, cloning;
@@ -48,12 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=None, help="override num_hidden_layers")
     p.add_argument("--device", default="auto")
     p.add_argument("--algorithm", default="at-grpo")
-    p.add_argument("--candidates", type=int, default=2)
-    p.add_argument("--instances", type=int, default=2)
-    p.add_argument("--max-turns", type=int, default=1)
-    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--candidates", type=int, default=None, help="K (default: as the trainer)")
+    p.add_argument("--instances", type=int, default=None)
+    p.add_argument("--max-turns", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--lora-rank", type=int, default=8)
-    p.add_argument("--demos", type=int, default=1)
+    p.add_argument("--demos", type=int, default=None)
     p.add_argument("--micro-batch-size", type=int, default=None)
     p.add_argument("--gen-batch-size", type=int, default=None)
     p.add_argument("--no-share-prompt", action="store_true", help="full forward per sample")
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="train-throughput-") as tmp:
         cfg = TrainConfig(
             env=args.env,
-            env_config={"max_turns": args.max_turns},
+            env_config={"max_turns": args.max_turns} if args.max_turns else {},
             model=args.model,
             device=args.device,
             algorithm=args.algorithm,

@@ -79,6 +79,34 @@ def test_cli_prints_table_and_writes_json(tmp_path, capsys):
     assert data["policies"] == {"tool": "oracle", "planner": "oracle"}
 
 
+def test_cli_demos_and_system_prompt_reach_the_model(capsys):
+    from adapters.serve import start_in_thread
+
+    seen = []
+
+    def answer(messages):
+        seen.append(messages)
+        return "#### [R]"
+
+    server = start_in_thread(ScriptedPolicy(answer, pass_messages=True), model_name="rec")
+    try:
+        rc = main(
+            ["--env", "plan_path", "--mode", "single", "--policy", f"openai:{server.url}#rec",
+             "--demos", "1", "--system-prompt", "Be brief.", "--episodes", "1",
+             "--max-turns", "1"]
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert rc == 0 and len(seen) == 1
+    roles = [m["role"] for m in seen[0]]
+    assert roles == ["system", "user", "assistant", "user"]
+    assert seen[0][0]["content"] == "Be brief."
+    assert seen[0][2]["content"].splitlines()[-1].startswith("####")  # the oracle's answer
+    assert seen[0][1]["content"] != seen[0][3]["content"]  # a different (train) instance
+    assert "success rate" in capsys.readouterr().out
+
+
 def test_openai_spec_against_a_local_server(tmp_path):
     from adapters.serve import start_in_thread
 

@@ -124,6 +124,20 @@ def test_rollout_logprobs_match_training_logprobs(tmp_path):
     tr.close()
 
 
+def test_micro_batches_pack_by_prompt_within_budgets():
+    from adapters.trainer_update import _micro_batches, _padded_cost
+
+    items = _items([0.0] * 7, ["g"] * 7, lengths=[4] * 7)
+    prompts = [[1] * 10, [1] * 10, [2] * 50, [2] * 50, [2] * 50, [3] * 12, [3] * 12]
+    for it, p in zip(items, prompts):
+        it.prompt_ids = p
+    chunks = _micro_batches(items, size=8, max_tokens=64)
+    assert sorted(id(it) for c in chunks for it in c) == sorted(id(it) for it in items)
+    assert all(_padded_cost(c) <= 64 for c in chunks)
+    assert [len({it.prompt_key for it in c}) for c in chunks] == [1, 2]  # 50-prompt alone
+    assert len(_micro_batches(items, size=2)) == 4 and len(_micro_batches(items, 8)) == 1
+
+
 # ------------------------------------------------------------------------------ advantages
 
 
@@ -209,6 +223,7 @@ def test_per_role_separate_models_only_the_intended_policy_changes(tmp_path):
     tr = trainer(tmp_path, per_role=True, lora_rank=0, lr=1e-3)
     tool, planner = tr.models["tool"].model, tr.models["planner"].model
     assert tool is not planner
+    assert tr.models["tool"].ref_model is None  # no KL coefficient: no frozen reference copy
     samples = tr.rollout(1).samples
     _make_signal(samples, "tool")
     b_tool, b_plan = _snapshot(tool), _snapshot(planner)
@@ -228,6 +243,20 @@ def test_role_sharing_trains_one_policy_on_every_role(tmp_path):
     stats = tr.update(samples, 1)
     assert stats["samples_trained"] == len(samples)
     assert stats["optimizer_steps"] == 1 and stats["grad_norm"] > 0
+    tr.close()
+
+
+def test_full_fine_tuning_kl_uses_a_frozen_copy(tmp_path):
+    tr = trainer(tmp_path, lora_rank=0, kl_loss_coef=0.1, lr=1e-3)
+    pm = tr.models["shared"]
+    assert pm.peft is None and pm.ref_model is not None and pm.ref_model is not pm.model
+    assert not any(p.requires_grad for p in pm.ref_model.parameters())
+    samples = tr.rollout(1).samples
+    for s in samples:
+        s.reward = float(s.candidate)
+    ref_before = _snapshot(pm.ref_model)
+    assert tr.update(samples, 1)["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert all(torch.equal(ref_before[n], p) for n, p in pm.ref_model.named_parameters())
     tr.close()
 
 
