@@ -82,6 +82,7 @@ class TrainConfig:
     lora_target: str = "all-linear"
     per_role: bool = False  # one policy per role instead of one shared policy
     per_role_models: Literal["adapters", "models"] = "adapters"
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. enable_thinking
     # ---- the algorithm
     algorithm: Literal["at-grpo", "grpo", "reinforce++", "tr-reinforce++"] = "at-grpo"
     sampling: Literal["tree", "parallel"] | None = None  # None: tree for at-grpo, else parallel
@@ -135,6 +136,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.env_config = dict(self.env_config or {})
+        self.chat_template_kwargs = dict(self.chat_template_kwargs or {})
         self.prompt_prefix = [dict(m) for m in (self.prompt_prefix or [])]
         self.check()
 
@@ -210,7 +212,11 @@ class TrainConfig:
         """A copy with every auto (``None``) value filled in for the device."""
         if cuda is None:
             cuda = _cuda_wanted(self.device)
-        c = dataclasses.replace(self, env_config=dict(self.env_config))
+        c = dataclasses.replace(
+            self,
+            env_config=dict(self.env_config),
+            chat_template_kwargs=dict(self.chat_template_kwargs),
+        )
         lora = c.lora_rank > 0
 
         def pick(cpu: Any, gpu: Any) -> Any:
@@ -425,6 +431,8 @@ _HELP = {
     "lora_rank": "LoRA rank; 0 = full fine-tuning",
     "per_role": "one policy per role (default: one shared policy)",
     "per_role_models": "per-role policies as LoRA adapters on one base, or separate models",
+    "chat_template_kwargs": "JSON for apply_chat_template, e.g. '{\"enable_thinking\": false}' "
+    "(Qwen3's no-thinking mode, as in the paper)",
     "algorithm": "at-grpo | grpo | reinforce++ | tr-reinforce++",
     "candidates": "K: candidates per agent-turn (tree) or episodes per instance (parallel)",
     "keep": "tree sampling keep rule: best | random | balanced | adaptive",

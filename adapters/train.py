@@ -9,6 +9,8 @@ Examples::
     python -m adapters.train --config run.yaml --lr 5e-5     # flags override the YAML file
     python -m adapters.train --resume runs/sokoban-at-grpo-20250101-120000 [--steps 20]
     python -m adapters.train --print-config                  # the resolved configuration
+    python -m adapters.train --env sokoban --model Qwen/Qwen3-1.7B \
+        --chat-template-kwargs '{"enable_thinking": false}' --lora-rank 0   # paper setup, CUDA
 
 Every :class:`~adapters.config.TrainConfig` field is a flag (``--lora-rank 0`` = full
 fine-tuning, ``--env-config KEY=VALUE`` for setting options; ``--mode`` and ``--max-turns`` are

@@ -335,6 +335,7 @@ class TransformersBackend:
                     device=device,
                     batch_size=cfg.gen_batch_size or 16,
                     name=pid,
+                    chat_template_kwargs=cfg.chat_template_kwargs,
                 )
                 inner_by_module[id(pm.model)] = inner
             self._policies[rid] = ManagedPolicy(

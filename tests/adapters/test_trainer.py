@@ -383,6 +383,26 @@ def test_resume_in_process_matches_uninterrupted_run(tmp_path):
     assert ma == mb
 
 
+def test_per_role_adapters_checkpoint_round_trip(tmp_path):
+    a = trainer(tmp_path, "a", per_role=True, steps=1, cls=ShapedTrainer)
+    a.train_step()
+    saved = {pid: _snapshot(pm.model) for pid, pm in a.models.items()}
+    opt = {pid: pm.optimizer.state_dict() for pid, pm in a.models.items()}
+    a.close()
+    b = ShapedTrainer.resume(tmp_path / "a", models=char_models())
+    assert b.step == 1
+    for pid, pm in b.models.items():
+        pm.activate()
+        now = _snapshot(pm.model)
+        assert all(torch.equal(now[n], saved["planner"][n]) for n in now if ".planner." in n)
+        assert all(torch.equal(now[n], saved["tool"][n]) for n in now if ".tool." in n)
+        st = pm.optimizer.state_dict()["state"]
+        assert st.keys() == opt[pid]["state"].keys() and st
+        for k in st:
+            assert torch.equal(st[k]["exp_avg"], opt[pid]["state"][k]["exp_avg"])
+    b.close()
+
+
 def test_resume_refuses_changes_that_break_exactness(tmp_path):
     tr = trainer(tmp_path, steps=1)
     tr.train_step()

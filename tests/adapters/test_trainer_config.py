@@ -67,11 +67,13 @@ def test_unknown_keys_and_bad_values_are_clear_errors(tmp_path):
 def test_json_and_optional_values_on_the_command_line():
     cfg, _ = config_from_argv(
         ["--instance", '{"grid": ["..."], "start": [0, 0], "goal": [0, 2]}', "--steps", "auto",
-         "--prompt-prefix", '[{"role": "system", "content": "be brief"}]', "--kl-loss-coef", "0.1"]
+         "--prompt-prefix", '[{"role": "system", "content": "be brief"}]', "--kl-loss-coef", "0.1",
+         "--chat-template-kwargs", '{"enable_thinking": false}']
     )  # fmt: skip
     assert cfg.instance == {"grid": ["..."], "start": [0, 0], "goal": [0, 2]}
     assert cfg.steps is None and cfg.kl_loss_coef == 0.1
     assert cfg.prompt_prefix == [{"role": "system", "content": "be brief"}]
+    assert cfg.chat_template_kwargs == {"enable_thinking": False}
 
 
 def test_save_load_round_trip(tmp_path):
