@@ -36,10 +36,10 @@ here, and a checkpoint with Adam states is 30 MB instead of about 1.6 GB), role 
 K = 4 candidates on 1 instance per step, 6 steps, ``max_turns = 1`` (tool then planner), 48 new
 tokens at temperature 0.7, lr 1e-4, one oracle demonstration per role whose answer fits in 48
 tokens (the planner's; the tool's program does not), and 2 greedy validation episodes before and
-after. Measured on the project's 2-core machine with one torch thread: 5 min 30 s wall in all
-while other jobs kept the load at 6-8 (about 4 min when idle: a step takes about 38 s, 17 s
-generation and 21 s update; ``benchmarks/train_throughput.py``); the planner's greedy reward went
-0.00 -> 0.43 and the team reward 0.00 -> 0.25. Without demonstrations the 135M model never
+after. Measured on the project's 2-core machine with ``OMP_NUM_THREADS=1``: 4 min 19 s wall in
+all with the machine nearly idle (a step: 17 s generation, 16 s update; each evaluation 21-27 s),
+5 min 30 s while other jobs kept the load at 6-8; both runs gave the same numbers: the planner's
+greedy reward went 0.00 -> 0.43 and the team reward 0.00 -> 0.25. Without demonstrations the 135M model never
 writes a parsable answer and every advantage is zero. On CUDA the defaults are the paper's
 sizes (see :mod:`adapters.config`).
 """
