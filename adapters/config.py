@@ -448,6 +448,10 @@ _HELP = {
 _SHORTCUTS = {"mode": "env_config.mode", "max_turns": "env_config.max_turns"}
 
 
+# Extra spellings of some flags (the issue tracker and papers' scripts use these names).
+_FLAG_ALIASES = {"backend": ("--rollout-backend",)}
+
+
 def add_config_arguments(parser: Any) -> None:
     """One flag per :class:`TrainConfig` field (defaults suppressed: only given flags count)."""
     import argparse
@@ -473,8 +477,11 @@ def add_config_arguments(parser: Any) -> None:
             )
         else:
             choices = typing.get_args(base) if typing.get_origin(base) is Literal else None
+            aliases = _FLAG_ALIASES.get(name, ())
             parser.add_argument(
                 flag,
+                *aliases,
+                dest=name,
                 default=argparse.SUPPRESS,
                 metavar=None if choices else "VALUE",
                 choices=choices,
