@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import envs  # noqa: E402
-import sandboxes  # noqa: E402
+import envs
+import sandboxes
 
 
 @dataclass
@@ -82,7 +82,9 @@ def resets_per_s(env_id: str, config: dict, seconds: float) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def episodes_per_s(env_id: str, config: dict, seconds: float, sandbox: object) -> tuple[float, float]:
+def episodes_per_s(
+    env_id: str, config: dict, seconds: float, sandbox: object
+) -> tuple[float, float]:
     """Oracle episodes per second and their success rate."""
     env = envs.make(env_id, sandbox=sandbox, **config)
     n = solved = 0
@@ -105,7 +107,9 @@ def fmt(x: float | None, digits: int = 0) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
     ap.add_argument("--only", default="", help="comma-separated env ids")
     ap.add_argument("--no-baseline", action="store_true", help="skip the naive-subprocess baseline")
@@ -127,7 +131,9 @@ def main() -> None:
         try:
             rps = resets_per_s(env_id, config, args.seconds)
             eps, ok = episodes_per_s(env_id, config, args.seconds, sandbox)
-            base = None if args.no_baseline else episodes_per_s(env_id, config, args.seconds, naive)[0]
+            base = (
+                None if args.no_baseline else episodes_per_s(env_id, config, args.seconds, naive)[0]
+            )
         except Exception as exc:  # a setting that is not available here
             print(f"{label:<26} unavailable: {type(exc).__name__}: {exc}"[:120])
             continue

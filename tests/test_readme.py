@@ -37,7 +37,9 @@ def test_sandbox_example_runs():
 def test_quick_start_commands_match_ci():
     bash_blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
     commands = [line.strip() for b in bash_blocks for line in b.splitlines() if line.strip()]
-    assert commands[0] == "bash scripts/setup.sh && .venv/bin/python -m adapters.train --env sokoban"
+    assert (
+        commands[0] == "bash scripts/setup.sh && .venv/bin/python -m adapters.train --env sokoban"
+    )
     assert commands[1] == "bash scripts/test.sh"
     ci = (ROOT / ".ci" / "run").read_text()
     assert "\nbash scripts/test.sh\n" in ci

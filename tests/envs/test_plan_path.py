@@ -146,11 +146,15 @@ def test_explicit_instance_errors():
 @pytest.mark.parametrize("mode", ["multi", "single"])
 def test_oracle_solves_200_val_and_garbage_none(mode):
     env = envs.make("plan_path", mode=mode)
-    solved = sum(play(env, oracle_policy, seed=s, options={"split": "val"})["success"] for s in range(200))
+    solved = sum(
+        play(env, oracle_policy, seed=s, options={"split": "val"})["success"] for s in range(200)
+    )
     assert solved == 200
     garbage = [g for g in GARBAGE if "U" not in g]
     for s in range(50):
-        out = play(env, lambda e, a, s=s: garbage[s % len(garbage)], seed=s, options={"split": "val"})
+        out = play(
+            env, lambda e, a, s=s: garbage[s % len(garbage)], seed=s, options={"split": "val"}
+        )
         assert not out["success"]
 
 
