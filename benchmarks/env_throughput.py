@@ -56,6 +56,13 @@ class NaiveSubprocessSandbox:
         finally:
             os.unlink(path)
 
+    def run_many(self, jobs: list) -> list[NaiveResult]:
+        out = []
+        for job in map(sandboxes.as_job, jobs):
+            stdin = job.stdin.decode() if isinstance(job.stdin, bytes) else job.stdin
+            out.append(self.run(job.code, stdin))
+        return out
+
 
 # (label, env id, config, reset target /s, episode target /s)
 CASES = [

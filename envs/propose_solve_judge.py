@@ -69,6 +69,9 @@ whichever copy of an episode finishes adds its question: under tree sampling the
 the last step (a judge score) all carry the same question, and de-duplication keeps one copy;
 branches dropped earlier never finish and add nothing. Only whole episodes add questions.
 
+Success (``infos[agent]["success"]``): the round's question was accepted (quality at least
+``quality_threshold``), i.e. the team produced a question worth adding to the pool.
+
 Oracle (scripted, for tests and upper bounds): the proposer re-emits the instance's question
 (so the pool does not grow); the judge gives 9 to that question and 5 to any other, scores an
 answer to a question with a known reference 10 when the verifier accepts it (math-verify/NumEq,
@@ -409,6 +412,8 @@ class raw_env(TurnBasedEnv):
                 metadata=meta,
             )
             st.pool_added = self.pool.add(item)
+        # The round succeeds when it produced a question good enough for the pool.
+        self.success = bool(st.accepted)
         self.end_episode()
 
     def _step_info(self, agent: str) -> dict[str, Any]:
