@@ -84,7 +84,7 @@ class RolloutConfig:
             raise ValueError("keep_n must lie in [1, candidates]")
 
     def sampling_params(self, role: str, n: int, seed: int | None) -> SamplingParams:
-        base = {
+        base: dict[str, Any] = {
             "temperature": self.temperature,
             "top_p": self.top_p,
             "top_k": self.top_k,
@@ -176,7 +176,7 @@ def select_candidates(
     >>> select_candidates([0.1, 0.9, 0.5], [False] * 3, "best", 1, random.Random(0))
     [1]
     >>> select_candidates([1, 0, 1, 0], [False] * 4, "balanced", 2, random.Random(0))
-    [0, 1]
+    [2, 3]
     >>> select_candidates([1, 0, 1, 0], [False, False, True, True], "adaptive", 2, random.Random(0), "low")
     [1, 0]
     >>> select_candidates([1, 1], [True, True], "random", 2, random.Random(0))

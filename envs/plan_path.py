@@ -197,6 +197,7 @@ class raw_env(ToolPlannerEnv):
         "is_parallelizable": False,
     }
     config_cls = PlanPathConfig
+    config: PlanPathConfig
     _shared_attrs = ("instance",)  # immutable: clones share it
     _answer_format = "an action list such as [U,R,D,L] (U = up, D = down, L = left, R = right)."
     _tool_output_format = "an action list such as [U,R,D,L]."

@@ -384,6 +384,7 @@ class raw_env(ToolPlannerEnv):
         "is_parallelizable": False,
     }
     config_cls = SokobanConfig
+    config: SokobanConfig
     _answer_format = (
         "an action list such as [U,R,D,L] (U = up, D = down, L = left, R = right): the moves "
         "to play from the current position."

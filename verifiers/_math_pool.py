@@ -141,9 +141,10 @@ class MathPool:
         """Start every worker now and wait until each has imported math-verify."""
         held = [self._slots.get() for _ in range(self.n_workers)]
         try:
-            held = [w if w is not None and w.alive() else self._spawn() for w in held]
-            for w in held:
-                w.wait_ready()
+            ready = [w if w is not None and w.alive() else self._spawn() for w in held]
+            held[:] = ready
+            for worker in ready:
+                worker.wait_ready()
         finally:
             for w in held:
                 self._slots.put(w)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -347,8 +348,9 @@ def split_check_function(test_code: str, entry_point: str) -> list[TestCase]:
             decorator_list=[],
             returns=None,
             type_comment=None,
-            type_params=[],
         )
+        if sys.version_info >= (3, 12):  # the field exists from 3.12 on
+            fn.type_params = []
         module = ast.Module(body=[*others, fn], type_ignores=[])
         src = ast.unparse(ast.fix_missing_locations(module))
         tests.append(TestCase.asserts(src + f"\n\ncheck({entry_point})\n", f"check[{k}]"))

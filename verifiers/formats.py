@@ -168,7 +168,10 @@ def check_format(
     if src is None or not src.strip():
         score = empty_output_score if empty_output_score is not None else 0.0
         return FormatReport(score, False, "empty output", missing=tuple(tags))
-    missing, duplicated, empty, unclosed = [], [], [], []
+    missing: list[str] = []
+    duplicated: list[str] = []
+    empty: list[str] = []
+    unclosed: list[str] = []
     contents: dict[str, str] = {}
     credit = 0.0
     for tag in tags:

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from verifiers.extract import (
     MAX_COMPLETION_CHARS,
@@ -46,6 +46,9 @@ from verifiers.extract import (
     clip_text,
     extract_after_marker,
 )
+
+if TYPE_CHECKING:
+    from verifiers._math_pool import MathPool
 
 __all__ = [
     "MAX_ANSWER_CHARS",
@@ -321,6 +324,7 @@ def num_eq(
     (True, False)
     """
     vals = []
+    x: float | Fraction | Decimal | str | None
     for x in (a, b):
         if isinstance(x, str):
             x = parse_number(x)
@@ -428,7 +432,7 @@ def grade_many(
     source: Source = "auto",
     delta: float = NUMEQ_DELTA,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    pool: object | None = None,
+    pool: MathPool | None = None,
 ) -> list[MathGrade]:
     r"""Grade ``(prediction, gold)`` pairs; results come back in input order.
 
@@ -485,7 +489,7 @@ def grade(
     source: Source = "auto",
     delta: float = NUMEQ_DELTA,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    pool: object | None = None,
+    pool: MathPool | None = None,
 ) -> MathGrade:
     r"""Grade one prediction (a completion, an answer or program output) against ``gold``.
 

@@ -88,7 +88,7 @@ _CMP: dict[type, type] = {
 }
 _BOOL: dict[type, type] = {ast.And: ast.Or, ast.Or: ast.And}
 _NUMERIC_CALLS = {"len", "sum", "abs", "int", "max", "min", "round", "pow", "float", "ord"}
-_SYMBOLS = {
+_SYMBOLS: dict[type, str] = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
     ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&", ast.BitOr: "|",
     ast.BitXor: "^", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
@@ -133,14 +133,18 @@ class MutationReport:
 # ---------------------------------------------------------------- mutant generation
 
 
-def _preorder(tree: ast.AST) -> list[tuple[ast.AST, ast.AST | None, str, int | None]]:
+_Site = tuple[ast.AST, ast.AST | None, str, int | None]
+"""A node with its parent, the parent's field holding it, and its index in that field's list."""
+
+
+def _preorder(tree: ast.AST) -> list[_Site]:
     """Every node with (parent, field, index-in-list), in a fixed depth-first order."""
-    out: list[tuple[ast.AST, ast.AST | None, str, int | None]] = []
-    stack: list[tuple[ast.AST, ast.AST | None, str, int | None]] = [(tree, None, "", None)]
+    out: list[_Site] = []
+    stack: list[_Site] = [(tree, None, "", None)]
     while stack:
         node, parent, fld, idx = stack.pop()
         out.append((node, parent, fld, idx))
-        children = []
+        children: list[_Site] = []
         for name, value in ast.iter_fields(node):
             if isinstance(value, ast.AST):
                 children.append((value, node, name, None))
@@ -174,7 +178,7 @@ def _mentions_dunder_name(node: ast.Compare) -> bool:
     return any(isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(node))
 
 
-def _candidates(nodes: list[tuple[ast.AST, ast.AST | None, str, int | None]]) -> list[tuple]:
+def _candidates(nodes: list[_Site]) -> list[tuple]:
     """(node index, kind, payload) for every possible edit."""
     cands: list[tuple] = []
     for i, (node, parent, fld, _) in enumerate(nodes):
@@ -192,7 +196,7 @@ def _candidates(nodes: list[tuple[ast.AST, ast.AST | None, str, int | None]]) ->
         elif isinstance(node, ast.Constant):
             if isinstance(node.value, bool):
                 cands.append((i, "const_bool", None))
-            elif _is_int_const(node) and abs(node.value) < 10**18:
+            elif isinstance(node.value, int) and abs(node.value) < 10**18:
                 cands.append((i, "const", 1))
                 cands.append((i, "const", -1))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
@@ -243,45 +247,46 @@ def _apply(tree: ast.AST, index: int, kind: str, payload: Any) -> tuple[str, str
         else:
             getattr(parent, fld)[idx] = new
 
-    if kind == "arith":
-        old = type(node.op)  # type: ignore[attr-defined]
-        node.op = payload()  # type: ignore[attr-defined]
+    # ``_candidates`` pairs each kind with its node type; the checks below only narrow the types.
+    if kind == "arith" and isinstance(node, ast.BinOp | ast.AugAssign):
+        old = type(node.op)
+        node.op = payload()
         return "arith", f"'{_SYMBOLS[old]}' -> '{_SYMBOLS[payload]}'", line
-    if kind == "compare":
-        old = type(node.ops[payload])  # type: ignore[attr-defined]
-        node.ops[payload] = _CMP[old]()  # type: ignore[attr-defined]
-        return "compare", f"'{_SYMBOLS[old]}' -> '{_SYMBOLS[_CMP[old]]}'", line
-    if kind == "bool":
-        old = type(node.op)  # type: ignore[attr-defined]
-        node.op = _BOOL[old]()  # type: ignore[attr-defined]
-        return "bool", f"'{_SYMBOLS[old]}' -> '{_SYMBOLS[_BOOL[old]]}'", line
-    if kind == "not_remove":
-        replace(node.operand)  # type: ignore[attr-defined]
+    if kind == "compare" and isinstance(node, ast.Compare):
+        old_cmp = type(node.ops[payload])
+        node.ops[payload] = _CMP[old_cmp]()
+        return "compare", f"'{_SYMBOLS[old_cmp]}' -> '{_SYMBOLS[_CMP[old_cmp]]}'", line
+    if kind == "bool" and isinstance(node, ast.BoolOp):
+        old_bool = type(node.op)
+        node.op = _BOOL[old_bool]()
+        return "bool", f"'{_SYMBOLS[old_bool]}' -> '{_SYMBOLS[_BOOL[old_bool]]}'", line
+    if kind == "not_remove" and isinstance(node, ast.UnaryOp):
+        replace(node.operand)
         return "not", "removed 'not'", line
-    if kind == "negate":
-        node.test = ast.UnaryOp(op=ast.Not(), operand=node.test)  # type: ignore[attr-defined]
+    if kind == "negate" and isinstance(node, ast.If | ast.While | ast.IfExp):
+        node.test = ast.UnaryOp(op=ast.Not(), operand=node.test)
         return "not", "negated condition", line
-    if kind == "const_bool":
-        node.value = not node.value  # type: ignore[attr-defined]
-        return "const", f"{not node.value} -> {node.value}", line  # type: ignore[attr-defined]
-    if kind == "const":
-        old_v = node.value  # type: ignore[attr-defined]
-        node.value = old_v + payload  # type: ignore[attr-defined]
+    if kind == "const_bool" and isinstance(node, ast.Constant):
+        node.value = not node.value
+        return "const", f"{not node.value} -> {node.value}", line
+    if kind == "const" and isinstance(node, ast.Constant) and isinstance(node.value, int):
+        old_v = node.value
+        node.value = old_v + payload
         return "const", f"{old_v} -> {old_v + payload}", line
-    if kind == "range_arg":
+    if kind == "range_arg" and isinstance(node, ast.Call):
         pos, delta = payload
-        node.args[pos] = _shift(node.args[pos], delta)  # type: ignore[attr-defined]
-        which = "start" if pos == 0 and len(node.args) > 1 else "stop"  # type: ignore[attr-defined]
+        node.args[pos] = _shift(node.args[pos], delta)
+        which = "start" if pos == 0 and len(node.args) > 1 else "stop"
         return "range", f"range {which} {delta:+d}", line
     if kind == "slice":
         bound, delta = payload
         setattr(node, bound, _shift(getattr(node, bound), delta))
         return "slice", f"slice {bound} {delta:+d}", line
-    if kind == "return_none":
-        node.value = ast.Constant(None)  # type: ignore[attr-defined]
+    if kind == "return_none" and isinstance(node, ast.Return):
+        node.value = ast.Constant(None)
         return "return", "return None", line
-    if kind == "return_plus":
-        node.value = _shift(node.value, 1)  # type: ignore[attr-defined]
+    if kind == "return_plus" and isinstance(node, ast.Return) and node.value is not None:
+        node.value = _shift(node.value, 1)
         return "return", "return value + 1", line
     return None
 

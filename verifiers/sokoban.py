@@ -320,16 +320,16 @@ def solve(board: Board, max_nodes: int = 1_000_000, max_depth: int | None = None
     # For every cell: (neighbour, its bit, cell behind the neighbour, that cell's bit or 0 when a
     # box must not be pushed there: wall, off the area, dead square; that cell's 2x2 blocks).
     trans: list[list[tuple[int, int, int, tuple[int, ...]]]] = []
-    for p in area:
+    for cell in area:
         out = []
         for dr, dc in MOVES.values():
-            q = (p[0] + dr, p[1] + dc)
-            if q not in index:
+            nbr = (cell[0] + dr, cell[1] + dc)
+            if nbr not in index:
                 continue
-            r = (q[0] + dr, q[1] + dc)
-            ok = r in index and r not in dead
-            rbit = 1 << index[r] if ok else 0
-            out.append((index[q], 1 << index[q], rbit, blocks[index[r]] if ok else ()))
+            behind = (nbr[0] + dr, nbr[1] + dc)
+            ok = behind in index and behind not in dead
+            rbit = 1 << index[behind] if ok else 0
+            out.append((index[nbr], 1 << index[nbr], rbit, blocks[index[behind]] if ok else ()))
         trans.append(out)
     bmask = sum(1 << index[b] for b in board.boxes)
     start = (bmask << shift) | index[board.player]
@@ -372,11 +372,11 @@ def solve(board: Board, max_nodes: int = 1_000_000, max_depth: int | None = None
         frontier = nxt
     if goal_key < 0:
         return Solution("unsolvable", None, len(parent))
-    cells = []
+    path: list[tuple[int, int]] = []
     key = goal_key
     while key >= 0:
-        cells.append(area[key & pmask])
+        path.append(area[key & pmask])
         key = parent[key]
-    cells.reverse()
-    moves = "".join(_DIR_OF[(b[0] - a[0], b[1] - a[1])] for a, b in itertools.pairwise(cells))
+    path.reverse()
+    moves = "".join(_DIR_OF[(b[0] - a[0], b[1] - a[1])] for a, b in itertools.pairwise(path))
     return Solution("solved", moves, len(parent))

@@ -81,7 +81,7 @@ class TurnBasedEnv(AECEnv):
         if not roles:
             raise ValueError(f"{type(self).__name__} does not support mode={self.config.mode!r}")
         self.possible_agents = list(roles)
-        self.agents = []
+        self.agents: list[str] = []
         self.observation_spaces = {
             a: prompt_space(self.config.max_prompt_chars) for a in self.possible_agents
         }
@@ -95,8 +95,8 @@ class TurnBasedEnv(AECEnv):
         self.num_steps = 0
         self.success = False
         self._ended = False
-        self.last_awards = []
-        self._pending_awards = []
+        self.last_awards: list[dict[str, Any]] = []
+        self._pending_awards: list[tuple[str, RewardParts, int]] = []
 
     # ------------------------------------------------------------------ setting hooks
     def _generate_instance(self, rng: np.random.Generator) -> Any:
@@ -218,7 +218,7 @@ class TurnBasedEnv(AECEnv):
         self.num_steps = 0
         self.success = False
         self._ended = False
-        self.last_awards: list[dict[str, Any]] = []
+        self.last_awards = []
         self._reset_state(instance)
         self.infos = {a: self._base_info() for a in self.agents}
         self.agent_selection = self.agents[0]
@@ -258,7 +258,7 @@ class TurnBasedEnv(AECEnv):
                 f"an action is the agent's completion text (str); got {type(action).__name__}"
             )
         self._cumulative_rewards[agent] = 0.0
-        self._pending_awards: list[tuple[str, RewardParts, int]] = []
+        self._pending_awards = []
         parts = self._act(agent, action)
         self.num_steps += 1
         self.rewards = {a: 0.0 for a in self.agents}

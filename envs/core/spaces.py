@@ -63,7 +63,8 @@ class UnicodeText(Text):
         # Env clones copy their spaces; gymnasium's generic deepcopy of the RNG is slow (~0.5 ms),
         # so share the immutable charset tables and copy only the RNG state, if any.
         new = copy.copy(self)
-        new._np_random = _copy_rng(self._np_random)
+        # gymnasium annotates _np_random as Generator but keeps None there until first use.
+        new._np_random = _copy_rng(self._np_random)  # type: ignore[assignment]
         memo[id(self)] = new
         return new
 
@@ -77,7 +78,8 @@ class PromptSpace(Dict):
     def __deepcopy__(self, memo: dict) -> PromptSpace:
         new = copy.copy(self)
         new.spaces = {k: copy.deepcopy(v, memo) for k, v in self.spaces.items()}
-        new._np_random = _copy_rng(self._np_random)
+        # gymnasium annotates _np_random as Generator but keeps None there until first use.
+        new._np_random = _copy_rng(self._np_random)  # type: ignore[assignment]
         memo[id(self)] = new
         return new
 

@@ -42,7 +42,7 @@ import pickle
 import re
 import zlib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from envs.data.hub import iter_rows
 from envs.data.records import CodeProblem
@@ -189,6 +189,7 @@ def load_apps(
             solutions = []
         starter = row.get("starter_code") or ""
         fn_name = io_spec.get("fn_name")
+        style: Literal["stdin", "function"]
         if fn_name:
             method = "class Solution" in starter
             tests = [

@@ -66,7 +66,7 @@ def _offline_if_unreachable() -> Iterator[None]:
     if _hub_resolvable() or datasets.config.HF_HUB_OFFLINE:
         yield
         return
-    saved = []
+    saved: list[tuple[Any, bool]] = []  # (module, its HF_HUB_OFFLINE before)
     try:
         import huggingface_hub.constants as hub_constants
 
