@@ -3,7 +3,7 @@
 #
 # Installs the project with its test extras (scripts/setup.sh --test), makes sure a Docker Engine
 # is running (starting dockerd if none answers, and stopping it again at the end), builds the
-# sandbox image if it is missing, lints, runs pytest in .venv, then builds .venv-vllm
+# sandbox image if it is missing, lints and type-checks, runs pytest in .venv, then builds .venv-vllm
 # (scripts/setup_vllm.sh) and runs the vLLM tests there. Docker and vLLM tests are required here,
 # not skipped (MAS_REQUIRE_DOCKER=1, MAS_REQUIRE_VLLM=1). MAS_SKIP_VLLM=1 skips the vLLM stage.
 set -euo pipefail
@@ -35,6 +35,7 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=
 
 .venv/bin/python -m ruff check .
 .venv/bin/python -m ruff format --check .
+.venv/bin/python -m mypy envs verifiers sandboxes adapters
 .venv/bin/python -m pytest --ignore=tests/vllm "$@"
 
 if [ "${MAS_SKIP_VLLM:-0}" != 1 ]; then
