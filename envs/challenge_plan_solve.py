@@ -100,25 +100,26 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from envs.core.base import TurnBasedEnv, wrap
-from envs.core.config import EnvConfig, Mixing, RewardConfig, build_config
+from envs.core.config import EnvConfig, Mixing, RewardConfig
 from envs.core.rewards import RewardParts
 from envs.data.splits import canonical_text
 from envs.pools import (
     OFFLINE_SEEDS,
     PoolItem,
     QuestionPool,
+    SharedPoolMixin,
     assert_block,
     check_code_reference,
     check_math_reference,
     code_from_answer,
     first_function,
-    parse_assert_tests,
     verify_answer,
 )
 from verifiers.code_tests import TestCase
 from verifiers.extract import clip_text
 from verifiers.formats import check_format, find_tags
 from verifiers.judge import mae_norm, parse_score, sage_norm
+from verifiers.test_parsing import split_assert_block
 
 __all__ = ["SageConfig", "SageRewards", "env", "raw_env"]
 
@@ -227,7 +228,7 @@ def _last_block(text: str, tag: str) -> str | None:
     return usable[-1] if usable else None
 
 
-class raw_env(TurnBasedEnv):
+class raw_env(SharedPoolMixin, TurnBasedEnv):
     """Challenge-plan-solve environment (see the module docstring)."""
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -238,7 +239,6 @@ class raw_env(TurnBasedEnv):
     AGENTS = ("challenger", "planner", "solver", "critic")
     config_cls = SageConfig
     config: SageConfig
-    _shared_attrs = ("pool",)
 
     def __init__(
         self,
@@ -254,21 +254,8 @@ class raw_env(TurnBasedEnv):
             self.possible_agents = [a for a in self.possible_agents if a != "planner"]
             self.observation_spaces.pop("planner")
             self.action_spaces.pop("planner")
-        if pool is not None and not isinstance(pool, QuestionPool):
-            raise TypeError(f"pool must be a QuestionPool, got {type(pool).__name__}")
-        self.pool = (
-            pool if pool is not None else QuestionPool.from_sources(self.config.seed_sources)
-        )
+        self._init_pool(pool)
         self.state = _State()
-
-    @classmethod
-    def create_shared(cls, **config: Any) -> dict[str, Any]:
-        """``{"pool": QuestionPool}`` built from ``seed_sources`` of the config, to pass to every
-        env of a run (``envs.make("sage", pool=shared["pool"], ...)``) and to checkpoint."""
-        for name in ("render_mode", "sandbox", "pool"):
-            config.pop(name, None)
-        cfg = build_config(cls.config_cls, None, config)
-        return {"pool": QuestionPool.from_sources(cfg.seed_sources)}
 
     # ------------------------------------------------------------------ instances
     @staticmethod
@@ -375,7 +362,7 @@ class raw_env(TurnBasedEnv):
             entry = None
         else:
             answer = _last_block(text, "solution")
-            tests, why = parse_assert_tests(_last_block(text, "tests"), cfg.max_tests)
+            tests, why = split_assert_block(_last_block(text, "tests"), cfg.max_tests)
             entry = first_function(code_from_answer(answer)) if answer else None
             st.valid, st.valid_reason = (
                 check_code_reference(

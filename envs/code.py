@@ -42,7 +42,9 @@ Program styles (``CodeProblem.style``):
   top-level statements are shared setup and may only be imports, assignments, function or class
   definitions; tests may not define the entry point themselves, nor call ``exit``.
 
-At most ``max_tester_tests`` tests count per tester answer (more is a format violation).
+At most ``max_tester_tests`` tests count per tester answer (more is a format violation). Both
+formats are read by :mod:`verifiers.test_parsing` (``parse_stdin_tests``, ``parse_assert_tests``,
+re-exported here).
 
 Rewards (``r = lam * team + (1 - lam) * mask * local``; A.1.2 gives no lam for code, so the
 suite's mixing default ``lam = 0.5`` is used; p_k is the share of golden tests the coder's
@@ -90,7 +92,6 @@ from __future__ import annotations
 import ast
 import functools
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -102,6 +103,7 @@ from envs.data.records import CodeProblem
 from envs.data.splits import canonical_text
 from verifiers.code_tests import TestCase, TestReport, check_compiles, quiet_parse, run_tests_many
 from verifiers.extract import clip_text, extract_code_block
+from verifiers.test_parsing import parse_assert_tests, parse_stdin_tests
 
 __all__ = [
     "CodeConfig",
@@ -117,16 +119,6 @@ DATASETS = ("humaneval", "bundled_stdin", "apps", "code_contests", "livecodebenc
 _REPORTS: LRU[TestReport] = LRU(4096)
 _MUTANTS: LRU[tuple] = LRU(1024)
 _TESTER: LRU[dict] = LRU(4096)
-_SETUP_TYPES = (
-    ast.Import,
-    ast.ImportFrom,
-    ast.Assign,
-    ast.AnnAssign,
-    ast.FunctionDef,
-    ast.AsyncFunctionDef,
-    ast.ClassDef,
-)
-_EXIT_NAMES = {"exit", "quit", "_exit", "abort"}
 
 
 @dataclass(frozen=True)
@@ -250,171 +242,7 @@ def _same_program(a: str | None, b: str | None) -> bool:
         return a.strip() == b.strip()
 
 
-# ---------------------------------------------------------------------- tester formats
-
-_MARK = re.compile(
-    r"^[ \t>#]*\*{0,2}[ \t]*test[ \t]+(input|output)[ \t]*\*{0,2}[ \t]*:[ \t]*\*{0,2}",
-    re.IGNORECASE | re.MULTILINE,
-)
-_FENCED = re.compile(
-    r"^[ \t]*(`{3,}|~{3,})[^\n]*\n(.*?)\n?[ \t]*\1[ \t]*$", re.DOTALL | re.MULTILINE
-)
-
-
-def _segment_text(seg: str) -> str | None:
-    """A marker's content: the first fenced block's body, else text up to a blank line."""
-    head = seg.lstrip(" \t")
-    if head.startswith("\n"):
-        head = head[1:]
-    m = _FENCED.search(seg)
-    before = seg[: m.start()] if m else seg
-    if m and not before.strip():
-        return m.group(2)
-    lines: list[str] = []
-    for line in head.split("\n"):
-        if not line.strip():
-            if lines:
-                break
-            continue
-        lines.append(line.rstrip())
-    text = "\n".join(lines).strip("`").strip()
-    return text if lines else None
-
-
-def parse_stdin_tests(text: object, max_tests: int = 5) -> tuple[list[TestCase], str]:
-    """Input/output test pairs in ``**Test Input:**`` / ``**Test Output:**`` format.
-
-    Returns ``(tests, problem)``: ``problem`` is ``""`` when the format was fully respected,
-    else the violation (then ``tests`` holds what could still be used).
-
-    >>> ts, bad = parse_stdin_tests("**Test Input:**\\n```\\n3 4\\n```\\n**Test Output:**\\n```\\n7\\n```")
-    >>> (ts[0].stdin, ts[0].expected_stdout, bad)
-    ('3 4\\n', '7', '')
-    >>> parse_stdin_tests("**Test Input:** 5\\n**Test Output:** 25\\n\\nbecause 5*5")[0][0].expected_stdout
-    '25'
-    >>> parse_stdin_tests("no test here")
-    ([], 'no **Test Input:** / **Test Output:** pair found')
-    """
-    if not isinstance(text, str):
-        return [], "completion is not a string"
-    src = text[:200_000].replace("\r\n", "\n")
-    marks = list(_MARK.finditer(src))
-    tests: list[TestCase] = []
-    problems: list[str] = []
-    i = 0
-    while i < len(marks):
-        m = marks[i]
-        if m.group(1).lower() != "input":
-            problems.append("a Test Output without a Test Input before it")
-            i += 1
-            continue
-        nxt = marks[i + 1] if i + 1 < len(marks) else None
-        if nxt is None or nxt.group(1).lower() != "output":
-            problems.append("a Test Input without its Test Output")
-            i += 1
-            continue
-        inp = _segment_text(src[m.end() : nxt.start()])
-        end = marks[i + 2].start() if i + 2 < len(marks) else len(src)
-        out = _segment_text(src[nxt.end() : end])
-        i += 2
-        if out is None or not out.strip():
-            problems.append("an empty Test Output")
-            continue
-        stdin = "" if inp is None or not inp.strip() else inp.strip("\n") + "\n"
-        tests.append(TestCase.io(stdin, out, f"test {len(tests) + 1}"))
-    if not tests and not problems:
-        return [], "no **Test Input:** / **Test Output:** pair found"
-    if len(tests) > max_tests:
-        problems.append(f"{len(tests)} tests; at most {max_tests} count")
-        tests = tests[:max_tests]
-    if not tests and problems:
-        return [], problems[0]
-    return tests, "; ".join(dict.fromkeys(problems))
-
-
-def _mentions(node: ast.AST, name: str) -> bool:
-    return any(
-        (isinstance(n, ast.Name) and n.id == name)
-        or (isinstance(n, ast.Attribute) and n.attr == name)
-        for n in ast.walk(node)
-    )
-
-
-def _binds(node: ast.AST, name: str) -> bool:
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-        return node.name == name
-    if isinstance(node, ast.Import | ast.ImportFrom):
-        return any((a.asname or a.name.split(".")[0]) == name for a in node.names)
-    return any(
-        isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store | ast.Del)
-        for n in ast.walk(node)
-    )
-
-
-def parse_assert_tests(
-    text: object, entry_point: str, max_tests: int = 5
-) -> tuple[list[TestCase], str]:
-    """Assert tests calling ``entry_point``, from the last python code block of ``text`` (or,
-    without a block, from its lines that begin with ``assert``). Returns ``(tests, problem)``
-    as :func:`parse_stdin_tests` does; each test is the setup plus one asserting statement.
-
-    >>> ts, bad = parse_assert_tests("```python\\nx = 2\\nassert sq(x) == 4\\nassert sq(0) == 0\\n```", "sq")
-    >>> [t.code for t in ts], bad
-    (['x = 2\\nassert sq(x) == 4', 'x = 2\\nassert sq(0) == 0'], '')
-    >>> parse_assert_tests("```python\\nassert True\\n```", "sq")[1]
-    "an assert that does not call 'sq'"
-    >>> parse_assert_tests("```python\\ndef sq(x): return 4\\nassert sq(2) == 4\\n```", "sq")[1]
-    "the tests may not define 'sq'"
-    """
-    if not isinstance(text, str):
-        return [], "completion is not a string"
-    block = extract_code_block(text, single=False)
-    if block.ok:
-        code = str(block.value)
-    else:
-        lines = [
-            ln.strip() for ln in text[:200_000].splitlines() if ln.strip().startswith("assert")
-        ]
-        if not lines:
-            return [], "no python code block with assert statements found"
-        code = "\n".join(lines)
-    try:
-        tree = quiet_parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        return [], f"the test code does not parse: {type(exc).__name__}"
-    setup: list[ast.stmt] = []
-    checks: list[ast.stmt] = []
-    problems: list[str] = []
-    for stmt in tree.body:
-        if any(isinstance(n, ast.Assert) for n in ast.walk(stmt)):
-            if not _mentions(stmt, entry_point):
-                problems.append(f"an assert that does not call {entry_point!r}")
-                continue
-            checks.append(stmt)
-        elif isinstance(stmt, _SETUP_TYPES):
-            setup.append(stmt)
-        else:
-            problems.append(f"a top-level {type(stmt).__name__} statement outside the asserts")
-    for stmt in tree.body:
-        if _binds(stmt, entry_point):
-            return [], f"the tests may not define {entry_point!r}"
-        if any(
-            (isinstance(n, ast.Name) and n.id in _EXIT_NAMES)
-            or (isinstance(n, ast.Attribute) and n.attr in _EXIT_NAMES)
-            for n in ast.walk(stmt)
-        ):
-            return [], "the tests may not call exit()"
-    if not checks:
-        return [], problems[0] if problems else "no assert statement found"
-    if len(checks) > max_tests:
-        problems.append(f"{len(checks)} tests; at most {max_tests} count")
-        checks = checks[:max_tests]
-    head = ast.unparse(ast.Module(body=setup, type_ignores=[])) if setup else ""
-    tests = []
-    for k, stmt in enumerate(checks):
-        body = ast.unparse(stmt)
-        tests.append(TestCase.asserts(f"{head}\n{body}" if head else body, f"test {k + 1}"))
-    return tests, "; ".join(dict.fromkeys(problems))
+# ---------------------------------------------------------------------- oracle tester
 
 
 def _call_test_as_assert(tree: ast.Module) -> str | None:

@@ -65,14 +65,15 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from envs.core.config import build_config
 from envs.core.splits import SPLITS, check_split, split_of, stable_hash
 from envs.data.splits import canonical_text
-from verifiers.code_tests import TestCase, check_compiles, quiet_parse
-from verifiers.extract import extract_code_block
+from verifiers.code_tests import TestCase, quiet_parse
+from verifiers.extract import code_from_answer
 
 __all__ = [
     "KINDS",
@@ -81,12 +82,12 @@ __all__ = [
     "MAE_PAPER_SEEDS",
     "PoolItem",
     "QuestionPool",
+    "SharedPoolMixin",
     "Verdict",
     "question_key",
     "load_seed_items",
     "verify_answer",
     "code_from_answer",
-    "parse_assert_tests",
     "assert_block",
     "check_math_reference",
     "check_code_reference",
@@ -103,10 +104,6 @@ OFFLINE_SEEDS: tuple[str, ...] = (
 )
 SAGE_PAPER_SEEDS: tuple[str, ...] = ("math:156", "gsm8k:148", "humaneval:87", "mbpp:109")
 MAE_PAPER_SEEDS: tuple[str, ...] = ("math:84", "gsm8k:77", "mbpp:53", "humaneval:15")
-MAX_TESTS = 20
-"""At most this many assert tests are kept from a generated test block."""
-MAX_TESTS_CHARS = 50_000
-"""Generated test blocks longer than this are rejected."""
 _FORMAT = "question_pool"
 _VERSION = 1
 
@@ -484,6 +481,37 @@ class QuestionPool:
             )
 
 
+class SharedPoolMixin:
+    """For the settings whose episodes draw from a run-wide :class:`QuestionPool` (MAE, SAGE).
+
+    Put it before the env base class. The setting's config has ``seed_sources``; its
+    ``__init__`` takes ``pool=`` and calls :meth:`_init_pool`; clones share the pool, and
+    :meth:`create_shared` builds the one pool a run passes to all its envs.
+    """
+
+    _shared_attrs: ClassVar[tuple[str, ...]] = ("pool",)
+    config_cls: ClassVar[type[Any]]
+    config: Any
+    pool: QuestionPool
+
+    def _init_pool(self, pool: QuestionPool | None) -> None:
+        """Use ``pool``, or build a pool of this env's own from the config's ``seed_sources``."""
+        if pool is not None and not isinstance(pool, QuestionPool):
+            raise TypeError(f"pool must be a QuestionPool, got {type(pool).__name__}")
+        self.pool = (
+            pool if pool is not None else QuestionPool.from_sources(self.config.seed_sources)
+        )
+
+    @classmethod
+    def create_shared(cls, **config: Any) -> dict[str, Any]:
+        """``{"pool": QuestionPool}`` built from ``seed_sources`` of the config, to pass to every
+        env of a run (``envs.make(env_id, pool=shared["pool"], ...)``) and to checkpoint."""
+        for name in ("render_mode", "sandbox", "pool"):
+            config.pop(name, None)
+        cfg = build_config(cls.config_cls, None, config)
+        return {"pool": QuestionPool.from_sources(cfg.seed_sources)}
+
+
 # ---------------------------------------------------------------- verifiers
 
 
@@ -501,12 +529,6 @@ _CACHE_SIZE = 8192
 _WORD = re.compile(r"[A-Za-z]{4,}")
 _LATEX_CMD = re.compile(r"\\[A-Za-z]+")
 _MATH_WORDS = {"sqrt", "frac", "dfrac", "infty", "cdot", "times", "left", "right", "text", "mathrm"}
-
-
-def code_from_answer(text: str) -> str:
-    """The program in an answer: the last fenced Python block if any, else the text itself."""
-    block = extract_code_block(text, single=False)
-    return block.value if block.ok else text.strip()
 
 
 def _normal_text(s: str) -> str:
@@ -617,45 +639,6 @@ def check_math_reference(answer: str | None) -> tuple[bool, str]:
     return (
         (True, "ok") if g.correct else (False, f"the reference answer does not parse: {g.reason}")
     )
-
-
-def parse_assert_tests(
-    text: str | None, max_tests: int = MAX_TESTS
-) -> tuple[tuple[TestCase, ...], str]:
-    """Assert tests from a test block (fences allowed): every top-level ``assert`` becomes one
-    test, preceded by the block's other top-level statements (imports, helpers); a block with no
-    top-level assert but asserts inside (a HumanEval ``check`` function plus its call) is one
-    test. Returns ``((), reason)`` when there is nothing usable."""
-    if text is not None and len(text) > MAX_TESTS_CHARS:
-        return (), f"the tests are longer than {MAX_TESTS_CHARS} characters"
-    return _parse_assert_tests(text, max_tests)
-
-
-@lru_cache(maxsize=256)
-def _parse_assert_tests(text: str | None, max_tests: int) -> tuple[tuple[TestCase, ...], str]:
-    if text is None or not text.strip():
-        return (), "no tests"
-    code = code_from_answer(text)
-    built = check_compiles(code, "<tests>")
-    if not built.ok:
-        return (), f"the tests do not compile: {built.reason}"
-    try:
-        tree = quiet_parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return (), "the tests do not parse"
-    asserts = [n for n in tree.body if isinstance(n, ast.Assert)]
-    if not asserts:
-        if not any(isinstance(n, ast.Assert) for n in ast.walk(tree)):
-            return (), "the tests contain no assert"
-        return (TestCase.asserts(code.rstrip("\n") + "\n", "tests"),), "ok"
-    setup = [
-        ast.get_source_segment(code, n) or "" for n in tree.body if not isinstance(n, ast.Assert)
-    ]
-    tests = []
-    for i, node in enumerate(asserts[:max_tests]):
-        body = ast.get_source_segment(code, node) or ""
-        tests.append(TestCase.asserts("\n".join([*setup, body]) + "\n", f"assert[{i}]"))
-    return tuple(tests), "ok"
 
 
 def assert_block(tests: Sequence[TestCase]) -> str:

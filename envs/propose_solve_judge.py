@@ -96,10 +96,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from envs.core.base import TurnBasedEnv, wrap
-from envs.core.config import EnvConfig, Mixing, RewardConfig, build_config
+from envs.core.config import EnvConfig, Mixing, RewardConfig
 from envs.core.rewards import RewardParts
 from envs.data.splits import canonical_text
-from envs.pools import OFFLINE_SEEDS, PoolItem, QuestionPool, verify_answer
+from envs.pools import OFFLINE_SEEDS, PoolItem, QuestionPool, SharedPoolMixin, verify_answer
 from verifiers.extract import clip_text
 from verifiers.formats import extract_tag, find_tags
 from verifiers.judge import mae_norm, parse_score
@@ -211,7 +211,7 @@ def judge_score(text: str) -> tuple[float | None, float, str]:
     return p.value, 1.0, "ok"
 
 
-class raw_env(TurnBasedEnv):
+class raw_env(SharedPoolMixin, TurnBasedEnv):
     """Propose-solve-judge environment (see the module docstring)."""
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -222,7 +222,6 @@ class raw_env(TurnBasedEnv):
     AGENTS = ("proposer", "solver", "judge")
     config_cls = MaeConfig
     config: MaeConfig
-    _shared_attrs = ("pool",)
 
     def __init__(
         self,
@@ -234,21 +233,8 @@ class raw_env(TurnBasedEnv):
         **overrides: Any,
     ) -> None:
         super().__init__(config, render_mode=render_mode, sandbox=sandbox, **overrides)
-        if pool is not None and not isinstance(pool, QuestionPool):
-            raise TypeError(f"pool must be a QuestionPool, got {type(pool).__name__}")
-        self.pool = (
-            pool if pool is not None else QuestionPool.from_sources(self.config.seed_sources)
-        )
+        self._init_pool(pool)
         self.state = _State()
-
-    @classmethod
-    def create_shared(cls, **config: Any) -> dict[str, Any]:
-        """``{"pool": QuestionPool}`` built from ``seed_sources`` of the config, to pass to every
-        env of a run (``envs.make("mae", pool=shared["pool"], ...)``) and to checkpoint."""
-        for name in ("render_mode", "sandbox", "pool"):
-            config.pop(name, None)
-        cfg = build_config(cls.config_cls, None, config)
-        return {"pool": QuestionPool.from_sources(cfg.seed_sources)}
 
     # ------------------------------------------------------------------ instances
     def _sample_instance(self, split: str, seed: int) -> MaeInstance:

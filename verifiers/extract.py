@@ -20,6 +20,7 @@ __all__ = [
     "Extraction",
     "extract_after_marker",
     "extract_code_block",
+    "code_from_answer",
     "parse_json_value",
     "parse_move_list",
     "clip_text",
@@ -119,6 +120,18 @@ def extract_code_block(
     if not code.strip():
         return Extraction(None, "code block is empty")
     return Extraction(code)
+
+
+def code_from_answer(text: str) -> str:
+    """The program in an answer: the last fenced Python block if any, else the text itself.
+
+    >>> code_from_answer("Use this:\\n```python\\nx = 1\\n```\\nand this:\\n```\\ny = 2\\n```")
+    'y = 2'
+    >>> code_from_answer("  print(3)\\n")
+    'print(3)'
+    """
+    block = extract_code_block(text, single=False)
+    return block.value if block.ok else text.strip()
 
 
 _MARKER_LINE = re.compile(r"^[ \t]*####(.*)$", re.MULTILINE)

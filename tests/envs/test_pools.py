@@ -21,11 +21,11 @@ from envs.pools import (
     check_code_reference,
     check_math_reference,
     load_seed_items,
-    parse_assert_tests,
     question_key,
     verify_answer,
 )
 from verifiers.code_tests import TestCase
+from verifiers.test_parsing import split_assert_block
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "fixtures"
 
@@ -35,7 +35,7 @@ def _math(i: int, **kw) -> PoolItem:
 
 
 def _code_item() -> PoolItem:
-    tests, _ = parse_assert_tests("assert inc(1) == 2\nassert inc(-1) == 0\nassert inc(0) == 1")
+    tests, _ = split_assert_block("assert inc(1) == 2\nassert inc(-1) == 0\nassert inc(0) == 1")
     return PoolItem(
         "Write inc(x) returning x + 1.",
         kind="code",
@@ -255,21 +255,21 @@ def test_reference_checks():
     assert check_math_reference(r"\frac{\sqrt{2}}{2}")[0]
     assert not check_math_reference("The answer is forty")[0]
     assert not check_math_reference(None)[0] and not check_math_reference("1\n2")[0]
-    tests, why = parse_assert_tests(
+    tests, why = split_assert_block(
         "```python\nimport math\nassert f(4) == 2\nassert f(9) == 3\n```"
     )
     assert why == "ok" and len(tests) == 2 and all("import math" in t.code for t in tests)
     assert check_code_reference("import math\ndef f(x):\n    return math.isqrt(x)", tests)[0]
     ok, why = check_code_reference("def f(x):\n    return 2", tests)
     assert not ok and "fails its tests" in why
-    assert parse_assert_tests("x = 1")[1] == "the tests contain no assert"
-    assert parse_assert_tests("assert (")[1].startswith("the tests do not compile")
-    assert len(parse_assert_tests("\n".join(f"assert {i} == {i}" for i in range(50)))[0]) == 20
-    semi = parse_assert_tests("import math; assert math.isqrt(9) == 3")[0]
+    assert split_assert_block("x = 1")[1] == "the tests contain no assert"
+    assert split_assert_block("assert (")[1].startswith("the tests do not compile")
+    assert len(split_assert_block("\n".join(f"assert {i} == {i}" for i in range(50)))[0]) == 20
+    semi = split_assert_block("import math; assert math.isqrt(9) == 3")[0]
     assert [t.code for t in semi] == ["import math\nassert math.isqrt(9) == 3\n"]
-    assert "longer than" in parse_assert_tests("assert True\n" * 10_000)[1]
+    assert "longer than" in split_assert_block("assert True\n" * 10_000)[1]
     check = "def check(candidate):\n    assert candidate(1) == 2\n\ncheck(inc)\n"
-    assert parse_assert_tests(check) == ((TestCase.asserts(check, "tests"),), "ok")
+    assert split_assert_block(check) == ((TestCase.asserts(check, "tests"),), "ok")
     assert assert_block((TestCase.asserts("assert a\n"), TestCase.io("1", "1"))) == "assert a"
 
 
