@@ -54,12 +54,15 @@ KLKind = Literal["k1", "k2", "k3"]
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 
 __all__ = [
+    "PLAIN_HEAD_TYPES",
+    "ChunkedLogprob",
     "aggregate_loss",
     "group_advantages",
     "grpo_advantages",
     "kl_loss",
     "masked_mean",
     "masked_whiten",
+    "plain_head",
     "ppo_clip_loss",
     "reinforce_pp_advantages",
     "reinforce_pp_returns",
@@ -372,7 +375,7 @@ def ppo_clip_loss(
 # log-probs of given tokens
 
 
-class _ChunkedLogprob(torch.autograd.Function):
+class ChunkedLogprob(torch.autograd.Function):
     """log softmax(h W^T + b)[target] / T computed per chunk of rows, recomputed in backward."""
 
     @staticmethod
@@ -425,7 +428,7 @@ class _ChunkedLogprob(torch.autograd.Function):
         )
 
 
-_PLAIN_HEAD_TYPES = {
+PLAIN_HEAD_TYPES = {
     "llama",
     "mistral",
     "qwen2",
@@ -436,6 +439,19 @@ _PLAIN_HEAD_TYPES = {
     "smollm3",
     "olmo2",
 }
+"""``config.model_type`` values whose logits are ``Linear(decoder hidden state)`` with nothing
+after it, so :class:`ChunkedLogprob` can take the place of the model's own head."""
+
+
+def plain_head(model: Any) -> tuple[Any, torch.nn.Linear] | None:
+    """``(decoder, head)`` when ``model``'s logits are ``head(decoder(...).last_hidden_state)``
+    (a :data:`PLAIN_HEAD_TYPES` model with a ``Linear`` output embedding), else None."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    if model_type in PLAIN_HEAD_TYPES and isinstance(head, torch.nn.Linear) and decoder is not None:
+        return decoder, head
+    return None
 
 
 def sequence_logprobs(
@@ -476,14 +492,9 @@ def sequence_logprobs(
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     target_mask = completion_mask[:, 1:].bool()
     targets = input_ids[:, 1:][target_mask]
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    if (
-        model_type in _PLAIN_HEAD_TYPES
-        and isinstance(head, torch.nn.Linear)
-        and decoder is not None
-    ):
+    plain = plain_head(model)
+    if plain is not None:
+        decoder, head = plain
         hidden = decoder(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -491,9 +502,7 @@ def sequence_logprobs(
             use_cache=False,
         ).last_hidden_state
         h = hidden[:, :-1][target_mask]
-        lp = _ChunkedLogprob.apply(
-            h, head.weight, head.bias, targets, 1.0 / temperature, chunk_size
-        )
+        lp = ChunkedLogprob.apply(h, head.weight, head.bias, targets, 1.0 / temperature, chunk_size)
     else:  # generic path: full logits from the model's own forward
         logits = model(
             input_ids=input_ids,

@@ -40,10 +40,10 @@ from typing import Any
 import torch
 
 from adapters.algorithms import (
-    _PLAIN_HEAD_TYPES,
-    _ChunkedLogprob,
+    ChunkedLogprob,
     group_advantages,
     kl_loss,
+    plain_head,
     ppo_clip_loss,
     reinforce_pp_advantages,
     sequence_logprobs,
@@ -114,15 +114,6 @@ def _mask(lengths: Sequence[int], width: int) -> torch.Tensor:
 # log-probs
 
 
-def _plain_head(model: Any) -> tuple[Any, Any] | None:
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    if model_type in _PLAIN_HEAD_TYPES and isinstance(head, torch.nn.Linear) and decoder:
-        return decoder, head
-    return None
-
-
 def completion_logprobs(
     model: Any,
     prompts: Sequence[Sequence[int]],
@@ -141,7 +132,7 @@ def completion_logprobs(
     dev = next(model.parameters()).device
     lengths = [len(c) for c in completions]
     width = max(lengths)
-    parts = _plain_head(model) if share_prompt else None
+    parts = plain_head(model) if share_prompt else None
     if parts is None:
         return _full_logprobs(model, prompts, completions, pad_id, temperature, chunk_size, dev)
     from transformers import DynamicCache
@@ -185,7 +176,7 @@ def completion_logprobs(
     ).last_hidden_state
     h_pred = torch.cat([h_prompt.index_select(0, idx)[:, None], hidden[:, :-1]], dim=1)
     sel = cmask.bool()
-    lp = _ChunkedLogprob.apply(
+    lp = ChunkedLogprob.apply(
         h_pred[sel], head.weight, head.bias, cids[sel], 1.0 / temperature, chunk_size
     )
     return lp.new_zeros(len(completions), width).masked_scatter(sel, lp)

@@ -231,7 +231,7 @@ def test_on_policy_ppo_gradient_equals_policy_gradient():
 
 
 def test_chunked_logprob_gradients_match_autograd():
-    from adapters.algorithms import _ChunkedLogprob
+    from adapters.algorithms import ChunkedLogprob
 
     gen = torch.Generator().manual_seed(0)
     h = torch.randn(7, 5, dtype=torch.float64, generator=gen, requires_grad=True)
@@ -239,9 +239,9 @@ def test_chunked_logprob_gradients_match_autograd():
     b = torch.randn(11, dtype=torch.float64, generator=gen, requires_grad=True)
     t = torch.randint(0, 11, (7,), generator=gen)
     assert torch.autograd.gradcheck(
-        lambda h, w, b: _ChunkedLogprob.apply(h, w, b, t, 0.5, 3), (h, w, b)
+        lambda h, w, b: ChunkedLogprob.apply(h, w, b, t, 0.5, 3), (h, w, b)
     )
-    out = _ChunkedLogprob.apply(h, w, b, t, 0.5, 3)
+    out = ChunkedLogprob.apply(h, w, b, t, 0.5, 3)
     ref = torch.log_softmax((h @ w.T + b) * 0.5, -1).gather(-1, t[:, None]).squeeze(-1)
     assert torch.allclose(out, ref)
 
