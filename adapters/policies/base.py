@@ -206,3 +206,48 @@ def left_truncate(ids: list[int], max_len: int, what: str = "prompt") -> list[in
         )
         return ids[-max_len:]
     return ids
+
+
+class ChatTemplatePrompts:
+    """Prompt encoding for backends that hold a tokenizer (transformers, vLLM).
+
+    A prompt is rendered with the tokenizer's chat template (plus ``chat_template_kwargs``;
+    without a template, ``role: content`` lines and ``assistant:``), tokenized without special
+    tokens and left-truncated to ``_prompt_limit(max_new_tokens)``, which each backend defines.
+    """
+
+    tokenizer: Any
+    chat_template_kwargs: dict[str, Any]
+
+    def _prompt_limit(self, max_new_tokens: int) -> int:
+        raise NotImplementedError
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        """The chat-templated prompt text (with the assistant generation prompt)."""
+        tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            return tok.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+            )
+        lines = [f"{m['role']}: {m['content']}" for m in messages]
+        return "\n".join([*lines, "assistant:"])
+
+    def _encode(self, messages: list[dict[str, str]], limit: int, what: str) -> list[int]:
+        ids = list(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])
+        return left_truncate(ids, limit, what=what)
+
+    def encode_prompt(self, prompt: ChatPrompt, max_new_tokens: int = 0) -> list[int]:
+        """Token ids of the templated prompt, left-truncated to the maximum prompt length."""
+        (messages,) = check_prompts([prompt])
+        return self._encode(messages, self._prompt_limit(max_new_tokens), "prompt")
+
+    def encode_prompts(self, prompts: Sequence[ChatPrompt], max_new_tokens: int) -> list[list[int]]:
+        """:meth:`encode_prompt` for a batch; a prompt that encodes to no token is a ValueError."""
+        limit = self._prompt_limit(max_new_tokens)
+        encoded = [
+            self._encode(m, limit, f"prompt {i}") for i, m in enumerate(check_prompts(prompts))
+        ]
+        for i, ids in enumerate(encoded):
+            if not ids:
+                raise ValueError(f"prompt {i} encodes to zero tokens")
+        return encoded

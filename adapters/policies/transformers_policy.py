@@ -37,11 +37,10 @@ from typing import Any
 
 from adapters.policies.base import (
     ChatPrompt,
+    ChatTemplatePrompts,
     Completion,
     Policy,
     SamplingParams,
-    check_prompts,
-    left_truncate,
     truncate_stop,
 )
 
@@ -95,7 +94,7 @@ def sample_next(logits: Any, uniforms: Any, params: SamplingParams) -> tuple[Any
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-class TransformersPolicy(Policy):
+class TransformersPolicy(ChatTemplatePrompts, Policy):
     """A :class:`Policy` over a transformers causal LM (see the module docstring).
 
     Args:
@@ -170,22 +169,6 @@ class TransformersPolicy(Policy):
     # ----------------------------------------------------------------------------------------
     # prompts
 
-    def render(self, messages: list[dict[str, str]]) -> str:
-        """The chat-templated prompt text (with the assistant generation prompt)."""
-        tok = self.tokenizer
-        if getattr(tok, "chat_template", None):
-            return tok.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
-            )
-        lines = [f"{m['role']}: {m['content']}" for m in messages]
-        return "\n".join([*lines, "assistant:"])
-
-    def encode_prompt(self, prompt: ChatPrompt, max_new_tokens: int = 0) -> list[int]:
-        """Token ids of the templated prompt, left-truncated to the maximum prompt length."""
-        (messages,) = check_prompts([prompt])
-        ids = list(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])
-        return left_truncate(ids, self._prompt_limit(max_new_tokens))
-
     def _prompt_limit(self, max_new_tokens: int) -> int:
         if self.max_prompt_tokens is not None:
             return self.max_prompt_tokens
@@ -202,18 +185,7 @@ class TransformersPolicy(Policy):
     ) -> list[list[Completion]]:
         torch = self._torch
         params = params or SamplingParams()
-        limit = self._prompt_limit(params.max_new_tokens)
-        encoded = [
-            left_truncate(
-                list(self.tokenizer(self.render(m), add_special_tokens=False)["input_ids"]),
-                limit,
-                what=f"prompt {i}",
-            )
-            for i, m in enumerate(check_prompts(prompts))
-        ]
-        for i, ids in enumerate(encoded):
-            if not ids:
-                raise ValueError(f"prompt {i} encodes to zero tokens")
+        encoded = self.encode_prompts(prompts, params.max_new_tokens)
         rows = [(p, s) for p in range(len(encoded)) for s in range(params.n)]
         if params.seed is not None:
             seeds = [row_seed(params.seed, p, s) for p, s in rows]

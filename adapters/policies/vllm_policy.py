@@ -75,11 +75,10 @@ from typing import Any
 
 from adapters.policies.base import (
     ChatPrompt,
+    ChatTemplatePrompts,
     Completion,
     Policy,
     SamplingParams,
-    check_prompts,
-    left_truncate,
     truncate_stop,
 )
 from adapters.policies.transformers_policy import row_seed
@@ -173,7 +172,7 @@ def check_packed_groups(names: Iterable[str]) -> None:
             )
 
 
-class VLLMPolicy(Policy):
+class VLLMPolicy(ChatTemplatePrompts, Policy):
     """A :class:`Policy` on a ``vllm.LLM`` engine (see the module docstring).
 
     Args:
@@ -279,27 +278,11 @@ class VLLMPolicy(Policy):
     # ----------------------------------------------------------------------------------------
     # prompts
 
-    def render(self, messages: list[dict[str, str]]) -> str:
-        """The chat-templated prompt text (with the assistant generation prompt)."""
-        tok = self.tokenizer
-        if getattr(tok, "chat_template", None):
-            return tok.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
-            )
-        lines = [f"{m['role']}: {m['content']}" for m in messages]
-        return "\n".join([*lines, "assistant:"])
-
     def _prompt_limit(self, max_new_tokens: int) -> int:
         ctx = self.max_model_len
         if self.max_prompt_tokens is not None:
             return max(1, min(self.max_prompt_tokens, ctx - 1))
         return max(1, min(max(ctx - max_new_tokens, ctx // 2), ctx - 1))
-
-    def encode_prompt(self, prompt: ChatPrompt, max_new_tokens: int = 0) -> list[int]:
-        """Token ids of the templated prompt, left-truncated to the maximum prompt length."""
-        (messages,) = check_prompts([prompt])
-        ids = list(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])
-        return left_truncate(ids, self._prompt_limit(max_new_tokens))
 
     # ----------------------------------------------------------------------------------------
     # generation
@@ -317,18 +300,7 @@ class VLLMPolicy(Policy):
         if self.asleep:
             raise RuntimeError(f"{self!r} is asleep: call wake_up() before generating")
         params = params or SamplingParams()
-        limit = self._prompt_limit(params.max_new_tokens)
-        encoded = [
-            left_truncate(
-                list(self.tokenizer(self.render(m), add_special_tokens=False)["input_ids"]),
-                limit,
-                what=f"prompt {i}",
-            )
-            for i, m in enumerate(check_prompts(prompts))
-        ]
-        for i, ids in enumerate(encoded):
-            if not ids:
-                raise ValueError(f"prompt {i} encodes to zero tokens")
+        encoded = self.encode_prompts(prompts, params.max_new_tokens)
         if not encoded:
             return []
         if (
