@@ -5,6 +5,8 @@
 #   bash scripts/setup.sh --test   additionally Docker Engine, debootstrap and the dev/docker/trl/ray extras
 #
 # Idempotent: a second run only checks that everything is in place.
+# TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu picks a wheel index for torch (on a machine
+# whose default index only has the CUDA build, this avoids several GB of CUDA packages).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,7 +58,11 @@ PIP=("$VENV/bin/python" -m pip -q --disable-pip-version-check)
 # torch first and pinned: an unpinned torch (or a package asking for a newer one) pulls GBs of CUDA wheels.
 if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
   echo "[setup] installing torch==$TORCH_VERSION"
-  "${PIP[@]}" install "torch==$TORCH_VERSION"
+  if [ -n "${TORCH_INDEX_URL:-}" ]; then
+    "${PIP[@]}" install "torch==$TORCH_VERSION" --index-url "$TORCH_INDEX_URL"
+  else
+    "${PIP[@]}" install "torch==$TORCH_VERSION"
+  fi
 fi
 CONSTRAINTS="$VENV/constraints.txt"
 "$VENV/bin/python" -c 'import torch; print("torch==" + torch.__version__)' > "$CONSTRAINTS"
