@@ -68,6 +68,11 @@ _ETC_FILES = (
     "/etc/mime.types",
 )
 _UID_BASE = 2_000_000
+_BWRAP_HINT = (
+    "\n(bubblewrap could not set up its namespaces. Inside a container this usually means the"
+    " container lacks CAP_SYS_ADMIN/CAP_NET_ADMIN or a seccomp/AppArmor profile blocks"
+    " unshare(2); run on the host, grant those, or use sandboxes.DockerSandbox.)"
+)
 _uid_counter = itertools.count()
 _spawner_lock = threading.Lock()
 _spawner_pool: ThreadPoolExecutor | None = None
@@ -334,9 +339,12 @@ class _LocalWorker(Worker):
             return ""
         try:
             f.seek(0)
-            return f.read()[-4000:].decode("utf-8", "replace").strip()
+            text = f.read()[-4000:].decode("utf-8", "replace").strip()
         except (OSError, ValueError):
             return ""
+        if text.startswith("bwrap:"):
+            text += _BWRAP_HINT
+        return text
 
     def _detach(self, graceful: bool) -> Callable[[], None]:
         if self.uid is not None and self.proc is not None:

@@ -31,6 +31,10 @@ command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v "$PY" >/dev/null || need+=(python3)
 "$PY" -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 command -v git >/dev/null || need+=(git)
+# reasoning-gym depends on pycosat, which PyPI ships only as source: it needs a C compiler and Python.h.
+command -v gcc >/dev/null || need+=(gcc)
+"$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null \
+  || need+=(python3-dev)
 if [ "$WANT_TEST" = 1 ]; then
   command -v dockerd >/dev/null || need+=(docker.io)
   command -v debootstrap >/dev/null || need+=(debootstrap)

@@ -325,6 +325,20 @@ def test_missing_bwrap_is_a_clear_error():
     assert isinstance(info.value, sandboxes.SandboxError)
 
 
+def test_bwrap_that_cannot_start_reports_its_stderr(tmp_path):
+    # what bwrap prints inside a container without CAP_NET_ADMIN, then exits
+    fake = tmp_path / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\necho 'bwrap: loopback: Failed RTM_NEWADDR: No child processes' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    with pytest.raises(sandboxes.SandboxError, match="failed to start") as info:
+        sandboxes.LocalSandbox(bwrap=str(fake), workers=1)
+    message = str(info.value)
+    assert "Failed RTM_NEWADDR" in message
+    assert "CAP_NET_ADMIN" in message and "DockerSandbox" in message
+
+
 def test_unisolated_opt_in_warns_and_runs(caplog):
     with caplog.at_level(logging.WARNING, logger="sandboxes"):
         sb = sandboxes.LocalSandbox(bwrap="/nonexistent/bwrap", allow_unisolated=True, workers=1)
