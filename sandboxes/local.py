@@ -332,14 +332,16 @@ class _LocalWorker(Worker):
         return self.cgroup.oom_kills() if self.cgroup is not None else None
 
     def _describe_failure(self) -> str:
-        if self.proc is not None and self.proc.poll() is None:
-            return ""
+        # The server may not be reaped yet when its channel closes, so its stderr is read whether
+        # or not it has exited; pread leaves the file offset it shares with the server alone.
         f = self.stderr_file
         if f is None:
             return ""
         try:
-            f.seek(0)
-            text = f.read()[-4000:].decode("utf-8", "replace").strip()
+            fd = f.fileno()
+            size = os.fstat(fd).st_size
+            start = max(0, size - 4000)
+            text = os.pread(fd, size - start, start).decode("utf-8", "replace").strip()
         except (OSError, ValueError):
             return ""
         if text.startswith("bwrap:"):
