@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
+import time
 from collections import Counter
 from dataclasses import asdict
 
@@ -43,6 +44,22 @@ def ray_session():
     yield ray
     if started:
         ray.shutdown()
+
+
+def kill_now(actor) -> None:
+    """``ray.kill`` is asynchronous: a call sent right after it may still be served. Return only
+    once the actor is seen dead, so the tests exercise the pool's recovery every time."""
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    ray.kill(actor, no_restart=True)
+    for _ in range(100):
+        try:
+            ray.get(actor.ping.remote(), timeout=5)
+        except (RayActorError, GetTimeoutError):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the actor still answers after ray.kill")
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +209,7 @@ class KillingPool:
                 victim = self.pool.workers[self.worker]
                 self.killed += 1
                 if self.when == "before":
-                    ray.kill(victim)
+                    kill_now(victim)
                 else:
                     self.pool.inject_fault(self.worker, step_delay_s=1.0)
                     threading.Timer(0.2, ray.kill, [victim]).start()
@@ -264,7 +281,7 @@ def test_replayed_branches_match_the_originals(ray_session):
             frontier = pairs[2::3]
         assert max(len(pool.lineage(rb)[1]) for rb, _ in everything) == 3
         for w in range(2):
-            ray_session.kill(pool.workers[w])
+            kill_now(pool.workers[w])
         live = [(rb, lb) for rb, lb in everything if local.raw(lb).agents]
         assert len(live) > 10
         assert pool.oracle([rb for rb, _ in live]) == local.oracle([lb for _, lb in live])
@@ -287,6 +304,6 @@ def test_hung_actor_times_out_and_is_replaced(ray_session):
 def test_gives_up_after_max_retries(ray_session):
     with RayEnvPool(num_workers=1, max_retries=0) as pool:
         views = pool.reset([EpisodeSpec("plan_path", seed=0, config=ENVS["plan_path"])])
-        ray_session.kill(pool.workers[0])
+        kill_now(pool.workers[0])
         with pytest.raises(RuntimeError, match="failed 1 times in a row running 'oracle'"):
             pool.oracle([views[0].branch_id])
