@@ -50,6 +50,7 @@ from adapters.algorithms import (
     token_kl,
 )
 from adapters.config import TrainConfig, derive_seed
+from adapters.policies.transformers_policy import distinct_prompt_batch
 from adapters.rollout import Sample
 
 __all__ = [
@@ -138,17 +139,7 @@ def completion_logprobs(
     from transformers import DynamicCache
 
     decoder, head = parts
-    unique: dict[tuple[int, ...], int] = {}
-    index = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
-    uprompts = list(unique)
-    pw = max(len(p) for p in uprompts)
-    ids = torch.full((len(uprompts), pw), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(uprompts), pw), dtype=torch.long)
-    for i, p in enumerate(uprompts):
-        ids[i, pw - len(p) :] = torch.tensor(p, dtype=torch.long)
-        attn[i, pw - len(p) :] = 1
-    ids, attn = ids.to(dev), attn.to(dev)
-    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    index, ids, attn, positions = distinct_prompt_batch(prompts, pad_id, dev)
     cache = DynamicCache(config=model.config)
     h_prompt = decoder(
         input_ids=ids,
@@ -158,7 +149,7 @@ def completion_logprobs(
         use_cache=True,
     ).last_hidden_state[:, -1]
     idx = torch.tensor(index, device=dev)
-    if index != list(range(len(uprompts))):
+    if index != list(range(ids.shape[0])):
         cache.reorder_cache(idx)  # type: ignore[arg-type]
     cids = torch.full((len(completions), width), pad_id, dtype=torch.long)
     for i, c in enumerate(completions):

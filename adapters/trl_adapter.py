@@ -90,6 +90,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapters.envpool import flush_dead_steps
+
 __all__ = [
     "EPISODE_KEY",
     "REWARD_MODES",
@@ -131,15 +133,6 @@ def _shared_objects(env_id: str, env_config: dict[str, Any]) -> tuple[dict[str, 
     return shared, _build_env(env_id, env_config, shared).unwrapped
 
 
-def _flush_dead_steps(raw: Any) -> None:
-    while raw.agents:
-        a = raw.agent_selection
-        if raw.terminations[a] or raw.truncations[a]:
-            raw.step(None)
-        else:
-            return
-
-
 def env_dataset(env_id: str, n: int, split: str = "train", seed: int = 0, **env_config: Any):
     """A ``datasets.Dataset`` of ``n`` episodes of ``env_id`` for :class:`trl.GRPOTrainer`.
 
@@ -158,7 +151,7 @@ def env_dataset(env_id: str, n: int, split: str = "train", seed: int = 0, **env_
     for i in range(n):
         s = episode_seed(seed, i)
         raw.reset(seed=s, options={"split": split})
-        _flush_dead_steps(raw)
+        flush_dead_steps(raw)
         if not raw.agents:
             raise RuntimeError(f"{canonical} episode with seed {s} ended before any agent acted")
         agent = raw.agent_selection
@@ -404,7 +397,7 @@ def make_rollout_func(
         env = _build_env(canonical, env_config, shared)
         raw = env.unwrapped
         raw.reset(seed=int(key["seed"]), options={"split": key["split"]})
-        _flush_dead_steps(raw)
+        flush_dead_steps(raw)
         if not raw.agents:
             raise RuntimeError(f"{canonical} episode {key} ended before any agent acted")
         observation = raw.observe(raw.agent_selection)["prompt"]
@@ -425,7 +418,7 @@ def make_rollout_func(
         for a, r in raw.rewards.items():
             ep.returns[a] = ep.returns.get(a, 0.0) + float(r)
         ep.actions.append({"agent": agent, "text": text})
-        _flush_dead_steps(raw)
+        flush_dead_steps(raw)
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         chat = chat_for(trainer)

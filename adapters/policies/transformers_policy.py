@@ -60,6 +60,30 @@ def row_seed(seed: int, prompt_index: int, sample_index: int) -> int:
     return x & _MASK63
 
 
+def distinct_prompt_batch(
+    prompts: Sequence[Sequence[int]], pad_id: int, device: Any
+) -> tuple[list[int], Any, Any, Any]:
+    """Each distinct prompt once, left-padded: ``(row -> distinct index, input_ids,
+    attention_mask, position_ids)``, the tensors ``(distinct, width)`` on ``device``.
+
+    >>> index, ids, attn, pos = distinct_prompt_batch([[5, 6], [7], [5, 6]], pad_id=0, device="cpu")
+    >>> index, ids.tolist(), attn.tolist(), pos.tolist()
+    ([0, 1, 0], [[5, 6], [0, 7]], [[1, 1], [0, 1]], [[0, 1], [0, 0]])
+    """
+    import torch
+
+    unique: dict[tuple[int, ...], int] = {}
+    index = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
+    width = max(len(p) for p in unique)
+    ids = torch.full((len(unique), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(unique), width), dtype=torch.long)
+    for i, p in enumerate(unique):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        attn[i, width - len(p) :] = 1
+    ids, attn = ids.to(device), attn.to(device)
+    return index, ids, attn, (attn.cumsum(-1) - 1).clamp_(min=0)
+
+
 def sample_next(logits: Any, uniforms: Any, params: SamplingParams) -> tuple[Any, Any]:
     """Choose one token per row and return ``(tokens, logprobs)``.
 
@@ -244,24 +268,15 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
         from transformers import DynamicCache
 
         dev = self.device
-        unique: dict[tuple[int, ...], int] = {}
-        row_prompt = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
-        uprompts = list(unique)
-        width = max(len(p) for p in uprompts)
-        input_ids = torch.full((len(uprompts), width), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((len(uprompts), width), dtype=torch.long)
-        for i, p in enumerate(uprompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attn[i, width - len(p) :] = 1
-        input_ids, attn = input_ids.to(dev), attn.to(dev)
-        positions = (attn.cumsum(-1) - 1).clamp_(min=0)
+        row_prompt, input_ids, attn, positions = distinct_prompt_batch(prompts, self.pad_id, dev)
+        n_unique = input_ids.shape[0]
         cache = DynamicCache(config=self.model.config)
         max_new = params.max_new_tokens
         stop_window = 4 * max((len(s) for s in params.stop), default=0) + 4
         with torch.inference_mode():
             logits = self._forward(input_ids, attn, positions, cache)
             expand = torch.tensor(row_prompt, device=dev)
-            if len(uprompts) != len(prompts) or row_prompt != list(range(len(prompts))):
+            if n_unique != len(prompts) or row_prompt != list(range(len(prompts))):
                 cache.reorder_cache(expand)
                 logits = logits.index_select(0, expand)
             attn = attn.index_select(0, expand)

@@ -14,6 +14,7 @@ import pytest
 
 import envs
 from adapters import trl_adapter as ta
+from adapters.envpool import flush_dead_steps
 
 from .conftest import make_char_tokenizer
 
@@ -58,13 +59,13 @@ def _replay(env_id, config, seed, actions, reward_mode="mean"):
     raw = envs.make(env_id, **config).unwrapped
     raw.reset(seed=seed, options={"split": "train"})
     returns = {a: 0.0 for a in raw.possible_agents}
-    ta._flush_dead_steps(raw)
+    flush_dead_steps(raw)
     for act in actions:
         assert raw.agent_selection == act["agent"]
         raw.step(act["text"])
         for a, r in raw.rewards.items():
             returns[a] += r
-        ta._flush_dead_steps(raw)
+        flush_dead_steps(raw)
     assert not raw.agents, "the rollout stopped before the episode ended"
     return ta._episode_reward(raw, returns, reward_mode), bool(raw.success), returns
 
