@@ -12,12 +12,13 @@ Examples::
     python -m adapters.train --env sokoban --model Qwen/Qwen3-1.7B \
         --chat-template-kwargs '{"enable_thinking": false}' --lora-rank 0   # paper setup, CUDA
 
-Every :class:`~adapters.config.TrainConfig` field is a flag (``--lora-rank 0`` = full
+Every :class:`~adapters.training.config.TrainConfig` field is a flag (``--lora-rank 0`` = full
 fine-tuning, ``--env-config KEY=VALUE`` for setting options; ``--mode`` and ``--max-turns`` are
-shortcuts for two of them). Unknown YAML keys are an error. With no flags the run uses the
-defaults for the device: on a CPU-only machine a few-minute demonstration (see
-:mod:`adapters.config`), on CUDA the paper-sized settings. See :mod:`adapters.trainer` for what a
-run writes and how resuming works.
+shortcuts for two of them; :mod:`adapters.training.flags`). Unknown YAML keys are an error. With no
+flags the run uses the defaults for the device (:mod:`adapters.training.recipes`): on a CPU-only
+machine a few-minute demonstration, on CUDA the paper-sized settings. See
+:mod:`adapters.training.trainer` for what a run writes and how resuming works. This module only
+parses arguments and starts the trainer.
 """
 
 from __future__ import annotations
@@ -29,15 +30,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from adapters.config import (
-    ConfigError,
-    TrainConfig,
-    add_config_arguments,
-    config_from_dict,
-    load_yaml,
-    merge_config,
-    overrides_from_args,
-)
+from adapters.training.config import ConfigError, TrainConfig, config_from_dict, load_yaml
+from adapters.training.flags import add_config_arguments, merge_config, overrides_from_args
 
 __all__ = ["build_parser", "config_from_argv", "main"]
 
@@ -83,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(yaml.safe_dump(cfg.resolved().to_dict(), sort_keys=False), end="")
         return 0
-    from adapters.trainer import Trainer
+    from adapters.training.trainer import Trainer
 
     t0 = time.perf_counter()
     if ctl.resume:

@@ -27,9 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.envpool import EpisodeSpec, LocalEnvPool
-from adapters.oracle import OraclePolicy
-from adapters.rollout import RolloutConfig, RolloutEngine
+from adapters.policies import OraclePolicy
+from adapters.rollout import EpisodeSpec, LocalEnvPool, RolloutConfig, RolloutEngine
 
 ENV_CONFIGS: dict[str, dict] = {
     "sokoban": {},  # paper setting: 6 x 6, 2 boxes
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import ray
 
-    from adapters.ray_pool import RayEnvPool
+    from adapters.rollout.ray_pool import RayEnvPool
 
     t = time.perf_counter()
     ray.init(

@@ -2,10 +2,10 @@
 
     python benchmarks/train_throughput.py                       # embedded SmolLM2, CPU
     python benchmarks/train_throughput.py --env plan_path --steps 4 --candidates 4
-    python benchmarks/train_throughput.py --model-config adapters/configs/qwen3_1_7b.json \\
+    python benchmarks/train_throughput.py --model-config adapters/policies/configs/qwen3_1_7b.json \\
         --device cuda --instances 16 --max-new-tokens 512        # paper-sized model, random weights
 
-Each step is a full :class:`adapters.trainer.Trainer` step (AT-GRPO tree sampling by default):
+Each step is a full :class:`adapters.training.trainer.Trainer` step (AT-GRPO tree sampling by default):
 rollout of ``--instances`` instances with K candidates per agent-turn, the PPO update of every
 sample, the JSONL logs and the checkpoint. Unset flags take the trainer's defaults for the device
 (so the CPU default is the step of ``python -m adapters.train --env sokoban``). Columns:
@@ -69,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     import torch
 
-    from adapters.config import TrainConfig
-    from adapters.models import model_from_config
-    from adapters.trainer import Trainer
+    from adapters.policies.models import model_from_config
+    from adapters.training.config import TrainConfig
+    from adapters.training.trainer import Trainer
 
     if args.threads:
         torch.set_num_threads(args.threads)

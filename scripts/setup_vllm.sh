@@ -94,7 +94,7 @@ if [ ! -x "$MAIN_VENV/bin/python" ]; then
   echo "[setup_vllm] $MAIN_VENV is missing: run 'bash scripts/setup.sh' first" >&2
   exit 1
 fi
-"$MAIN_VENV/bin/python" -c "from adapters.models import ensure_embedded_checkpoint as e; print('[setup_vllm] embedded checkpoint:', e())"
+"$MAIN_VENV/bin/python" -c "from adapters.policies.models import ensure_embedded_checkpoint as e; print('[setup_vllm] embedded checkpoint:', e())"
 
 # 6. check
 "$VENV/bin/python" - <<'PYCHECK'

@@ -50,7 +50,11 @@ def test_wheel_contains_packages_and_data(wheel: Path):
         "sandboxes/Dockerfile",
         "adapters/train.py",
         "adapters/evaluate.py",
-        "adapters/configs/qwen3_1_7b.json",
+        "adapters/policies/configs/qwen3_1_7b.json",
+        "adapters/rollout/engine.py",
+        "adapters/evaluation/runner.py",
+        "adapters/training/trainer.py",
+        "adapters/integrations/trl.py",
     ):
         assert required in names, f"{required} missing from the wheel"
     assert not any(n.startswith("tests/") for n in names)

@@ -1,31 +1,40 @@
-"""Policy backends behind one interface: prompts in, completions with token ids and log-probs out.
+"""The policies layer: one interface for every way of writing a completion.
+
+==========================  =====================================================================
+module                      what lives there
+==========================  =====================================================================
+``base``                    :class:`Policy`, :class:`SamplingParams`, :class:`Completion` and
+                            the conventions every backend follows (EOS, stop strings, log-probs)
+``chat``                    prompt validation and chat-template rendering
+                            (``chat_template_kwargs``, e.g. Qwen3's ``enable_thinking``)
+``transformers_policy``     :class:`TransformersPolicy` (CPU/GPU, trainable)
+``vllm_policy``             :class:`VLLMPolicy` (needs ``vllm``; LoRA views, weight sync)
+``openai_compat``           :class:`OpenAIPolicy` (any OpenAI-compatible server; benchmarking)
+``scripted`` / ``oracle``   :class:`ScriptedPolicy` (a function), :class:`OraclePolicy` (the env's
+                            own correct answer)
+``wrappers``                :class:`ManagedPolicy` (prompt prefixes, adapter activation, timing)
+``models``                  loading models: the embedded SmolLM2, tiny test models, configs
+``specs``                   policies from ``--policy`` spec strings
+==========================  =====================================================================
 
 >>> from adapters.policies import ScriptedPolicy, SamplingParams
 >>> ScriptedPolicy(lambda text: "42").generate(["6 * 7?"], SamplingParams(n=1))[0][0].text
 '42'
 
-Backends: :class:`TransformersPolicy` (CPU/GPU, trainable), :class:`OpenAIPolicy` (any
-OpenAI-compatible server; benchmarking), :class:`ScriptedPolicy` (tests, oracles). The
-transformers backend is imported lazily so that importing this package does not import torch.
-See :mod:`adapters.policies.base` for the exact conventions (stop strings, EOS, log-probs).
+The transformers and vLLM backends are imported lazily, so importing this package does not
+import torch.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from adapters.policies.base import (
-    ChatPrompt,
-    Completion,
-    FinishReason,
-    Policy,
-    SamplingParams,
-    check_prompts,
-    to_messages,
-    truncate_stop,
-)
+from adapters.policies.base import Completion, FinishReason, Policy, SamplingParams, truncate_stop
+from adapters.policies.chat import ChatPrompt, check_prompts, to_messages
 from adapters.policies.openai_compat import OpenAIAPIError, OpenAIPolicy
+from adapters.policies.oracle import OraclePolicy
 from adapters.policies.scripted import ScriptedPolicy
+from adapters.policies.wrappers import GenerationTimer, ManagedPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
     from adapters.policies.transformers_policy import TransformersPolicy
@@ -35,8 +44,11 @@ __all__ = [
     "ChatPrompt",
     "Completion",
     "FinishReason",
+    "GenerationTimer",
+    "ManagedPolicy",
     "OpenAIAPIError",
     "OpenAIPolicy",
+    "OraclePolicy",
     "Policy",
     "SamplingParams",
     "ScriptedPolicy",

@@ -8,8 +8,9 @@ Every backend (transformers, OpenAI-compatible HTTP, scripted; vLLM elsewhere) i
 
 Conventions shared by all backends
 ----------------------------------
-* A :data:`ChatPrompt` is either a list of ``{"role": ..., "content": ...}`` messages or a plain
-  string, which means a single user message.
+* A :data:`~adapters.policies.chat.ChatPrompt` is either a list of ``{"role": ..., "content":
+  ...}`` messages or a plain string, which means a single user message
+  (:mod:`adapters.policies.chat` validates and renders prompts).
 * :class:`SamplingParams` follows the AT-GRPO appendix defaults (temperature 1.0, top-p 1.0,
   top-k -1 = off). ``temperature == 0`` means greedy decoding.
 * :class:`Completion.text` never contains the end-of-sequence token nor the stop string that ended
@@ -30,17 +31,15 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
+
+from adapters.policies.chat import ChatPrompt
 
 logger = logging.getLogger(__name__)
 
-Message = Mapping[str, Any]
-ChatPrompt = Union[str, Sequence[Message]]  # noqa: UP007 (a runtime alias, kept readable)
 FinishReason = Literal["stop", "length"]
-
-_ROLES = ("system", "user", "assistant", "tool", "developer")
 
 
 @dataclass(frozen=True)
@@ -137,43 +136,6 @@ class Policy(abc.ABC):
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-def to_messages(prompt: ChatPrompt) -> list[dict[str, str]]:
-    """Normalise a prompt to a list of ``{"role", "content"}`` dicts (a str is one user turn).
-
-    Raises TypeError/ValueError for malformed prompts (an API misuse, not a model output).
-    """
-    if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}]
-    if isinstance(prompt, Mapping) or not isinstance(prompt, Sequence):
-        raise TypeError(
-            "a prompt must be a str or a list of {'role': ..., 'content': ...} messages, "
-            f"got {type(prompt).__name__}"
-        )
-    messages: list[dict[str, str]] = []
-    for i, msg in enumerate(prompt):
-        if not isinstance(msg, Mapping) or "role" not in msg or "content" not in msg:
-            raise ValueError(f"message {i} must be a mapping with 'role' and 'content': {msg!r}")
-        role, content = msg["role"], msg["content"]
-        if not isinstance(role, str) or role not in _ROLES:
-            raise ValueError(f"message {i} has unknown role {role!r}; expected one of {_ROLES}")
-        if not isinstance(content, str):
-            raise TypeError(f"message {i} content must be a str, got {type(content).__name__}")
-        messages.append({"role": role, "content": content})
-    if not messages:
-        raise ValueError("a prompt needs at least one message")
-    return messages
-
-
-def check_prompts(prompts: Sequence[ChatPrompt]) -> list[list[dict[str, str]]]:
-    """Validate a batch of prompts and return them as message lists."""
-    if isinstance(prompts, (str, Mapping)) or not isinstance(prompts, Sequence):
-        raise TypeError(
-            "generate() takes a sequence of prompts (wrap a single prompt in a list), "
-            f"got {type(prompts).__name__}"
-        )
-    return [to_messages(p) for p in prompts]
-
-
 def truncate_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     """Cut ``text`` at the earliest occurrence of any stop string.
 
@@ -192,62 +154,3 @@ def truncate_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     if best == -1:
         return text, False
     return text[:best], True
-
-
-def left_truncate(ids: list[int], max_len: int, what: str = "prompt") -> list[int]:
-    """Keep the last ``max_len`` ids, logging a warning when anything is dropped."""
-    if max_len > 0 and len(ids) > max_len:
-        logger.warning(
-            "%s has %d tokens, more than the maximum of %d: dropping the first %d tokens",
-            what,
-            len(ids),
-            max_len,
-            len(ids) - max_len,
-        )
-        return ids[-max_len:]
-    return ids
-
-
-class ChatTemplatePrompts:
-    """Prompt encoding for backends that hold a tokenizer (transformers, vLLM).
-
-    A prompt is rendered with the tokenizer's chat template (plus ``chat_template_kwargs``;
-    without a template, ``role: content`` lines and ``assistant:``), tokenized without special
-    tokens and left-truncated to ``_prompt_limit(max_new_tokens)``, which each backend defines.
-    """
-
-    tokenizer: Any
-    chat_template_kwargs: dict[str, Any]
-
-    def _prompt_limit(self, max_new_tokens: int) -> int:
-        raise NotImplementedError
-
-    def render(self, messages: list[dict[str, str]]) -> str:
-        """The chat-templated prompt text (with the assistant generation prompt)."""
-        tok = self.tokenizer
-        if getattr(tok, "chat_template", None):
-            return tok.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
-            )
-        lines = [f"{m['role']}: {m['content']}" for m in messages]
-        return "\n".join([*lines, "assistant:"])
-
-    def _encode(self, messages: list[dict[str, str]], limit: int, what: str) -> list[int]:
-        ids = list(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])
-        return left_truncate(ids, limit, what=what)
-
-    def encode_prompt(self, prompt: ChatPrompt, max_new_tokens: int = 0) -> list[int]:
-        """Token ids of the templated prompt, left-truncated to the maximum prompt length."""
-        (messages,) = check_prompts([prompt])
-        return self._encode(messages, self._prompt_limit(max_new_tokens), "prompt")
-
-    def encode_prompts(self, prompts: Sequence[ChatPrompt], max_new_tokens: int) -> list[list[int]]:
-        """:meth:`encode_prompt` for a batch; a prompt that encodes to no token is a ValueError."""
-        limit = self._prompt_limit(max_new_tokens)
-        encoded = [
-            self._encode(m, limit, f"prompt {i}") for i, m in enumerate(check_prompts(prompts))
-        ]
-        for i, ids in enumerate(encoded):
-            if not ids:
-                raise ValueError(f"prompt {i} encodes to zero tokens")
-        return encoded

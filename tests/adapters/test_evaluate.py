@@ -1,4 +1,4 @@
-"""``adapters.evaluate``: the oracle upper bound, per-role specs, the CLI table and JSON."""
+"""``adapters.evaluate`` and :mod:`adapters.evaluation`: the oracle upper bound, per-role specs, the CLI table and JSON."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from adapters.evaluate import build_policies, evaluate, main, parse_policy_spec
-from adapters.oracle import OraclePolicy
-from adapters.policies import ScriptedPolicy
+from adapters.evaluate import main
+from adapters.evaluation import evaluate
+from adapters.policies import OraclePolicy, ScriptedPolicy
+from adapters.policies.specs import build_policies, parse_policy_spec
 
 SMALL = {"height": 5, "width": 5, "min_distance": 3, "wall_density": 0.1}
 CORRIDOR = {"grid": ["..."], "start": [0, 0], "goal": [0, 2]}
@@ -80,7 +81,7 @@ def test_cli_prints_table_and_writes_json(tmp_path, capsys):
 
 
 def test_cli_demos_and_system_prompt_reach_the_model(capsys):
-    from adapters.serve import start_in_thread
+    from adapters.integrations.openai_server import start_in_thread
 
     seen = []
 
@@ -108,7 +109,7 @@ def test_cli_demos_and_system_prompt_reach_the_model(capsys):
 
 
 def test_openai_spec_against_a_local_server(tmp_path):
-    from adapters.serve import start_in_thread
+    from adapters.integrations.openai_server import start_in_thread
 
     server = start_in_thread(ScriptedPolicy(lambda _t: "#### [R,R]"), model_name="scripted")
     try:

@@ -14,7 +14,7 @@ from adapters.policies import (
     to_messages,
     truncate_stop,
 )
-from adapters.policies.base import left_truncate
+from adapters.policies.chat import left_truncate
 
 
 def test_sampling_params_defaults_follow_the_paper():

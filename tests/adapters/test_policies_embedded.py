@@ -15,9 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from adapters import models  # noqa: E402
-from adapters.algorithms import sequence_logprobs  # noqa: E402
-from adapters.policies import SamplingParams, TransformersPolicy  # noqa: E402
+from adapters.policies import SamplingParams, TransformersPolicy, models  # noqa: E402
+from adapters.training.logprobs import sequence_logprobs  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

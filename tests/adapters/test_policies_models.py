@@ -1,4 +1,4 @@
-"""adapters.models without loading real weights: paths, errors, atomic conversion, configs."""
+"""adapters.policies.models without loading real weights: paths, errors, atomic conversion, configs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters import models
+from adapters.policies import models
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from adapters.algorithms import sequence_logprobs  # noqa: E402
 from adapters.policies import SamplingParams, TransformersPolicy  # noqa: E402
 from adapters.policies.transformers_policy import row_seed, sample_next  # noqa: E402
+from adapters.training.logprobs import sequence_logprobs  # noqa: E402
 
 from .conftest import make_char_model  # noqa: E402
 

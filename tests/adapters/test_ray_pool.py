@@ -16,11 +16,9 @@ from dataclasses import asdict
 
 import pytest
 
-from adapters.envpool import EpisodeSpec, LocalEnvPool
-from adapters.oracle import OraclePolicy
+from adapters.policies import OraclePolicy
 from adapters.policies.scripted import ScriptedPolicy
-from adapters.ray_pool import RayEnvPool
-from adapters.rollout import RolloutConfig, RolloutEngine
+from adapters.rollout import EpisodeSpec, LocalEnvPool, RayEnvPool, RolloutConfig, RolloutEngine
 
 ENVS = {
     "plan_path": {"height": 5, "width": 5, "min_distance": 3},

@@ -96,7 +96,7 @@ def _comparable(path: Path) -> list[dict]:
 
 def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path):
     try:
-        from adapters.models import embedded_gguf_path
+        from adapters.policies.models import embedded_gguf_path
 
         embedded_gguf_path()
     except ImportError as exc:  # pragma: no cover

@@ -16,10 +16,15 @@ from collections import Counter, defaultdict
 import pytest
 
 import envs
-from adapters.envpool import EpisodeSpec
-from adapters.oracle import OraclePolicy
-from adapters.policies import ScriptedPolicy
-from adapters.rollout import RolloutConfig, RolloutEngine, Sample, select_candidates, write_jsonl
+from adapters.policies import OraclePolicy, ScriptedPolicy
+from adapters.rollout import (
+    EpisodeSpec,
+    RolloutConfig,
+    RolloutEngine,
+    Sample,
+    select_candidates,
+    write_jsonl,
+)
 
 SMALL = {"height": 4, "width": 4, "min_distance": 3, "wall_density": 0.1, "max_turns": 3}
 MOVES = ["[U]", "[D]", "[L]", "[R]", "[R,R]", "[D,D]", "[U,L]", "[]", "no answer"]

@@ -253,8 +253,8 @@ def test_round_trip_with_char_model(char_policy):
 
 @pytest.mark.slow
 def test_round_trip_with_tiny_model():
-    from adapters.models import tiny_model
     from adapters.policies import TransformersPolicy
+    from adapters.policies.models import tiny_model
 
     model, tok = tiny_model(seed=0)
     _round_trip(TransformersPolicy(model, tok, device="cpu", name="tiny"))

@@ -13,14 +13,13 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from adapters.algorithms import group_advantages, sequence_logprobs  # noqa: E402
-from adapters.config import TrainConfig  # noqa: E402
-from adapters.trainer import Trainer, latest_checkpoint  # noqa: E402
-from adapters.trainer_update import (  # noqa: E402
-    TrainItem,
-    completion_logprobs,
-    compute_advantages,
-)
+from adapters.training.advantages import group_advantages  # noqa: E402
+from adapters.training.batch import TrainItem  # noqa: E402
+from adapters.training.checkpoints import latest_checkpoint  # noqa: E402
+from adapters.training.config import TrainConfig  # noqa: E402
+from adapters.training.logprobs import completion_logprobs, sequence_logprobs  # noqa: E402
+from adapters.training.trainer import Trainer  # noqa: E402
+from adapters.training.update import compute_advantages  # noqa: E402
 
 from .conftest import make_char_model  # noqa: E402
 
@@ -125,17 +124,17 @@ def test_rollout_logprobs_match_training_logprobs(tmp_path):
 
 
 def test_micro_batches_pack_by_prompt_within_budgets():
-    from adapters.trainer_update import _micro_batches, _padded_cost
+    from adapters.training.batch import micro_batches, padded_cost
 
     items = _items([0.0] * 7, ["g"] * 7, lengths=[4] * 7)
     prompts = [[1] * 10, [1] * 10, [2] * 50, [2] * 50, [2] * 50, [3] * 12, [3] * 12]
     for it, p in zip(items, prompts):
         it.prompt_ids = p
-    chunks = _micro_batches(items, size=8, max_tokens=64)
+    chunks = micro_batches(items, size=8, max_tokens=64)
     assert sorted(id(it) for c in chunks for it in c) == sorted(id(it) for it in items)
-    assert all(_padded_cost(c) <= 64 for c in chunks)
+    assert all(padded_cost(c) <= 64 for c in chunks)
     assert [len({it.prompt_key for it in c}) for c in chunks] == [1, 2]  # 50-prompt alone
-    assert len(_micro_batches(items, size=2)) == 4 and len(_micro_batches(items, 8)) == 1
+    assert len(micro_batches(items, size=2)) == 4 and len(micro_batches(items, 8)) == 1
 
 
 # ------------------------------------------------------------------------------ advantages
@@ -283,16 +282,16 @@ def test_other_algorithms_run_a_step(tmp_path, algorithm):
     tr.close()
 
 
-def test_build_demos_from_the_oracle():
-    from adapters.trainer_models import build_demos
+def test_oracle_demos_from_the_oracle():
+    from adapters.rollout import oracle_demos
 
-    demos = build_demos("plan_path", SMALL, ["tool", "planner"], 2, seed=0)
+    demos = oracle_demos("plan_path", SMALL, ["tool", "planner"], 2, seed=0)
     assert set(demos) == {"tool", "planner"}
     assert [m["role"] for m in demos["planner"]] == ["user", "assistant"] * 2
     assert demos["planner"][0]["content"] != demos["planner"][2]["content"]  # two instances
     assert demos["planner"][1]["content"].splitlines()[-1].startswith("####")
     assert demos["tool"][1]["content"].startswith("```python")
-    short = build_demos(
+    short = oracle_demos(
         "plan_path", SMALL, ["tool", "planner"], 1, seed=0, fits=lambda t: len(t) < 200
     )
     assert set(short) == {"planner"}  # the tool's program is too long to be written

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.config import ConfigError, TrainConfig, config_from_dict, derive_seed
+from adapters.rollout import derive_seed
 from adapters.train import config_from_argv, main
+from adapters.training.config import ConfigError, TrainConfig, config_from_dict
 
 
 def test_defaults_resolve_per_device():

@@ -27,9 +27,9 @@ pytestmark = pytest.mark.slow
 
 def test_at_grpo_raises_reward_on_a_corridor(tmp_path):
     import envs
-    from adapters.config import TrainConfig
-    from adapters.models import EmbeddedModelMissing
-    from adapters.trainer import Trainer
+    from adapters.policies.models import EmbeddedModelMissing
+    from adapters.training.config import TrainConfig
+    from adapters.training.trainer import Trainer
 
     example = envs.make("plan_path", mode="single", max_turns=1).unwrapped
     example.reset(

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 import envs
-from adapters import trl_adapter as ta
-from adapters.envpool import flush_dead_steps
+from adapters.integrations import trl as ta
+from adapters.rollout import flush_dead_steps
 
 from .conftest import make_char_tokenizer
 
@@ -293,7 +293,7 @@ def _bigram_llama():
     start at zero (the residual stream is the token embedding); all weights stay trainable."""
     import torch
 
-    from adapters.models import tiny_model
+    from adapters.policies.models import tiny_model
 
     model, tok = tiny_model(seed=0, tie_word_embeddings=False)
     enc = {

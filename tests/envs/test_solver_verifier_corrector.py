@@ -195,9 +195,8 @@ def test_limits_modes_and_errors():
 
 
 def test_rollout_engine_adaptive_keeps_follow_the_rule():
-    from adapters.envpool import EpisodeSpec
     from adapters.policies.scripted import ScriptedPolicy
-    from adapters.rollout import RolloutConfig, RolloutEngine
+    from adapters.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
 
     rng = random.Random(0)
 

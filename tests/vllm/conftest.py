@@ -72,7 +72,7 @@ def hf(_vllm_required):
     """``(model, tokenizer)``: the same checkpoint in transformers, float32, one thread."""
     import torch
 
-    from adapters.models import load_policy_model
+    from adapters.policies.models import load_policy_model
 
     torch.set_num_threads(1)
     return load_policy_model(None, device="cpu", dtype=torch.float32)

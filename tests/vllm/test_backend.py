@@ -16,11 +16,12 @@ GREEDY = SamplingParams(temperature=0, max_new_tokens=16)
 def _models(cfg, roles):
     import torch
 
-    from adapters.models import load_policy_model
-    from adapters.trainer_models import build_policy_models
+    from adapters.policies.models import load_policy_model
+    from adapters.training.policy_models import build_policy_models
 
     base = load_policy_model(None, device="cpu", dtype=torch.float32)
-    return build_policy_models(cfg, roles, torch.device("cpu"), models=base)
+    model, tok = base
+    return build_policy_models(cfg, roles, model), tok
 
 
 def _step(params, seed, scale=0.05):
@@ -34,8 +35,8 @@ def _step(params, seed, scale=0.05):
 
 
 def test_per_role_lora_backend(engine):
-    from adapters.config import TrainConfig
     from adapters.policies.vllm_policy import VLLMBackend
+    from adapters.training.config import TrainConfig
 
     cfg = TrainConfig(model="smollm2", dtype="float32", lora_rank=8, per_role=True)
     cfg = cfg.resolved(cuda=False)
@@ -67,8 +68,8 @@ def test_per_role_lora_backend(engine):
 
 
 def test_full_finetuning_backend_with_role_prefixes(engine):
-    from adapters.config import TrainConfig
     from adapters.policies.vllm_policy import VLLMBackend
+    from adapters.training.config import TrainConfig
 
     cfg = TrainConfig(model="smollm2", dtype="float32", lora_rank=0).resolved(cuda=False)
     models, tok = _models(cfg, ["alpha", "beta"])

@@ -2,7 +2,7 @@
 
 vLLM runs with ``logprobs_mode="processed_logprobs"``: the log-prob of each sampled token under
 ``softmax(logits / T)`` (``T = 1`` when greedy), which is what
-:func:`adapters.algorithms.sequence_logprobs` recomputes. The engine's CPU kernels (attention,
+:func:`adapters.training.logprobs.sequence_logprobs` recomputes. The engine's CPU kernels (attention,
 fused QKV / gate-up matmuls) sum in a different order than transformers', so the numbers agree to
 float32 rounding, not bit for bit: measured max |difference| about 1e-5; the test allows 1e-3.
 """
@@ -26,7 +26,7 @@ PROMPTS = [
 def hf_logprobs(model, prompt_ids, token_ids, temperature):
     import torch
 
-    from adapters.algorithms import sequence_logprobs
+    from adapters.training.logprobs import sequence_logprobs
 
     ids = torch.tensor([list(prompt_ids) + list(token_ids)])
     mask = torch.zeros_like(ids)

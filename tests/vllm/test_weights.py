@@ -65,7 +65,7 @@ def _peft_model(seed):
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from adapters.models import load_policy_model
+    from adapters.policies.models import load_policy_model
 
     model, _ = load_policy_model(None, device="cpu", dtype=torch.float32)
     with torch.random.fork_rng(devices=[]):

@@ -1,47 +1,44 @@
-"""The RL trainer: rollouts with the engine, AT-GRPO / GRPO / REINFORCE++ updates, checkpoints.
+"""The RL trainer: the loop that rolls out, updates, logs, evaluates and checkpoints.
 
-One training step (AT-GRPO, Algorithm 1 of paper 002):
+One training step (AT-GRPO, Algorithm 1):
 
-1. **Rollout.** ``instances_per_step`` fresh env instances (seeds derived from ``(seed, step,
-   i)``) are rolled out by :class:`~adapters.rollout.RolloutEngine`: tree sampling with K
-   candidates per agent-turn and a keep rule (``at-grpo``), or K parallel episodes per instance
-   (``grpo``, ``reinforce++``, ``tr-reinforce++``). Generation seeds derive from
-   ``(seed, step)`` too, so a resumed run needs no hidden random state.
-2. **Advantages and update** (:mod:`adapters.trainer_update`): GRPO advantages per group key, or
-   REINFORCE++ / Task-Relative REINFORCE++ token advantages; each policy (one shared, or one per
-   role) is updated with PPO-clip on its own samples (``Sample.policy_id``) with its own
-   optimizer (:mod:`adapters.trainer_models` builds the policies).
-3. **Logging.** Every sample (prompt, completion, reward parts, advantage) is appended to
-   ``trajectories.jsonl``; one line of metrics per step goes to ``metrics.jsonl`` and TensorBoard
-   (reward per role, success rate, team reward, loss, KL, clip fraction, grad norm, timings of
-   generation / env+verifiers / update, tokens); ``training_curve.png`` is redrawn every
-   ``plot_every`` steps and at the end.
-4. **Checkpoint** (every ``save_every`` steps, atomic: written into a temporary directory, then
-   renamed): trainable weights (LoRA adapters or the full model), optimizer states, RNG states,
-   the step, the setting's shared objects (question pools) and the byte offsets of both JSONL
-   logs. ``Trainer.resume(run_dir)`` (``python -m adapters.train --resume DIR``) reloads the
-   newest checkpoint, truncates the logs to its offsets (lines written after it, by a run that was
-   killed, are rewritten identically) and continues: on CPU with fixed seeds the later metrics
-   equal those of an uninterrupted run.
+1. **Rollout** (:mod:`adapters.rollout`): ``instances_per_step`` fresh env instances (seeds
+   derived from ``(seed, step, i)``) are rolled out by the
+   :class:`~adapters.rollout.RolloutEngine`: tree sampling with K candidates per agent-turn and a
+   keep rule (``at-grpo``), or K parallel episodes per instance (``grpo``, ``reinforce++``,
+   ``tr-reinforce++``). Generation runs through the rollout backend
+   (:mod:`adapters.training.backends`) on the policies built by
+   :mod:`adapters.training.policy_models`; its seeds derive from ``(seed, step)`` too, so a
+   resumed run needs no hidden random state.
+2. **Update** (:mod:`adapters.training.update`): advantages per group key or per role, then
+   PPO-clip epochs for each policy (one shared, or one per role) on its own samples
+   (``Sample.policy_id``) with its own optimizer.
+3. **Logging** (:mod:`adapters.training.metrics`): every sample (prompt, completion, reward
+   parts, advantage) is appended to ``trajectories.jsonl``; one line of metrics per step goes to
+   ``metrics.jsonl`` and TensorBoard (reward per role, success rate, team reward, loss, KL, clip
+   fraction, grad norm, timings of generation / env+verifiers / update, tokens);
+   ``training_curve.png`` is redrawn every ``plot_every`` steps and at the end.
+4. **Checkpoint** (:mod:`adapters.training.checkpoints`, every ``save_every`` steps, atomic).
+   ``Trainer.resume(run_dir)`` (``python -m adapters.train --resume DIR``) continues exactly.
 
-Run directory: ``config.yaml`` (the resolved :class:`~adapters.config.TrainConfig`),
+Run directory: ``config.yaml`` (the resolved :class:`~adapters.training.config.TrainConfig`),
 ``metrics.jsonl``, ``trajectories.jsonl``, ``tensorboard/``, ``training_curve.png``,
-``eval_before.json`` / ``eval_after.json`` (greedy evaluation on ``eval_split``),
-``checkpoints/step_NNNNNN/`` and ``final/<policy>/`` (peft adapter or model directory, loadable by
-``python -m adapters.evaluate --policy DIR``).
+``eval_before.json`` / ``eval_after.json`` (greedy evaluation on ``eval_split``,
+:mod:`adapters.evaluation`), ``checkpoints/step_NNNNNN/`` and ``final/<policy>/`` (peft adapter
+or model directory, loadable by ``python -m adapters.evaluate --policy DIR``).
 
 Default CPU run (``python -m adapters.train --env sokoban``): embedded SmolLM2-135M in float32
 with a rank-8 LoRA adapter (LoRA: a forward/backward costs about 25% less than full fine-tuning
-here, and a checkpoint with Adam states is 30 MB instead of about 1.6 GB), role sharing, AT-GRPO with
-K = 4 candidates on 1 instance per step, 6 steps, ``max_turns = 1`` (tool then planner), 48 new
+here, and a checkpoint with Adam states is 30 MB instead of about 1.6 GB), role sharing, AT-GRPO
+with K = 4 candidates on 1 instance per step, 6 steps, ``max_turns = 1`` (tool then planner), 48 new
 tokens at temperature 0.7, lr 1e-4, one oracle demonstration per role whose answer fits in 48
 tokens (the planner's; the tool's program does not), and 2 greedy validation episodes before and
 after. Measured on the project's 2-core machine with ``OMP_NUM_THREADS=1``: 4 min 19 s wall in
 all with the machine nearly idle (a step: 17 s generation, 16 s update; each evaluation 21-27 s),
 5 min 30 s while other jobs kept the load at 6-8; both runs gave the same numbers: the planner's
-greedy reward went 0.00 -> 0.43 and the team reward 0.00 -> 0.25. Without demonstrations the 135M model never
-writes a parsable answer and every advantage is zero. On CUDA the defaults are the paper's
-sizes (see :mod:`adapters.config`).
+greedy reward went 0.00 -> 0.43 and the team reward 0.00 -> 0.25. Without demonstrations the 135M
+model never writes a parsable answer and every advantage is zero. On CUDA the defaults are the
+paper's sizes (see :mod:`adapters.training.recipes`).
 """
 
 from __future__ import annotations
@@ -49,7 +46,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import sys
 import time
 from collections import defaultdict
@@ -57,32 +53,33 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from adapters.config import TrainConfig, derive_seed
-from adapters.envpool import LocalEnvPool
-from adapters.evaluate import EvalReport, create_shared_objects, env_roles, episode_specs, evaluate
-from adapters.metrics import MetricsLogger, truncate_file
-from adapters.rollout import RolloutConfig, RolloutEngine, RolloutResult, Sample, write_jsonl
+from adapters.evaluation import EvalReport, compare_reports, evaluate
+from adapters.policies.models import load_base_model, resolve_device
+from adapters.rollout import (
+    LocalEnvPool,
+    RolloutConfig,
+    RolloutEngine,
+    RolloutResult,
+    Sample,
+    create_shared_objects,
+    derive_seed,
+    env_roles,
+    episode_specs,
+    oracle_demos,
+    write_jsonl,
+)
+from adapters.training import checkpoints
+from adapters.training.backends import make_backend
+from adapters.training.config import TrainConfig
+from adapters.training.metrics import MetricsLogger, truncate_file
+from adapters.training.policy_models import build_policy_models
 
-__all__ = ["Trainer", "latest_checkpoint", "RESUMABLE_OVERRIDES"]
+__all__ = ["RESUMABLE_OVERRIDES", "Trainer"]
 
-CKPT_FORMAT = 1
 # fields that may change on --resume without breaking exactness
 RESUMABLE_OVERRIDES = frozenset(
     {"steps", "progress", "plot_every", "eval_episodes", "eval_every", "save_final", "threads"}
 )
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint directory of a run (None when there is none)."""
-    ckdir = Path(run_dir) / "checkpoints"
-    if not ckdir.is_dir():
-        return None
-    done = sorted(
-        p
-        for p in ckdir.iterdir()
-        if p.is_dir() and p.name.startswith("step_") and (p / "state.json").is_file()
-    )
-    return done[-1] if done else None
 
 
 def _default_output_dir(cfg: TrainConfig) -> str:
@@ -95,7 +92,8 @@ class Trainer:
 
     Args:
         config: the run's :class:`TrainConfig` (auto values are resolved here).
-        models: optional ``(model, tokenizer)`` to train instead of loading ``config.model``.
+        models: optional ``(model, tokenizer)`` to train instead of loading ``config.model`` (it is
+            wrapped with LoRA adapters, or copied for per-role separate models).
         resume: continue from the newest checkpoint in ``config.output_dir``.
         log: where progress lines go (default: print, or ``tqdm.write`` under a progress bar).
     """
@@ -111,13 +109,6 @@ class Trainer:
         import numpy as np
         import torch
 
-        from adapters.trainer_models import (
-            build_demos,
-            build_policy_models,
-            make_backend,
-            resolve_torch_device,
-        )
-
         cfg = config.resolved()
         if cfg.output_dir is None:
             cfg.output_dir = _default_output_dir(cfg)
@@ -130,14 +121,20 @@ class Trainer:
         random.seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
         torch.manual_seed(cfg.seed)
-        self.device = resolve_torch_device(cfg.device)
+        # the base model and its tokenizer
+        self.device = resolve_device(cfg.device)
+        if models is not None:
+            base, self.tokenizer = models
+            base.to(self.device)
+        else:
+            base, self.tokenizer = load_base_model(cfg.model, self.device, cfg.dtype, cfg.seed)
+        self.pad_id = int(self.tokenizer.pad_token_id)
+        # the setting: roles, run-wide shared objects, demonstrations that fit the token budget
         self.env_config = dict(cfg.env_config)
         self.roles = env_roles(cfg.env, self.env_config)
         self.shared = create_shared_objects(cfg.env, self.env_config)
-        self.models, self.tokenizer = build_policy_models(cfg, self.roles, self.device, models)
-        self.pad_id = int(self.tokenizer.pad_token_id)
         max_new = cfg.max_new_tokens or 256
-        self.demos = build_demos(
+        self.demos = oracle_demos(
             cfg.env,
             {**self.env_config, **self.shared},
             self.roles,
@@ -145,6 +142,8 @@ class Trainer:
             cfg.seed,
             fits=lambda text: len(self.tokenizer(text)["input_ids"]) < max_new,
         )
+        # the trainable policies, the policies that generate with them, and the rollout engine
+        self.models = build_policy_models(cfg, self.roles, base)
         self.backend = make_backend(
             cfg, self.models, self.tokenizer, self.device, self.roles, self.demos
         )
@@ -241,13 +240,9 @@ class Trainer:
 
     def update(self, samples: Sequence[Sample], step: int) -> dict[str, float]:
         """Advantages for ``samples`` and one PPO update per policy; returns statistics."""
-        from adapters.trainer_update import (
-            batch_logprobs,
-            compute_advantages,
-            make_items,
-            mean_kl_to_ref,
-            update_policy,
-        )
+        from adapters.training.batch import make_items
+        from adapters.training.logprobs import batch_logprobs
+        from adapters.training.update import compute_advantages, mean_kl_to_ref, update_policy
 
         cfg = self.cfg
         items, dropped = make_items(samples)
@@ -406,7 +401,7 @@ class Trainer:
             if after is not None:
                 self.log(after.table())
                 if before is not None:
-                    self.log(_compare(before, after))
+                    self.log(compare_reports(before, after))
         if cfg.save_final:
             self.export(self.out / "final")
         return history
@@ -423,82 +418,22 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
-        """Write ``checkpoints/step_NNNNNN`` atomically (temp dir + rename); prune old ones."""
-        import numpy as np
-        import torch
-
-        ckdir = self.out / "checkpoints"
-        ckdir.mkdir(parents=True, exist_ok=True)
-        final = ckdir / f"step_{self.step:06d}"
-        tmp = ckdir / f".tmp-step_{self.step:06d}-{os.getpid()}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
-        for pid, pm in self.models.items():
-            torch.save(
-                {k: v.detach().cpu() for k, v in pm.trainable_state().items()},
-                tmp / f"policy_{pid}.pt",
-            )
-            torch.save(pm.optimizer.state_dict(), tmp / f"optimizer_{pid}.pt")
-        rng = {
-            "python": random.getstate(),
-            "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        }
-        torch.save(rng, tmp / "rng.pt")
-        torch.save({k: v.state_dict() for k, v in self.shared.items()}, tmp / "shared.pt")
-        state = {
-            "format": CKPT_FORMAT,
-            "step": self.step,
-            "trajectories_bytes": self.traj_path.stat().st_size if self.traj_path.exists() else 0,
-            "metrics_bytes": self.metrics.offset,
-            "policies": sorted(self.models),
-            "time": time.time(),
-        }
-        (tmp / "state.json").write_text(json.dumps(state, indent=2))
-        _fsync_dir(tmp)
-        if final.exists():  # a re-run of the same step after a resume
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        _fsync_dir(ckdir)
-        done = sorted(p for p in ckdir.iterdir() if p.name.startswith("step_"))
-        for old in done[: -self.cfg.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
-        for stale in ckdir.glob(".tmp-step_*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        return final
+        """Write this step's checkpoint (see :mod:`adapters.training.checkpoints`)."""
+        return checkpoints.save_checkpoint(
+            self.out,
+            self.step,
+            self.models,
+            self.shared,
+            trajectories_bytes=self.traj_path.stat().st_size if self.traj_path.exists() else 0,
+            metrics_bytes=self.metrics.offset,
+            keep=self.cfg.keep_checkpoints,
+        )
 
     def _restore(self) -> dict[str, Any] | None:
-        import numpy as np
-        import torch
-
-        ckpt = latest_checkpoint(self.out)
+        ckpt = checkpoints.latest_checkpoint(self.out)
         if ckpt is None:
             return None
-        state = json.loads((ckpt / "state.json").read_text())
-        if state.get("format") != CKPT_FORMAT:
-            raise RuntimeError(f"{ckpt} has checkpoint format {state.get('format')}")
-        if sorted(state["policies"]) != sorted(self.models):
-            raise RuntimeError(
-                f"{ckpt} holds policies {state['policies']}, not {sorted(self.models)}"
-            )
-        for pid, pm in self.models.items():
-            weights = torch.load(ckpt / f"policy_{pid}.pt", map_location=self.device)
-            pm.load_trainable_state(weights)
-            pm.optimizer.load_state_dict(
-                torch.load(ckpt / f"optimizer_{pid}.pt", map_location=self.device)
-            )
-        rng = torch.load(ckpt / "rng.pt", weights_only=False)
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
-        if rng.get("cuda") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-        shared = torch.load(ckpt / "shared.pt", weights_only=False)
-        for name, obj in self.shared.items():
-            if name in shared:
-                obj.load_state_dict(shared[name])
+        state = checkpoints.load_checkpoint(ckpt, self.models, self.shared, self.device)
         truncate_file(self.traj_path, int(state["trajectories_bytes"]))
         self.step = int(state["step"])
         if self.models:
@@ -507,20 +442,7 @@ class Trainer:
 
     def export(self, where: Path) -> None:
         """Save each policy: its peft adapter, or the full model and tokenizer."""
-        where.mkdir(parents=True, exist_ok=True)
-        for pid, pm in self.models.items():
-            target = where / pid
-            if pm.peft is not None:
-                tmp = where / f".tmp-{pid}"
-                shutil.rmtree(tmp, ignore_errors=True)
-                pm.peft.save_pretrained(str(tmp), selected_adapters=[pm.adapter])
-                src = tmp / str(pm.adapter) if (tmp / str(pm.adapter)).is_dir() else tmp
-                shutil.rmtree(target, ignore_errors=True)
-                shutil.move(str(src), str(target))
-                shutil.rmtree(tmp, ignore_errors=True)
-            else:
-                pm.model.save_pretrained(str(target))
-                self.tokenizer.save_pretrained(str(target))
+        checkpoints.export_policies(self.models, self.tokenizer, where)
 
     def close(self) -> None:
         self.metrics.close()
@@ -533,30 +455,3 @@ class Trainer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def _compare(before: Any, after: EvalReport) -> str:
-    b = before.to_dict() if isinstance(before, EvalReport) else dict(before)
-    a = after.to_dict()
-    lines = ["before -> after training (greedy evaluation):"]
-    rows = [("success rate", b["success_rate"], a["success_rate"])]
-    rows.append(("team reward", b["team_reward"], a["team_reward"]))
-    for role, v in a["reward_per_agent"].items():
-        rows.append((f"reward/{role}", b["reward_per_agent"].get(role, 0.0), v))
-    width = max(len(r[0]) for r in rows) + 2
-    for label, x, y in rows:
-        lines.append(f"  {label:<{width}}{x:>7.3f} -> {y:.3f}")
-    return "\n".join(lines)

@@ -5,29 +5,10 @@ of the YAML file given with ``--config run.yaml``; flags override the file, unkn
 error that names the closest valid key. The resolved config (``auto`` values filled in) is saved
 as ``config.yaml`` in the output directory, and ``--resume DIR`` reads it back.
 
-Fields left at ``None`` mean *auto* and are filled by :meth:`TrainConfig.resolved` from the device:
-
-==================  ===========================  ==========================================
-field               CPU (no CUDA)                CUDA
-==================  ===========================  ==========================================
-steps               6                            150 (paper A.2.1)
-instances_per_step  1                            32
-candidates (K)      4                            4 (paper)
-max_new_tokens      48                           1024
-temperature         0.7                          1.0 (paper)
-demos               1                            0
-eval_episodes       2                            64
-gen_batch_size      16                           128
-micro_batch_size    8                            16
-micro_batch_tokens  2048                         32768
-env max_turns       1 (unless env_config sets)   the setting's default (paper T = 4)
-lr                  1e-4 with LoRA, 1e-6 full fine-tuning (paper A.2.1)
-dtype               float32                      bfloat16 with LoRA, float32 for full FT
-==================  ===========================  ==========================================
-
-The CPU column is sized so that ``python -m adapters.train --env sokoban`` (embedded
-SmolLM2-135M, LoRA rank 8) finishes in a few minutes on a 2-core machine; see the trainer module
-for measured times. Algorithms (``--algorithm``): ``at-grpo`` (tree sampling, agent- and
+Fields left at ``None`` mean *auto* and are filled by :meth:`TrainConfig.resolved` from the
+device; :mod:`adapters.training.recipes` holds the table of those defaults and where each comes
+from. Command-line flags are generated from the fields by :mod:`adapters.training.flags`.
+Algorithms (``--algorithm``): ``at-grpo`` (tree sampling, agent- and
 turn-wise GRPO groups), ``grpo`` (parallel sampling, K episodes per instance), ``reinforce++``
 (global whitening, optional token-level KL penalty in the reward: ``kl_reward_coef``),
 ``tr-reinforce++`` (whitening per role, MAE).
@@ -37,24 +18,18 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import types
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = [
-    "ALGORITHMS",
-    "derive_seed",
-    "TrainConfig",
-    "ConfigError",
-    "load_yaml",
-    "config_from_dict",
-]
+from adapters.rollout.keep import KEEP_RULES
+from adapters.training import recipes
+
+__all__ = ["ALGORITHMS", "BACKENDS", "ConfigError", "TrainConfig", "config_from_dict", "load_yaml"]
 
 ALGORITHMS = ("at-grpo", "grpo", "reinforce++", "tr-reinforce++")
-KEEP_RULES = ("best", "random", "balanced", "adaptive")
 BACKENDS = ("transformers", "vllm")
 
 
@@ -219,22 +194,11 @@ class TrainConfig:
         )
         lora = c.lora_rank > 0
 
-        def pick(cpu: Any, gpu: Any) -> Any:
-            return gpu if cuda else cpu
-
         if c.sampling is None:
             c.sampling = "tree" if c.algorithm == "at-grpo" else "parallel"
-        c.steps = pick(6, 150) if c.steps is None else c.steps
-        c.instances_per_step = pick(1, 32) if c.instances_per_step is None else c.instances_per_step
-        c.candidates = pick(4, 4) if c.candidates is None else c.candidates
-        c.max_new_tokens = pick(48, 1024) if c.max_new_tokens is None else c.max_new_tokens
-        c.eval_episodes = pick(2, 64) if c.eval_episodes is None else c.eval_episodes
-        c.gen_batch_size = pick(16, 128) if c.gen_batch_size is None else c.gen_batch_size
-        c.micro_batch_size = pick(8, 16) if c.micro_batch_size is None else c.micro_batch_size
-        if c.micro_batch_tokens is None:
-            c.micro_batch_tokens = pick(2048, 32768)
-        c.demos = pick(1, 0) if c.demos is None else c.demos
-        c.temperature = pick(0.7, 1.0) if c.temperature is None else c.temperature
+        for name, (cpu_value, cuda_value) in recipes.DEVICE_DEFAULTS.items():
+            if getattr(c, name) is None:
+                setattr(c, name, cuda_value if cuda else cpu_value)
         if c.lr is None:
             c.lr = 1e-4 if lora else 1e-6
         if c.lora_alpha is None and lora:
@@ -243,9 +207,11 @@ class TrainConfig:
             c.dtype = "bfloat16" if (cuda and lora) else "float32"
         if c.old_logprobs == "auto":
             c.old_logprobs = "rollout" if c.dtype == "float32" else "recompute"
-        if not cuda and "max_turns" not in c.env_config:
-            c.env_config["max_turns"] = 1
-        if c.keep_n > c.candidates:
+        for key, (cpu_value, cuda_value) in recipes.DEVICE_ENV_DEFAULTS.items():
+            value = cuda_value if cuda else cpu_value
+            if value is not None:
+                c.env_config.setdefault(key, value)
+        if c.candidates is not None and c.keep_n > c.candidates:
             raise ConfigError(f"keep_n ({c.keep_n}) cannot exceed candidates ({c.candidates})")
         c.check()
         return c
@@ -269,21 +235,6 @@ class TrainConfig:
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def derive_seed(*keys: Any) -> int:
-    """A 31-bit seed from any keys, e.g. ``derive_seed(seed, "env", step, i)``.
-
-    Every random choice of a run (env instances, generation, minibatch order) uses a seed derived
-    from the run seed and where it happens, so a resumed run needs no hidden RNG state.
-
-    >>> derive_seed(0, "env", 3, 1) == derive_seed(0, "env", 3, 1) != derive_seed(0, "env", 3, 2)
-    True
-    """
-    import hashlib
-
-    digest = hashlib.blake2b(repr(keys).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") % (2**31 - 1)
 
 
 def _cuda_wanted(device: str) -> bool:
@@ -392,159 +343,4 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def parse_value(text: str) -> Any:
-    """A CLI value: YAML scalars/JSON (``3``, ``1e-4``, ``true``, ``[1, 2]``, ``{a: 1}``)."""
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-def parse_key_values(items: list[str], flag: str) -> dict[str, Any]:
-    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}`` (values parsed with :func:`parse_value`)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"{flag} expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = parse_value(value)
-    return out
-
-
-def to_json(cfg: TrainConfig) -> str:
-    return json.dumps(cfg.to_dict(), sort_keys=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# command line
-
-_HELP = {
-    "env": "setting id (see envs.list_envs())",
-    "env_config": "setting option KEY=VALUE (repeatable), e.g. --env-config mode=single",
-    "instance": "explicit instance as JSON for every train/eval episode",
-    "system_prompt": "system message prepended to every prompt",
-    "prompt_prefix": "few-shot messages as JSON: [{role, content}, ...]",
-    "demos": "worked examples per role from the setting's oracle, shown before each prompt",
-    "model": "smollm2 (embedded), tiny, a local checkpoint, a hub name, or config:PATH",
-    "lora_rank": "LoRA rank; 0 = full fine-tuning",
-    "per_role": "one policy per role (default: one shared policy)",
-    "per_role_models": "per-role policies as LoRA adapters on one base, or separate models",
-    "chat_template_kwargs": "JSON for apply_chat_template, e.g. '{\"enable_thinking\": false}' "
-    "(Qwen3's no-thinking mode, as in the paper)",
-    "algorithm": "at-grpo | grpo | reinforce++ | tr-reinforce++",
-    "candidates": "K: candidates per agent-turn (tree) or episodes per instance (parallel)",
-    "keep": "tree sampling keep rule: best | random | balanced | adaptive",
-    "instances_per_step": "env instances rolled out per training step",
-    "minibatch_size": "samples per optimizer step (0 = the whole batch)",
-    "kl_loss_coef": "weight of the KL loss against the reference model",
-    "kl_reward_coef": "REINFORCE++ token-level KL penalty in the reward (beta)",
-    "output_dir": "run directory (checkpoints, logs, plots); default runs/<env>-<algo>-<time>",
-    "device": "auto | cpu | cuda | cuda:N",
-    "backend": "rollout backend: transformers | vllm (needs vllm: scripts/setup_vllm.sh)",
-}
-
-_SHORTCUTS = {"mode": "env_config.mode", "max_turns": "env_config.max_turns"}
-
-
 # Extra spellings of some flags (the issue tracker and papers' scripts use these names).
-_FLAG_ALIASES = {"backend": ("--rollout-backend",)}
-
-
-def add_config_arguments(parser: Any) -> None:
-    """One flag per :class:`TrainConfig` field (defaults suppressed: only given flags count)."""
-    import argparse
-
-    for name, tp in field_types().items():
-        flag = "--" + name.replace("_", "-")
-        base, _ = _strip_optional(tp)
-        help_text = _HELP.get(name, "")
-        if name == "env_config":
-            parser.add_argument(
-                flag,
-                action="append",
-                metavar="KEY=VALUE",
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
-        elif base is bool:
-            parser.add_argument(
-                flag,
-                action=argparse.BooleanOptionalAction,
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
-        else:
-            choices = typing.get_args(base) if typing.get_origin(base) is Literal else None
-            aliases = _FLAG_ALIASES.get(name, ())
-            parser.add_argument(
-                flag,
-                *aliases,
-                dest=name,
-                default=argparse.SUPPRESS,
-                metavar=None if choices else "VALUE",
-                choices=choices,
-                help=help_text,
-            )
-    parser.add_argument(
-        "--mode", default=argparse.SUPPRESS, help="shortcut for --env-config mode=VALUE"
-    )
-    parser.add_argument(
-        "--max-turns",
-        type=int,
-        default=argparse.SUPPRESS,
-        help="shortcut for --env-config max_turns=VALUE",
-    )
-
-
-def _convert(name: str, text: Any) -> Any:
-    tp = field_types()[name]
-    base, optional = _strip_optional(tp)
-    if not isinstance(text, str):
-        return text
-    if optional and text.lower() in ("none", "null", "auto"):
-        return None
-    try:
-        if base is int:
-            return int(text)
-        if base is float:
-            return float(text)
-    except ValueError:
-        raise ConfigError(f"--{name.replace('_', '-')} expects a number, got {text!r}") from None
-    if base is str or typing.get_origin(base) is Literal:
-        return text
-    value = parse_value(text)
-    if not _type_ok(value, tp):
-        raise ConfigError(f"--{name.replace('_', '-')}: cannot use {text!r} ({tp})")
-    return value
-
-
-def overrides_from_args(args: Any) -> dict[str, Any]:
-    """The config values given on the command line (as a dict of field -> value)."""
-    given = dict(vars(args))
-    out: dict[str, Any] = {}
-    names = {f.name for f in fields(TrainConfig)}
-    env_cfg: dict[str, Any] = {}
-    if "env_config" in given:
-        env_cfg.update(parse_key_values(given.pop("env_config") or [], "--env-config"))
-    for short in _SHORTCUTS:
-        if short in given:
-            env_cfg[short] = given.pop(short)
-    if env_cfg:
-        out["env_config"] = env_cfg
-    for name, value in given.items():
-        if name in names:
-            out[name] = _convert(name, value)
-    return out
-
-
-def merge_config(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """YAML values overridden by CLI values; ``env_config`` is merged key by key."""
-    merged = dict(base)
-    for key, value in overrides.items():
-        if key == "env_config" and isinstance(merged.get("env_config"), dict):
-            merged["env_config"] = {**merged["env_config"], **value}
-        else:
-            merged[key] = value
-    return merged

@@ -2,49 +2,32 @@
 
 Tree sampling (AT-GRPO Algorithm 1). At every agent's turn, for every live branch, the engine
 samples ``K`` candidate completions from the same observation, steps each on its own clone of the
-branch (inside the env pool), and records the ``K`` samples as one group keyed by
-``(instance, branch, agent, turn, step)``. Then it keeps candidates:
-
-- ``best`` (AT-GRPO, greedy): the highest-reward candidate continues;
-- ``random`` / ``balanced`` / ``adaptive`` (MarsRL's grouped agentic rollouts, usually with
-  ``keep_n=2``): among candidates whose episode goes on, two random ones; one positive
-  (reward >= 0.5) and one negative; or those the env prefers for the acting role (MarsRL: the
-  verifier's inputs are preferably wrong solutions, the corrector's inputs preferably reports
-  that correctly found errors — ``raw_env.adaptive_preference(agent)``).
-
-The kept candidate *is* the clone that was stepped, so the episode continues from exactly the
-state that earned the reward (the reference implementation copies the best branch over the
-others, which gives the next agent's candidates identical rewards and advances the wrong env).
+branch (inside the env pool, :mod:`adapters.rollout.envpool`), and records the ``K`` samples as
+one group keyed by ``(instance, branch, agent, turn, step)``. A keep rule
+(:mod:`adapters.rollout.keep`) then picks the candidates that continue.
 
 Plain parallel sampling (``sampling="parallel"``): ``K`` independent episodes per instance, one
 sample per step; groups are keyed by ``(instance, agent, turn, step)`` across the ``K`` episodes.
 
 Generation is batched: at each wave, the prompts of all live branches are grouped by the policy
-that serves the acting agent's role and sent in one ``generate`` call per policy.
+that serves the acting agent's role and sent in one ``generate`` call per policy. The result is a
+:class:`~adapters.rollout.records.RolloutResult` (samples and finished episodes).
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import IO, Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from adapters.envpool import BranchView, EpisodeSpec, LocalEnvPool, StepOutcome
 from adapters.policies.base import Completion, Policy, SamplingParams
+from adapters.rollout.envpool import BranchView, EpisodeSpec, LocalEnvPool, StepOutcome
+from adapters.rollout.keep import KEEP_RULES, KeepRule, select_candidates
+from adapters.rollout.records import Episode, RolloutResult, Sample
 
-__all__ = [
-    "RolloutConfig",
-    "Sample",
-    "RolloutResult",
-    "RolloutEngine",
-    "select_candidates",
-    "write_jsonl",
-]
-
-KeepRule = Literal["best", "random", "balanced", "adaptive"]
+__all__ = ["RolloutConfig", "RolloutEngine"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +61,7 @@ class RolloutConfig:
             raise ValueError("candidates must be >= 1")
         if self.sampling not in ("tree", "parallel"):
             raise ValueError(f"sampling must be 'tree' or 'parallel', got {self.sampling!r}")
-        if self.keep not in ("best", "random", "balanced", "adaptive"):
+        if self.keep not in KEEP_RULES:
             raise ValueError(f"unknown keep rule {self.keep!r}")
         if not 1 <= self.keep_n <= self.candidates:
             raise ValueError("keep_n must lie in [1, candidates]")
@@ -93,116 +76,6 @@ class RolloutConfig:
         }
         base.update(self.role_sampling.get(role, {}))
         return SamplingParams(n=n, seed=seed, **base)
-
-
-@dataclass
-class Sample:
-    """One trajectory record: a completion, what it was conditioned on, and what it earned."""
-
-    group: str
-    instance: int
-    instance_id: str
-    branch: str
-    role: str
-    policy_id: str
-    turn: int
-    step: int
-    candidate: int
-    kept: bool
-    prompt: str
-    completion: str
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    logprobs: list[float]
-    reward: float
-    reward_parts: dict[str, Any]
-    success: bool
-    done: bool
-    finish_reason: str = "stop"
-    advantage: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class Episode:
-    """A finished leaf: one complete path through an instance."""
-
-    instance: int
-    instance_id: str
-    branch: str
-    success: bool
-    steps: int
-    turns: int
-    returns: dict[str, float]
-    final_team: float
-
-
-@dataclass
-class RolloutResult:
-    samples: list[Sample]
-    episodes: list[Episode]
-
-    def metrics(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        if self.episodes:
-            n = len(self.episodes)
-            out["success_rate"] = sum(e.success for e in self.episodes) / n
-            out["team_reward"] = sum(e.final_team for e in self.episodes) / n
-            out["turns"] = sum(e.turns for e in self.episodes) / n
-        by_role: dict[str, list[float]] = defaultdict(list)
-        for s in self.samples:
-            by_role[s.role].append(s.reward)
-        for role, rs in by_role.items():
-            out[f"reward/{role}"] = sum(rs) / len(rs)
-        if self.samples:
-            out["reward/mean"] = sum(s.reward for s in self.samples) / len(self.samples)
-            out["samples"] = float(len(self.samples))
-            out["completion_tokens"] = float(sum(len(s.completion_ids) for s in self.samples))
-        return out
-
-
-def select_candidates(
-    rewards: Sequence[float],
-    done: Sequence[bool],
-    rule: KeepRule,
-    keep_n: int,
-    rng: random.Random,
-    preference: str = "high",
-) -> list[int]:
-    """Indices of the candidates that continue.
-
-    >>> select_candidates([0.1, 0.9, 0.5], [False] * 3, "best", 1, random.Random(0))
-    [1]
-    >>> select_candidates([1, 0, 1, 0], [False] * 4, "balanced", 2, random.Random(0))
-    [2, 3]
-    >>> select_candidates([1, 0, 1, 0], [False, False, True, True], "adaptive", 2, random.Random(0), "low")
-    [1, 0]
-    >>> select_candidates([1, 1], [True, True], "random", 2, random.Random(0))
-    []
-    """
-    idx = list(range(len(rewards)))
-    if rule == "best":
-        return sorted(idx, key=lambda i: (-rewards[i], i))[:keep_n]
-    live = [i for i in idx if not done[i]]
-    if rule == "random":
-        return sorted(rng.sample(live, min(keep_n, len(live))))
-    if rule == "balanced":
-        pos = [i for i in live if rewards[i] >= 0.5]
-        neg = [i for i in live if rewards[i] < 0.5]
-        rng.shuffle(pos)
-        rng.shuffle(neg)
-        chosen: list[int] = []
-        while len(chosen) < keep_n and (pos or neg):
-            for bucket in (pos, neg):
-                if bucket and len(chosen) < keep_n:
-                    chosen.append(bucket.pop())
-        return sorted(chosen)
-    if rule == "adaptive":
-        sign = 1.0 if preference == "low" else -1.0
-        return sorted(live, key=lambda i: (sign * rewards[i], i))[:keep_n]
-    raise ValueError(f"unknown keep rule {rule!r}")
 
 
 @dataclass
@@ -448,11 +321,3 @@ class RolloutEngine:
     def close(self) -> None:
         if self._owns_pool:
             self.pool.close()
-
-
-def write_jsonl(samples: Sequence[Sample], fh: IO[str], **extra: Any) -> int:
-    """Append samples as JSON lines (with ``extra`` fields such as the training step)."""
-    for s in samples:
-        fh.write(json.dumps({**extra, **s.to_dict()}, ensure_ascii=False) + "\n")
-    fh.flush()
-    return len(samples)

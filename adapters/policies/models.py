@@ -35,6 +35,8 @@ Other models
 * :func:`model_from_config` builds a model from a configuration (a shipped name such as
   ``"qwen3-1.7b"``, a config.json, or a directory) with random weights, for throughput
   benchmarks of the paper's model size without downloading it.
+* :func:`load_base_model` resolves the trainer's ``--model`` spec (``smollm2`` | ``tiny`` |
+  ``config:PATH`` | path or hub name) to ``(model, tokenizer)`` in a given dtype.
 """
 
 from __future__ import annotations
@@ -181,10 +183,10 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = STORED_DTYPE) -> P
 
 
 def resolve_device(device: Any = None) -> torch.device:
-    """``None`` -> CUDA when available, else CPU; strings and devices pass through."""
+    """``None`` or ``"auto"`` -> CUDA when available, else CPU; strings and devices pass through."""
     import torch
 
-    if device is None:
+    if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
 
@@ -281,7 +283,7 @@ def tiny_model(seed: int = 0, device: Any = None, **overrides: Any) -> tuple[Any
 
 
 def shipped_config_path(name: str) -> Path | None:
-    """Path of a configuration shipped in ``adapters/configs`` (``"qwen3-1.7b"``), else None."""
+    """Path of a shipped configuration (``"qwen3-1.7b"`` -> ``adapters/policies/configs``), or None."""
     fname = SHIPPED_CONFIGS.get(name.lower())
     return CONFIG_DIR / fname if fname else None
 
@@ -362,3 +364,21 @@ def model_from_config(
             f"tokenizer has {len(tokenizer)} tokens but the model vocabulary is {config.vocab_size}"
         )
     return model, tokenizer
+
+
+def load_base_model(spec: str, device: Any, dtype: str, seed: int = 0) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` for a model spec: ``smollm2`` | ``tiny`` | ``config:PATH`` | path."""
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
+    if spec == "tiny":
+        model, tok = tiny_model(seed=seed, device=device)
+        model.to(torch_dtype)
+    elif spec.startswith("config:"):
+        model, tok = model_from_config(spec[len("config:") :], device=device, dtype=torch_dtype)
+    else:
+        model, tok = load_policy_model(
+            None if spec == "smollm2" else spec, device=device, dtype=torch_dtype
+        )
+    model.eval()
+    return model, tok

@@ -11,8 +11,8 @@ ids*. A branch is one live copy of an episode. The pool can
 - ``release(branch_ids)``: forget branches.
 
 ``LocalEnvPool`` keeps envs in this process and steps clones on a thread pool (the sandbox runs
-programs in other processes, so threads overlap code execution). ``adapters.ray_pool`` provides
-the same interface over Ray actors.
+programs in other processes, so threads overlap code execution). :mod:`adapters.rollout.ray_pool`
+provides the same interface over Ray actors.
 """
 
 from __future__ import annotations

@@ -8,18 +8,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from adapters.algorithms import (  # noqa: E402
-    aggregate_loss,
+from adapters.training.advantages import (  # noqa: E402
     group_advantages,
-    kl_loss,
-    masked_whiten,
-    ppo_clip_loss,
     reinforce_pp_advantages,
     reinforce_pp_returns,
-    sequence_logprobs,
     task_relative_reinforce_pp_advantages,
-    token_kl,
 )
+from adapters.training.logprobs import sequence_logprobs  # noqa: E402
+from adapters.training.losses import aggregate_loss, kl_loss, ppo_clip_loss, token_kl  # noqa: E402
+from adapters.training.masking import masked_whiten  # noqa: E402
 
 
 def close(t, expected, tol=1e-5):
@@ -231,7 +228,7 @@ def test_on_policy_ppo_gradient_equals_policy_gradient():
 
 
 def test_chunked_logprob_gradients_match_autograd():
-    from adapters.algorithms import ChunkedLogprob
+    from adapters.training.logprobs import ChunkedLogprob
 
     gen = torch.Generator().manual_seed(0)
     h = torch.randn(7, 5, dtype=torch.float64, generator=gen, requires_grad=True)

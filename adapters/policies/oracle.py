@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adapters.policies.base import ChatPrompt, Completion, Policy, SamplingParams
+from adapters.policies.base import Completion, Policy, SamplingParams
+from adapters.policies.chat import ChatPrompt
 
 __all__ = ["OraclePolicy"]
 

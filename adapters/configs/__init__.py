@@ -1,1 +1,0 @@
-"""Model configurations shipped with the project (JSON files; see adapters.models)."""

@@ -1,0 +1,238 @@
+"""Evaluation: greedy episodes on held-out instances, summarised as an :class:`EvalReport`.
+
+:func:`evaluate` plays one episode per instance (parallel sampling with K = 1; greedy by
+default, the AT-GRPO validation setting) on instances of ``split`` (default ``val``) with seeds
+derived from ``seed``, so two evaluations with the same seed see the same instances: the
+trainer's before/after comparison (:func:`compare_reports`) is paired instance by instance. The
+report holds the success rate, the mean final team reward, mean turns and steps, and per agent
+the mean per-step reward and the mean episode return, plus one record per episode.
+:func:`with_prompt_prefixes` wraps policies with a system prompt and per-role oracle
+demonstrations, as the trainer does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from adapters.policies.base import Policy
+from adapters.policies.wrappers import ManagedPolicy
+from adapters.rollout import (
+    RolloutConfig,
+    RolloutEngine,
+    create_shared_objects,
+    derive_seed,
+    env_roles,
+    episode_specs,
+    oracle_demos,
+)
+
+__all__ = ["EvalReport", "compare_reports", "evaluate", "with_prompt_prefixes"]
+
+
+@dataclass
+class EvalReport:
+    """The result of :func:`evaluate`."""
+
+    env: str
+    split: str
+    episodes: int
+    success_rate: float
+    team_reward: float
+    mean_turns: float
+    mean_steps: float
+    reward_per_agent: dict[str, float]
+    return_per_agent: dict[str, float]
+    policies: dict[str, str]
+    seconds: float
+    completion_tokens: int = 0
+    per_episode: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> dict[str, float]:
+        """Flat scalars (for logs): success rate, team reward, turns, per-agent rewards."""
+        out = {
+            "success_rate": self.success_rate,
+            "team_reward": self.team_reward,
+            "turns": self.mean_turns,
+        }
+        out.update({f"reward/{a}": v for a, v in self.reward_per_agent.items()})
+        return out
+
+    def table(self) -> str:
+        pol = ", ".join(f"{r}={p}" for r, p in self.policies.items())
+        lines = [
+            f"env {self.env}  split {self.split}  episodes {self.episodes}  ({self.seconds:.1f} s)",
+            f"policies: {pol}",
+            f"  {'success rate':<16}{self.success_rate:>10.3f}",
+            f"  {'team reward':<16}{self.team_reward:>10.3f}",
+            f"  {'mean turns':<16}{self.mean_turns:>10.2f}",
+            f"  {'mean steps':<16}{self.mean_steps:>10.2f}",
+            f"  {'agent':<16}{'reward/step':>12}{'return':>10}",
+        ]
+        for agent in self.reward_per_agent:
+            lines.append(
+                f"  {agent:<16}{self.reward_per_agent[agent]:>12.3f}"
+                f"{self.return_per_agent.get(agent, 0.0):>10.3f}"
+            )
+        return "\n".join(lines)
+
+
+def evaluate(
+    env_id: str,
+    policies: Policy | Mapping[str, Policy],
+    *,
+    episodes: int = 8,
+    env_config: Mapping[str, Any] | None = None,
+    role_policy: Mapping[str, str] | None = None,
+    split: str = "val",
+    seed: int = 0,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 256,
+    instance: Any = None,
+    shared: Mapping[str, Any] | None = None,
+    pool: Any = None,
+) -> EvalReport:
+    """Run ``episodes`` episodes (K = 1) and summarise them.
+
+    ``shared`` are the setting's run-wide objects (question pools); by default fresh ones are
+    created, so an evaluation never changes a training run's pools.
+    """
+    if episodes < 1:
+        raise ValueError("episodes must be >= 1")
+    cfg = dict(env_config or {})
+    if shared is None:
+        shared = create_shared_objects(env_id, cfg)
+    full_cfg = {**cfg, **dict(shared)}
+    specs = episode_specs(
+        env_id,
+        episodes,
+        seed=seed,
+        tag="eval",
+        env_config=full_cfg,
+        split=split,
+        instance=instance,
+    )
+    rcfg = RolloutConfig(
+        candidates=1,
+        sampling="parallel",
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+    )
+    engine = RolloutEngine(
+        env_id, policies, rcfg, env_config=full_cfg, role_policy=role_policy, pool=pool
+    )
+    t0 = time.perf_counter()
+    try:
+        result = engine.run(specs, seed=derive_seed(seed, "eval-generation"))
+    finally:
+        engine.close()
+    seconds = time.perf_counter() - t0
+    eps = result.episodes
+    n = max(1, len(eps))
+    rewards: dict[str, list[float]] = {}
+    for s in result.samples:
+        rewards.setdefault(s.role, []).append(s.reward)
+    roles = env_roles(env_id, cfg)
+    for r in rewards:
+        if r not in roles:
+            roles.append(r)
+    returns = {r: sum(e.returns.get(r, 0.0) for e in eps) / n for r in roles}
+    names = {r: _policy_name(engine, r) for r in roles}
+    return EvalReport(
+        env=env_id,
+        split="instance" if instance is not None else split,
+        episodes=len(eps),
+        success_rate=sum(e.success for e in eps) / n,
+        team_reward=sum(e.final_team for e in eps) / n,
+        mean_turns=sum(e.turns for e in eps) / n,
+        mean_steps=sum(e.steps for e in eps) / n,
+        reward_per_agent={
+            r: (sum(rewards[r]) / len(rewards[r]) if rewards.get(r) else 0.0) for r in roles
+        },
+        return_per_agent=returns,
+        policies=names,
+        seconds=seconds,
+        completion_tokens=sum(len(s.completion_ids) for s in result.samples),
+        per_episode=[
+            {
+                "instance_id": e.instance_id,
+                "success": e.success,
+                "turns": e.turns,
+                "steps": e.steps,
+                "team": e.final_team,
+                "returns": e.returns,
+            }
+            for e in eps
+        ],
+    )
+
+
+def _policy_name(engine: RolloutEngine, role: str) -> str:
+    try:
+        return str(engine.policies[engine.policy_id_for(role)].name)
+    except KeyError:
+        return "?"
+
+
+def with_prompt_prefixes(
+    env_id: str,
+    env_config: Mapping[str, Any],
+    policies: Mapping[str, Policy],
+    role_policy: Mapping[str, str],
+    *,
+    system_prompt: str | None = None,
+    demos: int = 0,
+    max_new_tokens: int = 256,
+    seed: int = 0,
+) -> tuple[dict[str, Policy], dict[str, str]]:
+    """Wrap policies with a system prompt and ``demos`` oracle demonstrations per role.
+
+    Returns ``(policies, role_policy)`` for :func:`evaluate`. A demonstration whose answer is
+    longer than ``max_new_tokens`` (the policy could never write it) is left out.
+    """
+    roles = list(role_policy)
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    demo_msgs: dict[str, list[dict[str, str]]] = {}
+    if demos:
+        tok = next((p.tokenizer for p in policies.values() if p.tokenizer is not None), None)
+
+        def fits(text: str) -> bool:  # about 4 characters per token without a tokenizer
+            if tok is None:
+                return len(text) < 4 * max_new_tokens
+            return len(tok(text)["input_ids"]) < max_new_tokens
+
+        shared = create_shared_objects(env_id, env_config)
+        demo_msgs = oracle_demos(env_id, {**env_config, **shared}, roles, demos, seed, fits=fits)
+    out: dict[str, Policy] = {}
+    mapping: dict[str, str] = {}
+    for role in roles:
+        spec = role_policy[role]
+        key = f"{spec}/{role}" if role in demo_msgs else spec
+        if key not in out:
+            out[key] = ManagedPolicy(
+                policies[spec], prefix=system + demo_msgs.get(role, []), name=policies[spec].name
+            )
+        mapping[role] = key
+    return out, mapping
+
+
+def compare_reports(before: EvalReport | Mapping[str, Any], after: EvalReport) -> str:
+    """A before -> after table of two evaluations (success, team reward, reward per role)."""
+    b = before.to_dict() if isinstance(before, EvalReport) else dict(before)
+    a = after.to_dict()
+    lines = ["before -> after training (greedy evaluation):"]
+    rows = [("success rate", b["success_rate"], a["success_rate"])]
+    rows.append(("team reward", b["team_reward"], a["team_reward"]))
+    for role, v in a["reward_per_agent"].items():
+        rows.append((f"reward/{role}", b["reward_per_agent"].get(role, 0.0), v))
+    width = max(len(r[0]) for r in rows) + 2
+    for label, x, y in rows:
+        lines.append(f"  {label:<{width}}{x:>7.3f} -> {y:.3f}")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Model configurations shipped with the project (JSON files; see adapters.policies.models)."""

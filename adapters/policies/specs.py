@@ -1,0 +1,117 @@
+"""Policies from spec strings, as the command lines take them (``--policy SPEC``).
+
+Specs: ``oracle`` (the env's scripted correct answer), ``smollm2`` (the embedded model), ``tiny``
+(random tiny model, for smoke tests), a local checkpoint directory or a LoRA adapter directory
+written by the trainer (``adapter_config.json``; the base is loaded from the path it names),
+``openai:BASE_URL[#MODEL]`` (any OpenAI-compatible server; without ``#MODEL`` the first model the
+server lists). :func:`build_policies` maps roles to policies from ``SPEC`` / ``ROLE=SPEC`` values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from adapters.policies.base import Policy
+
+__all__ = ["build_policies", "parse_policy_spec"]
+
+
+def parse_policy_spec(
+    spec: str, *, device: str | None = None, dtype: str | None = None, batch_size: int = 16
+) -> Policy:
+    """Build a policy from a spec string (see the module docstring)."""
+    spec = spec.strip()
+    if not spec:
+        raise ValueError("empty policy spec")
+    if spec == "oracle":
+        from adapters.policies.oracle import OraclePolicy
+
+        return OraclePolicy()
+    if spec.startswith("openai:"):
+        from adapters.policies.openai_compat import OpenAIPolicy
+
+        url, _, model = spec[len("openai:") :].partition("#")
+        if not url:
+            raise ValueError("openai: spec needs a base URL, e.g. openai:http://127.0.0.1:8000/v1")
+        if not model:
+            probe = OpenAIPolicy(url, model="?")
+            listed = [m for m in probe.list_models() if m]
+            if not listed:
+                raise ValueError(f"{url} lists no models; name one: openai:{url}#MODEL")
+            model = listed[0]
+        return OpenAIPolicy(url, model=model, name=f"openai:{model}")
+    from adapters.policies.models import load_policy_model, tiny_model
+    from adapters.policies.transformers_policy import TransformersPolicy
+
+    if spec == "tiny":
+        m, tok = tiny_model(device=device)
+        return TransformersPolicy(m, tok, device=device, batch_size=batch_size, name="tiny")
+    if spec.lower() in ("smollm2", "smollm2-135m", "smollm2-135m-instruct"):
+        m, tok = load_policy_model(None, device=device, dtype=dtype)
+        return TransformersPolicy(m, tok, device=device, batch_size=batch_size, name="smollm2")
+    path = Path(spec)
+    if path.is_dir() and (path / "adapter_config.json").is_file():
+        return _adapter_policy(path, device=device, dtype=dtype, batch_size=batch_size)
+    if path.exists() or "/" in spec:
+        m, tok = load_policy_model(spec, device=device, dtype=dtype)
+        return TransformersPolicy(m, tok, device=device, batch_size=batch_size, name=spec)
+    raise ValueError(
+        f"unknown policy spec {spec!r}: use oracle, smollm2, tiny, a local model or adapter "
+        "directory, or openai:BASE_URL[#MODEL]"
+    )
+
+
+def _adapter_policy(path: Path, *, device: Any, dtype: Any, batch_size: int) -> Policy:
+    """A LoRA adapter directory (peft ``save_pretrained``) on top of its base model."""
+    from peft import PeftModel
+
+    from adapters.policies.models import load_policy_model
+    from adapters.policies.transformers_policy import TransformersPolicy
+
+    meta = json.loads((path / "adapter_config.json").read_text())
+    base_name = meta.get("base_model_name_or_path") or None
+    if base_name and not Path(base_name).exists() and base_name.count("/") != 1:
+        base_name = None  # a cache path from another machine: fall back to the embedded model
+    model, tok = load_policy_model(base_name, device=device, dtype=dtype or "float32")
+    peft_model = PeftModel.from_pretrained(model, str(path))
+    merged = peft_model.merge_and_unload()
+    return TransformersPolicy(merged, tok, device=device, batch_size=batch_size, name=str(path))
+
+
+def build_policies(
+    specs: Sequence[str],
+    roles: Sequence[str],
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    batch_size: int = 16,
+) -> tuple[dict[str, Policy], dict[str, str]]:
+    """``(policies, role_policy)`` from ``--policy`` values (``SPEC`` or ``ROLE=SPEC``)."""
+    default: str | None = None
+    per_role: dict[str, str] = {}
+    for raw in specs:
+        role, sep, spec = raw.partition("=")
+        if sep and not role.startswith("openai:") and "/" not in role:
+            if role not in roles:
+                raise ValueError(f"unknown role {role!r} in --policy {raw!r}; roles: {list(roles)}")
+            per_role[role] = spec
+        else:
+            if default is not None:
+                raise ValueError("more than one --policy without ROLE=; give ROLE=SPEC")
+            default = raw
+    missing = [r for r in roles if r not in per_role and default is None]
+    if missing:
+        raise ValueError(f"no policy for role(s) {missing}: add --policy SPEC or ROLE=SPEC")
+    built: dict[str, Policy] = {}
+    role_policy: dict[str, str] = {}
+    for r in roles:
+        chosen = per_role.get(r, default)
+        assert chosen is not None
+        spec = chosen
+        if spec not in built:
+            built[spec] = parse_policy_spec(spec, device=device, dtype=dtype, batch_size=batch_size)
+        role_policy[r] = spec
+    return built, role_policy

@@ -1,0 +1,133 @@
+"""What to roll out: a setting's roles and shared objects, episode specs, seeds, demonstrations.
+
+These helpers describe an environment to the layers above (the trainer, the evaluation, the
+integrations) without stepping it:
+
+* :func:`env_roles` - the setting's agents in turn order for a config;
+* :func:`create_shared_objects` - its run-wide shared objects (``create_shared``: the MAE/SAGE
+  question pools), created once per run and handed to every env instance;
+* :func:`episode_specs` - ``n`` :class:`~adapters.rollout.envpool.EpisodeSpec` with seeds derived
+  from ``(seed, tag, i)`` (or one explicit instance);
+* :func:`derive_seed` - every random choice of a run (env instances, generation, minibatch
+  order) uses a seed derived from the run seed and where it happens, so a resumed run needs no
+  hidden RNG state;
+* :func:`oracle_demos` - in-context demonstrations from the setting's scripted oracle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from adapters.rollout.envpool import EpisodeSpec, flush_dead_steps
+
+__all__ = ["create_shared_objects", "derive_seed", "env_roles", "episode_specs", "oracle_demos"]
+
+logger = logging.getLogger(__name__)
+
+
+def derive_seed(*keys: Any) -> int:
+    """A 31-bit seed from any keys, e.g. ``derive_seed(seed, "env", step, i)``.
+
+    Every random choice of a run (env instances, generation, minibatch order) uses a seed derived
+    from the run seed and where it happens, so a resumed run needs no hidden RNG state.
+
+    >>> derive_seed(0, "env", 3, 1) == derive_seed(0, "env", 3, 1) != derive_seed(0, "env", 3, 2)
+    True
+    """
+    import hashlib
+
+    digest = hashlib.blake2b(repr(keys).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % (2**31 - 1)
+
+
+def _raw_env(env_id: str, env_config: Mapping[str, Any]) -> Any:
+    import envs
+
+    return envs.make(env_id, **dict(env_config)).unwrapped
+
+
+def env_roles(env_id: str, env_config: Mapping[str, Any] | None = None) -> list[str]:
+    """The setting's agents (roles) in turn order for this config."""
+    return list(_raw_env(env_id, env_config or {}).possible_agents)
+
+
+def create_shared_objects(env_id: str, env_config: Mapping[str, Any] | None = None) -> dict:
+    """The setting's run-wide shared objects (``create_shared``), e.g. MAE/SAGE question pools."""
+    raw = _raw_env(env_id, env_config or {})
+    return dict(type(raw).create_shared(**dict(env_config or {})))
+
+
+def episode_specs(
+    env_id: str,
+    n: int,
+    *,
+    seed: int,
+    tag: str,
+    env_config: Mapping[str, Any],
+    split: str | None = None,
+    instance: Any = None,
+) -> list[EpisodeSpec]:
+    """``n`` specs with seeds derived from ``(seed, tag, i)``; an explicit instance wins."""
+    options: dict[str, Any] | None
+    if instance is not None:
+        options = {"instance": instance}
+    else:
+        options = {"split": split} if split else None
+    return [
+        EpisodeSpec(
+            env_id, seed=derive_seed(seed, tag, i), config=dict(env_config), options=options
+        )
+        for i in range(n)
+    ]
+
+
+def oracle_demos(
+    env_id: str,
+    env_config: dict[str, Any],
+    roles: Sequence[str],
+    n: int,
+    seed: int,
+    fits: Callable[[str], bool] | None = None,
+) -> dict[str, list[dict[str, str]]]:
+    """In-context demonstrations from the setting's oracle: per role, ``n`` pairs of messages
+    (the role's first prompt in a train-split episode, the oracle's answer to it).
+
+    Earlier agents in each demo episode act with the oracle too. A role whose oracle answer does
+    not pass ``fits`` (e.g. longer than ``max_new_tokens``: the policy could never write it)
+    gets no demonstration. Settings without an oracle give none (a warning is logged).
+    """
+    import envs
+
+    out: dict[str, list[dict[str, str]]] = {r: [] for r in roles}
+    if n <= 0:
+        return {}
+    for j in range(n):
+        raw = envs.make(env_id, **env_config).unwrapped
+        raw.reset(seed=derive_seed(seed, "demo", j), options={"split": "train"})
+        flush_dead_steps(raw)
+        seen: set[str] = set()
+        try:
+            while raw.agents and len(seen) < len(roles):
+                agent = raw.agent_selection
+                answer = raw.oracle(agent)
+                if agent not in seen:
+                    seen.add(agent)
+                    prompt = raw.observe(agent)["prompt"]
+                    out.setdefault(agent, []).extend(
+                        [
+                            {"role": "user", "content": prompt},
+                            {"role": "assistant", "content": answer},
+                        ]
+                    )
+                raw.step(answer)
+                flush_dead_steps(raw)
+        except NotImplementedError:
+            logger.warning("%s has no oracle: training without demonstrations", env_id)
+            return {}
+    return {
+        r: msgs
+        for r, msgs in out.items()
+        if msgs and (fits is None or all(fits(m["content"]) for m in msgs[1::2]))
+    }

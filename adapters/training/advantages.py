@@ -1,0 +1,198 @@
+"""Advantage estimators as pure torch functions (one module: every way a reward becomes a signal).
+
+* :func:`group_advantages` - GRPO and AT-GRPO (AT-GRPO, Eq. 1):
+  ``A_i = (r_i - mean_g) / (std_g + eps)`` over the samples sharing a group key. AT-GRPO's key is
+  ``(env, agent, turn)`` (agent- and turn-wise grouping, Alg. 1 line 11); plain GRPO's is the
+  prompt. ``std_g`` is the **sample** standard deviation (divisor K-1) by default because Eq. 1
+  says "F_norm is the sample standard deviation" (verl's GRPO also uses ``torch.std``);
+  ``unbiased=False`` gives the population one. ``normalize_std=False`` keeps only the mean
+  baseline (Dr. GRPO). A group of size 1 has no baseline and gets advantage 0 (verl would give it
+  the raw reward), and a group whose rewards are all equal gets 0.
+* :func:`reinforce_pp_advantages` - REINFORCE++ as used by CoMAS (Eqs. 9-10) and OpenRLHF:
+  per-token rewards ``r_t = -beta * KL_t`` with the scalar reward added at the last valid token,
+  returns-to-go with ``gamma`` (1 in the papers), then whitening over **all valid tokens of the
+  batch**: ``(A - mean) / (std + eps)``. The whitening std is the population one (divisor =
+  number of valid tokens), as in OpenRLHF; with thousands of tokens the choice does not matter,
+  and it keeps a batch of identical returns at exactly 0.
+* :func:`task_relative_reinforce_pp_advantages` - Task-Relative REINFORCE++ (MAE and SAGE,
+  following Absolute Zero): the same returns, whitened separately within each role (or task-role
+  pair): ``A = (r - mu_role) / (sigma_role + eps)``. MAE trains without KL reward (beta = 0),
+  where each sequence's return is its scalar reward at every token.
+
+Shapes: ``B`` sequences, ``T`` completion positions; ``mask`` (B, T) is 1 on valid completion
+tokens (see :mod:`adapters.training.masking`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import torch
+
+from adapters.training.losses import KLKind, token_kl
+from adapters.training.masking import check_token_shapes, masked_whiten
+
+__all__ = [
+    "group_advantages",
+    "grpo_advantages",
+    "reinforce_pp_advantages",
+    "reinforce_pp_returns",
+    "task_relative_reinforce_pp_advantages",
+]
+
+
+def _as_float_tensor(x: Any, name: str) -> torch.Tensor:
+    t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x, dtype=torch.float32)
+    if not t.is_floating_point():
+        t = t.float()
+    if t.dim() != 1:
+        raise ValueError(f"{name} must be 1-D (one value per sample), got shape {tuple(t.shape)}")
+    return t
+
+
+def _group_index(group_ids: Sequence[Hashable], n: int, device: torch.device) -> torch.Tensor:
+    if isinstance(group_ids, torch.Tensor):
+        group_ids = group_ids.tolist()
+    if len(group_ids) != n:
+        raise ValueError(f"got {n} values but {len(group_ids)} group ids")
+    index: dict[Hashable, int] = {}
+    return torch.tensor([index.setdefault(g, len(index)) for g in group_ids], device=device)
+
+
+def group_advantages(
+    rewards: Sequence[float] | torch.Tensor,
+    group_ids: Sequence[Hashable],
+    *,
+    normalize_std: bool = True,
+    unbiased: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """GRPO / AT-GRPO advantages: reward minus its group mean, divided by the group std.
+
+    Args:
+        rewards: one scalar reward per sample.
+        group_ids: one hashable key per sample (e.g. ``(env_index, agent, turn)`` for AT-GRPO).
+        normalize_std: divide by ``std + eps``; False keeps only the mean baseline (Dr. GRPO).
+        unbiased: sample std (divisor K-1, paper 002 Eq. 1) or population std (divisor K).
+        eps: added to the std.
+
+    Returns a float tensor of advantages; samples in groups of size 1 get 0.
+
+    >>> group_advantages([1.0, 0.0, 1.0, 0.0], ["g"] * 4, unbiased=False, eps=0.0).tolist()
+    [1.0, -1.0, 1.0, -1.0]
+    """
+    r = _as_float_tensor(rewards, "rewards")
+    idx = _group_index(group_ids, r.numel(), r.device)
+    n_groups = int(idx.max()) + 1 if r.numel() else 0
+    counts = torch.zeros(n_groups, dtype=r.dtype, device=r.device).index_add_(
+        0, idx, torch.ones_like(r)
+    )
+    sums = torch.zeros(n_groups, dtype=r.dtype, device=r.device).index_add_(0, idx, r)
+    mean = sums / counts
+    centered = r - mean[idx]
+    single = counts[idx] < 2
+    if normalize_std:
+        sq = torch.zeros(n_groups, dtype=r.dtype, device=r.device).index_add_(0, idx, centered**2)
+        denom = (counts - 1).clamp(min=1) if unbiased else counts
+        std = (sq / denom).sqrt()[idx]
+        # equal rewards: centered is exactly 0; keep it 0 even with eps = 0
+        adv = torch.where(std > 0, centered / (std + eps), torch.zeros_like(centered))
+    else:
+        adv = centered
+    return torch.where(single, torch.zeros_like(adv), adv)
+
+
+grpo_advantages = group_advantages
+
+
+def reinforce_pp_returns(
+    rewards: Sequence[float] | torch.Tensor,
+    mask: torch.Tensor,
+    logprobs: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    *,
+    beta: float = 0.0,
+    gamma: float = 1.0,
+    kl_kind: KLKind = "k1",
+) -> torch.Tensor:
+    """Token returns before normalisation (CoMAS Eq. 9).
+
+    ``r_t = -beta * KL_t`` on valid tokens, plus the sequence reward at its last valid token;
+    ``G_t = r_t + gamma * G_{t+1}`` (over valid tokens; padding contributes nothing). With
+    ``gamma = 1`` this is ``r(o) - beta * sum_{l >= t} KL_l``. A sequence with no valid token
+    gets zeros.
+    """
+    mask_f = mask.float()
+    r = _as_float_tensor(rewards, "rewards").to(mask_f.device)
+    check_token_shapes(mask, logprobs, ref_logprobs)
+    if r.numel() != mask.shape[0]:
+        raise ValueError(f"{r.numel()} rewards for {mask.shape[0]} sequences")
+    token_rewards = torch.zeros_like(mask_f)
+    if beta:
+        if logprobs is None or ref_logprobs is None:
+            raise ValueError("beta > 0 needs logprobs and ref_logprobs")
+        token_rewards = -beta * token_kl(logprobs.float(), ref_logprobs.float(), kl_kind) * mask_f
+    positions = torch.arange(mask.shape[1], device=mask_f.device).expand_as(mask_f)
+    last = torch.where(mask_f > 0, positions, torch.full_like(positions, -1)).max(dim=1).values
+    has_tokens = last >= 0
+    rows = torch.nonzero(has_tokens).squeeze(-1)
+    token_rewards = token_rewards.index_put(
+        (rows, last[rows]), token_rewards[rows, last[rows]] + r[rows].to(token_rewards.dtype)
+    )
+    if gamma == 1.0:  # reverse cumulative sum; padding carries zero reward
+        returns = token_rewards.flip(-1).cumsum(-1).flip(-1)
+    else:  # discount only across valid tokens, so gaps in the mask cost nothing
+        returns = torch.zeros_like(token_rewards)
+        running = torch.zeros(mask.shape[0], dtype=token_rewards.dtype, device=token_rewards.device)
+        valid = mask_f > 0
+        for t in range(mask.shape[1] - 1, -1, -1):
+            running = torch.where(valid[:, t], token_rewards[:, t] + gamma * running, running)
+            returns[:, t] = running
+    return returns * mask_f
+
+
+def reinforce_pp_advantages(
+    rewards: Sequence[float] | torch.Tensor,
+    mask: torch.Tensor,
+    logprobs: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    *,
+    beta: float = 0.0,
+    gamma: float = 1.0,
+    kl_kind: KLKind = "k1",
+    group_ids: Sequence[Hashable] | None = None,
+    eps: float = 1e-8,
+) -> torch.Tensor:
+    """REINFORCE++ advantages: :func:`reinforce_pp_returns` whitened over valid tokens.
+
+    ``group_ids=None`` whitens over the whole batch (REINFORCE++, CoMAS Eq. 10); with one key per
+    sequence the mean/std are computed separately within each group (Task-Relative REINFORCE++).
+    """
+    returns = reinforce_pp_returns(
+        rewards, mask, logprobs, ref_logprobs, beta=beta, gamma=gamma, kl_kind=kl_kind
+    )
+    mask_f = mask.float()
+    if group_ids is None:
+        return masked_whiten(returns, mask_f, eps)
+    idx = _group_index(group_ids, mask.shape[0], returns.device)
+    adv = torch.zeros_like(returns)
+    for g in range(int(idx.max()) + 1 if idx.numel() else 0):
+        rows = idx == g
+        adv[rows] = masked_whiten(returns[rows], mask_f[rows], eps)
+    return adv
+
+
+def task_relative_reinforce_pp_advantages(
+    rewards: Sequence[float] | torch.Tensor,
+    mask: torch.Tensor,
+    roles: Sequence[Hashable],
+    logprobs: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """Task-Relative REINFORCE++ (MAE / SAGE): REINFORCE++ whitened separately per role.
+
+    ``roles`` holds one key per sequence: the agent role, or a ``(task, role)`` pair.
+    """
+    return reinforce_pp_advantages(rewards, mask, logprobs, ref_logprobs, group_ids=roles, **kwargs)

@@ -1,0 +1,307 @@
+"""Rollout backends: how the trainer's models generate (transformers in place, or vLLM).
+
+:func:`make_backend` is the one place that turns trainable models
+(:class:`~adapters.training.policy_models.PolicyModel`) into
+:class:`~adapters.policies.Policy` objects for the rollout engine (``TrainConfig.backend``):
+
+* ``transformers`` (:class:`TransformersBackend`): generation with
+  :class:`~adapters.policies.TransformersPolicy` on the training modules themselves (nothing to
+  synchronise after an update).
+* ``vllm`` (:class:`VLLMBackend`): generation in a vLLM engine
+  (:class:`~adapters.policies.vllm_policy.VLLMPolicy`), weights or LoRA adapters pushed into it
+  after every update.
+
+A backend provides ``policies()`` (rollout id -> Policy), ``role_policy`` (role -> rollout id),
+``train_pid`` (rollout id -> trainable policy id), ``timer`` (a
+:class:`~adapters.policies.wrappers.GenerationTimer`), ``sync(pids)`` after each update, and
+``close()``. Rollout ids are the trainable policy id, or ``"<pid>/<role>"`` when roles sharing
+one trainable policy get different prompt prefixes (demonstrations); the trainer routes samples
+back to the trainable policy with ``train_pid``. Every role's prompts start with
+:func:`prompt_prefix` (the system prompt, then ``TrainConfig.prompt_prefix``).
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from adapters.policies.base import Policy
+from adapters.policies.wrappers import GenerationTimer, ManagedPolicy
+from adapters.training.config import TrainConfig
+from adapters.training.policy_models import PolicyModel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from adapters.policies.vllm_policy import VLLMPolicy
+
+__all__ = ["TransformersBackend", "VLLMBackend", "make_backend", "prompt_prefix"]
+
+
+def role_map_of(models: Mapping[str, PolicyModel], roles: Sequence[str]) -> dict[str, str]:
+    """Role -> trainable policy id, from each policy's ``roles``."""
+    owner = {r: pid for pid, pm in models.items() for r in pm.roles}
+    missing = [r for r in roles if r not in owner]
+    if missing:
+        raise ValueError(f"no trainable policy serves role(s) {missing}")
+    return {r: owner[r] for r in roles}
+
+
+def prompt_prefix(cfg: TrainConfig) -> list[dict[str, str]]:
+    """The messages placed before every env prompt: the system prompt, then ``prompt_prefix``."""
+    out = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
+    return out + [dict(m) for m in cfg.prompt_prefix]
+
+
+class _RolePolicies:
+    """What both backends expose: rollout policies per rollout id and the maps around them."""
+
+    timer: GenerationTimer
+    role_policy: dict[str, str]
+    train_pid: dict[str, str]
+    _policies: dict[str, Policy]
+
+    def _wrap(
+        self,
+        cfg: TrainConfig,
+        pairs: Sequence[tuple[str | None, str]],
+        inner: Mapping[str, Policy],
+        activate: Mapping[str, Any],
+        role_prefix: Mapping[str, list[dict[str, str]]] | None,
+    ) -> None:
+        """One :class:`ManagedPolicy` per rollout id over ``inner[pid]`` for each (role, pid)."""
+        base_prefix = prompt_prefix(cfg)
+        prefixes = dict(role_prefix or {})
+        self.timer = GenerationTimer()
+        self.role_policy, self.train_pid, self._policies = {}, {}, {}
+        for role, pid in pairs:
+            rid = f"{pid}/{role}" if role is not None and prefixes and pid != role else pid
+            if role is not None:
+                self.role_policy[role] = rid
+            self.train_pid[rid] = pid
+            if rid not in self._policies:
+                self._policies[rid] = ManagedPolicy(
+                    inner[pid],
+                    activate=activate[pid],
+                    prefix=base_prefix + (prefixes.get(role, []) if role is not None else []),
+                    timer=self.timer,
+                    name=pid,
+                )
+
+    def policies(self) -> dict[str, Policy]:
+        """Rollout id -> the policy the rollout engine calls."""
+        return dict(self._policies)
+
+
+class TransformersBackend(_RolePolicies):
+    """Generation with :class:`~adapters.policies.TransformersPolicy` on the training modules.
+
+    Rollout policies are keyed by *rollout ids*: the trainable policy id, or ``"<pid>/<role>"``
+    when roles sharing one trainable policy get different prompt prefixes (demonstrations).
+    ``role_policy`` maps roles to rollout ids and ``train_pid`` maps rollout ids back to the
+    trainable policy (the trainer routes samples with it).
+    """
+
+    name = "transformers"
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        models: dict[str, PolicyModel],
+        tokenizer: Any,
+        device: Any,
+        roles: Sequence[str],
+        role_prefix: dict[str, list[dict[str, str]]] | None = None,
+    ) -> None:
+        from adapters.policies.transformers_policy import TransformersPolicy
+
+        by_module: dict[int, Policy] = {}  # policies sharing one module share one generator
+        inner: dict[str, Policy] = {}
+        for pid, pm in models.items():
+            if id(pm.model) not in by_module:
+                by_module[id(pm.model)] = TransformersPolicy(
+                    pm.model,
+                    tokenizer,
+                    device=device,
+                    batch_size=cfg.gen_batch_size or 16,
+                    name=pid,
+                    chat_template_kwargs=cfg.chat_template_kwargs,
+                )
+            inner[pid] = by_module[id(pm.model)]
+        pairs = list(role_map_of(models, roles).items())
+        activate = {pid: pm.activate for pid, pm in models.items()}
+        self._wrap(cfg, pairs, inner, activate, role_prefix)
+
+    def sync(self, policy_ids: Sequence[str]) -> None:
+        """Nothing to do: generation runs on the very modules the optimizer updates."""
+
+    def close(self) -> None:
+        self._policies.clear()
+
+
+class VLLMBackend(_RolePolicies):
+    """Rollout backend with generation in vLLM (``TrainConfig.backend = "vllm"``).
+
+    The transformers models stay the trainable ones; vLLM only generates. LoRA runs (shared or
+    per role, adapters or separate models: the frozen bases are identical) use one engine with one
+    vLLM adapter per trainable policy id, re-saved with peft and reloaded after every update. Full
+    fine-tuning uses one engine per distinct model and :meth:`VLLMPolicy.update_weights`. Every
+    policy is synchronised lazily before its first generation (which also covers a resumed
+    checkpoint), and :meth:`sync` pushes the updated ones after each optimizer step.
+
+    Same interface as the trainer's ``TransformersBackend``: ``policies()`` keyed by rollout id
+    (the policy id, or ``"<pid>/<role>"`` when roles sharing a policy get different prompt
+    prefixes), ``role_policy`` (role -> rollout id), ``train_pid`` (rollout id -> policy id),
+    ``timer``, ``sync(pids)``, ``close()``. Without ``roles`` the rollout ids are the policy ids.
+    ``engine`` injects an existing :class:`VLLMPolicy` (tests); it must match the layout.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        cfg: Any,
+        models: Mapping[str, Any],
+        tokenizer: Any,
+        device: Any,
+        roles: Sequence[str] | None = None,
+        role_prefix: Mapping[str, list[dict[str, str]]] | None = None,
+        *,
+        engine: VLLMPolicy | None = None,
+        engine_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        from adapters.policies.vllm_policy import VLLMPolicy  # needs vllm (scripts/setup_vllm.sh)
+
+        self.cfg = cfg
+        self.models = dict(models)
+        self._tmp = Path(tempfile.mkdtemp(prefix="mas-vllm-sync-"))
+        self._versions: dict[str, int] = {}
+        self._dirty = set(self.models)
+        self._owned: list[VLLMPolicy] = []
+        self.lora = any(pm.peft is not None for pm in self.models.values())
+        kw = dict(engine_kwargs or {})
+        kw.setdefault("dtype", cfg.dtype)
+        kw.setdefault("seed", cfg.seed)
+        if getattr(device, "type", str(device)) == "cuda":
+            # the trainer's model and optimizer share the GPU
+            kw.setdefault("gpu_memory_utilization", 0.4)
+        self.engines: dict[str, VLLMPolicy] = {}
+        inner: dict[str, Policy] = {}
+        if self.lora:
+            rank = max(int(pm.peft.peft_config[pm.adapter].r) for pm in self.models.values())
+            if engine is None:
+                model_dir = self._base_checkpoint(next(iter(self.models.values())), tokenizer)
+                engine = VLLMPolicy(
+                    model_dir,
+                    enable_lora=True,
+                    max_lora_rank=rank,
+                    max_loras=max(len(self.models), 1),
+                    **kw,
+                )
+                self._owned.append(engine)
+            for pid in self.models:
+                self.engines[pid] = engine
+                inner[pid] = engine.for_adapter(pid)
+        else:
+            by_module: dict[int, VLLMPolicy] = {}
+            for pid, pm in self.models.items():
+                eng = by_module.get(id(pm.model))
+                if eng is None:
+                    if engine is not None and not by_module:
+                        eng = engine
+                    else:
+                        eng = VLLMPolicy(self._base_checkpoint(pm, tokenizer), **kw)
+                        self._owned.append(eng)
+                    by_module[id(pm.model)] = eng
+                self.engines[pid] = eng
+                inner[pid] = eng
+        pairs: list[tuple[str | None, str]]
+        if roles is None:
+            pairs = [(None, pid) for pid in self.models]
+        else:
+            pairs = list(role_map_of(self.models, roles).items())
+        activate = {pid: functools.partial(self._ensure_synced, pid) for pid in self.models}
+        self._wrap(cfg, pairs, inner, activate, role_prefix)
+
+    def _base_checkpoint(self, pm: Any, tokenizer: Any) -> str | None:
+        """A directory vLLM can load the (frozen) base from: the configured model when it is a
+        checkpoint, else the trainer's current weights exported once."""
+        spec = str(self.cfg.model)
+        if spec == "smollm2":
+            return None
+        if not (spec == "tiny" or spec.startswith("config:")):
+            return spec
+        out = self._tmp / "base"
+        if not (out / "config.json").is_file():
+            sd = {}
+            for n, t in pm.model.state_dict().items():
+                if "lora_" in n:
+                    continue
+                sd[n.replace(".base_layer.", ".")] = t.detach().clone()
+            pm.model.save_pretrained(str(out), state_dict=sd)
+            tokenizer.save_pretrained(str(out))
+        return str(out)
+
+    def _ensure_synced(self, pid: str) -> None:
+        if pid in self._dirty:
+            self._push(pid)
+        pm = self.models[pid]
+        if pm.peft is not None:
+            pm.activate()  # keep the trainer's active adapter consistent with the transformers path
+
+    def _push(self, pid: str) -> None:
+        pm = self.models[pid]
+        engine = self.engines[pid]
+        if pm.peft is not None:
+            version = self._versions.get(pid, 0) + 1
+            target = self._tmp / f"{pid}-v{version}"
+            pm.peft.save_pretrained(str(target), selected_adapters=[pm.adapter])
+            # peft writes non-default adapters into a sub-directory named after the adapter
+            adapter_dir = target / pm.adapter if (target / pm.adapter).is_dir() else target
+            engine.update_adapter(pid, adapter_dir)
+            old = self._tmp / f"{pid}-v{version - 1}"
+            shutil.rmtree(old, ignore_errors=True)
+            self._versions[pid] = version
+        else:
+            engine.update_weights(pm.model.state_dict())
+        self._dirty.discard(pid)
+
+    def sync(self, policy_ids: Sequence[str]) -> None:
+        """Push the weights of the policies that an optimizer step just changed."""
+        pushed: set[int] = set()
+        for pid in policy_ids:
+            pm = self.models[pid]
+            if pm.peft is None and id(pm.model) in pushed:
+                self._dirty.discard(pid)
+                continue
+            self._push(pid)
+            pushed.add(id(pm.model))
+
+    def close(self) -> None:
+        for pid, eng in self.engines.items():
+            if eng not in self._owned and pid in eng.adapters and self.models[pid].peft is not None:
+                eng.remove_adapter(pid)  # an injected engine outlives this backend
+        for eng in self._owned:
+            eng.close()
+        self.engines.clear()
+        self._owned.clear()
+        self._policies.clear()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def make_backend(
+    cfg: TrainConfig,
+    models: dict[str, PolicyModel],
+    tokenizer: Any,
+    device: Any,
+    roles: Sequence[str],
+    role_prefix: dict[str, list[dict[str, str]]] | None = None,
+) -> TransformersBackend | VLLMBackend:
+    """The rollout backend named by ``cfg.backend`` (see the module docstring)."""
+    if cfg.backend == "transformers":
+        return TransformersBackend(cfg, models, tokenizer, device, roles, role_prefix)
+    if cfg.backend == "vllm":  # generation in vLLM, weights synced after every update
+        return VLLMBackend(cfg, models, tokenizer, device, roles, role_prefix)
+    raise ValueError(f"unknown rollout backend {cfg.backend!r}; available: transformers, vllm")

@@ -1,0 +1,124 @@
+"""Losses as pure torch functions: the PPO clipped surrogate, KL estimators and the KL loss.
+
+* :func:`ppo_clip_loss` - PPO clipped surrogate with optional asymmetric clipping
+  (``clip_eps`` low, ``clip_eps_high`` high, "clip-higher"), aggregated by token mean over the
+  valid tokens of the batch by default (:func:`aggregate_loss`); returns the loss and detached
+  statistics (clip fraction, approximate KL between old and new policy). With
+  ``old_logprobs = logprobs.detach()`` (one on-policy step) its gradient equals AT-GRPO's Eq. 3
+  policy gradient.
+* :func:`token_kl` (k1, k2, k3 estimators) and :func:`kl_loss` (masked token mean), the KL term
+  of MarsRL's Eq. 2 and of verl's ``use_kl_loss``.
+
+Shapes: ``B`` sequences, ``T`` completion positions; ``mask`` (B, T) is 1 on valid completion
+tokens; per-token tensors are meaningful only where the mask is 1.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from adapters.training.masking import check_token_shapes, masked_mean
+
+KLKind = Literal["k1", "k2", "k3"]
+LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+
+__all__ = ["KLKind", "LossAgg", "aggregate_loss", "kl_loss", "ppo_clip_loss", "token_kl"]
+
+
+def token_kl(
+    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: KLKind = "k1"
+) -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from samples of pi.
+
+    k1 = log pi - log pi_ref; k2 = (log pi - log pi_ref)^2 / 2;
+    k3 = exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1 (non-negative, unbiased).
+
+    >>> token_kl(torch.tensor([0.0]), torch.tensor([-1.0]), "k1").item()
+    1.0
+    """
+    if logprobs.shape != ref_logprobs.shape:
+        raise ValueError(f"shapes differ: {tuple(logprobs.shape)} vs {tuple(ref_logprobs.shape)}")
+    diff = logprobs - ref_logprobs
+    if kind == "k1":
+        return diff
+    if kind == "k2":
+        return 0.5 * diff**2
+    if kind == "k3":
+        return torch.expm1(-diff) + diff
+    raise ValueError(f"unknown KL estimator {kind!r}; use 'k1', 'k2' or 'k3'")
+
+
+def kl_loss(
+    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, kind: KLKind = "k3"
+) -> torch.Tensor:
+    """KL penalty term for the loss: the token mean of :func:`token_kl` over valid tokens."""
+    check_token_shapes(mask, logprobs, ref_logprobs)
+    return masked_mean(token_kl(logprobs, ref_logprobs, kind), mask)
+
+
+def aggregate_loss(
+    per_token: torch.Tensor, mask: torch.Tensor, mode: LossAgg = "token-mean"
+) -> torch.Tensor:
+    """Reduce a (B, T) per-token loss to a scalar.
+
+    ``token-mean``: sum over valid tokens / number of valid tokens in the batch;
+    ``seq-mean-token-mean``: mean over sequences of each sequence's token mean;
+    ``seq-mean-token-sum``: mean over sequences of each sequence's token sum.
+    Sequences without valid tokens are left out of the sequence means.
+    """
+    m = mask.to(per_token.dtype)
+    if mode == "token-mean":
+        return masked_mean(per_token, m)
+    has = (m.sum(-1) > 0).to(per_token.dtype)
+    if mode == "seq-mean-token-mean":
+        per_seq = (per_token * m).sum(-1) / m.sum(-1).clamp(min=1)
+    elif mode == "seq-mean-token-sum":
+        per_seq = (per_token * m).sum(-1)
+    else:
+        raise ValueError(f"unknown loss aggregation {mode!r}")
+    return (per_seq * has).sum() / has.sum().clamp(min=1)
+
+
+def ppo_clip_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    loss_agg: LossAgg = "token-mean",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO clipped surrogate loss (to minimise).
+
+    ``ratio = exp(logprobs - old_logprobs)``; per token
+    ``max(-A * ratio, -A * clip(ratio, 1 - clip_eps, 1 + clip_eps_high))``, reduced with
+    :func:`aggregate_loss` (token mean over the batch's valid tokens by default).
+    ``advantages`` may be (B, T) or (B,) (one value per sequence, broadcast over its tokens).
+
+    Returns ``(loss, stats)``; stats are detached scalars: ``clip_frac`` (share of valid tokens
+    where the clipped branch is taken), ``approx_kl`` (k3 estimate of KL(old || new)),
+    ``ratio_mean``, ``ratio_max``.
+    """
+    check_token_shapes(mask, logprobs, old_logprobs)
+    if advantages.dim() == 1:
+        advantages = advantages[:, None].expand_as(logprobs)
+    check_token_shapes(mask, advantages)
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + eps_high)
+    per_token = torch.maximum(unclipped, clipped)
+    loss = aggregate_loss(per_token, mask, loss_agg)
+    with torch.no_grad():
+        m = mask.to(ratio.dtype)
+        stats = {
+            "clip_frac": masked_mean((clipped > unclipped).to(ratio.dtype), m),
+            "approx_kl": masked_mean(torch.expm1(log_ratio) - log_ratio, m),
+            "ratio_mean": masked_mean(ratio, m),
+            "ratio_max": (ratio * m).max() if m.any() else ratio.new_zeros(()),
+        }
+    return loss, {k: v.detach() for k, v in stats.items()}

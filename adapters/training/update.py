@@ -1,0 +1,176 @@
+"""The policy update: advantages for a step's samples, then PPO-clip epochs per policy.
+
+Advantages (``TrainConfig.algorithm``), computed by :func:`compute_advantages` with the pure
+estimators of :mod:`adapters.training.advantages`:
+
+* ``at-grpo`` / ``grpo``: :func:`~adapters.training.advantages.group_advantages` over the samples
+  sharing a rollout group key (AT-GRPO: ``(instance, branch, agent, turn, step)`` from tree
+  sampling; GRPO: ``(instance, agent, turn, step)`` across the K parallel episodes), one value
+  per sample broadcast over its tokens (AT-GRPO, Eq. 1).
+* ``reinforce++``: :func:`~adapters.training.advantages.reinforce_pp_advantages` over each
+  policy's batch (token-level KL penalty ``kl_reward_coef`` against the reference, global
+  whitening; CoMAS Eqs. 9-10).
+* ``tr-reinforce++``: the same returns whitened separately per role (MAE).
+
+Loss (:func:`update_policy`): :func:`~adapters.training.losses.ppo_clip_loss` (token mean by
+default) plus an optional ``kl_loss_coef`` x :func:`~adapters.training.losses.kl_loss` against the
+reference. Each policy gets only its own samples (``Sample.policy_id``, AT-GRPO Eq. 2) and steps
+only its own optimizer; minibatches and micro-batches come from :mod:`adapters.training.batch`,
+log-probs from :mod:`adapters.training.logprobs`.
+
+Samples whose advantages are all zero (e.g. a group whose K rewards are equal) carry no policy
+gradient; with ``skip_zero_advantage`` (default) and no KL loss they are left out of the update,
+so the token mean runs over the informative samples only (like DAPO's filtering of
+zero-variance groups).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from adapters.rollout import derive_seed
+from adapters.training.advantages import group_advantages, reinforce_pp_advantages
+from adapters.training.batch import TrainItem, micro_batches, minibatches
+from adapters.training.config import TrainConfig
+from adapters.training.logprobs import completion_logprobs
+from adapters.training.losses import kl_loss, ppo_clip_loss, token_kl
+from adapters.training.masking import length_mask, pad_rows
+
+__all__ = ["compute_advantages", "mean_kl_to_ref", "update_policy"]
+
+
+def compute_advantages(cfg: TrainConfig, items: Sequence[TrainItem]) -> None:
+    """Fill ``item.advantages`` (per token) and ``item.sample.advantage`` (their mean)."""
+    if not items:
+        return
+    if cfg.algorithm in ("at-grpo", "grpo"):
+        adv = group_advantages(
+            [it.sample.reward for it in items],
+            [it.sample.group for it in items],
+            normalize_std=cfg.normalize_std,
+        )
+        for it, a in zip(items, adv.tolist()):
+            it.advantages = torch.full((len(it.completion_ids),), float(a))
+    else:
+        by_pid: dict[str, list[TrainItem]] = defaultdict(list)
+        for it in items:
+            by_pid[it.sample.policy_id].append(it)
+        for batch in by_pid.values():
+            width = max(len(it.completion_ids) for it in batch)
+            mask = length_mask([len(it.completion_ids) for it in batch], width)
+            beta = cfg.kl_reward_coef
+            lp = pad_rows([it.old_logprobs for it in batch], width) if beta else None
+            ref = pad_rows([_need_ref(it) for it in batch], width) if beta else None
+            groups = [it.sample.role for it in batch] if cfg.algorithm == "tr-reinforce++" else None
+            adv = reinforce_pp_advantages(
+                [it.sample.reward for it in batch],
+                mask,
+                lp,
+                ref,
+                beta=beta,
+                gamma=cfg.gamma,
+                kl_kind="k1",
+                group_ids=groups,
+            )
+            for row, it in zip(adv, batch):
+                it.advantages = row[: len(it.completion_ids)].clone()
+    for it in items:
+        assert it.advantages is not None
+        it.sample.advantage = float(it.advantages.mean()) if len(it.advantages) else 0.0
+
+
+def _need_ref(it: TrainItem) -> torch.Tensor:
+    if it.ref_logprobs is None:
+        raise RuntimeError("reference log-probs are missing (a KL coefficient is set)")
+    return it.ref_logprobs
+
+
+def update_policy(
+    cfg: TrainConfig, pm: Any, items: Sequence[TrainItem], step: int, pad_id: int
+) -> dict[str, float]:
+    """PPO-clip epochs over one policy's items; returns statistics (loss, clip frac, ...)."""
+    use_kl = cfg.kl_loss_coef > 0
+    if cfg.skip_zero_advantage and not use_kl:
+        items = [it for it in items if it.advantages is not None and bool(it.advantages.any())]
+    stats: dict[str, float] = defaultdict(float)
+    stats["samples_trained"] = float(len(items))
+    if not items:
+        return dict(stats)
+    temperature = cfg.temperature if cfg.temperature else 1.0
+    pm.activate()
+    pm.model.train(cfg.lora_dropout > 0)
+    dev = next(pm.model.parameters()).device
+    n_updates = 0
+    weight_sum = 0.0
+    try:
+        for epoch in range(cfg.ppo_epochs):
+            rng = random.Random(derive_seed(cfg.seed, "minibatch", step, pm.pid, epoch))
+            for mb in minibatches(items, cfg.minibatch_size, rng):
+                token_mean = cfg.loss_agg == "token-mean"
+                denom = float(sum(len(it.completion_ids) for it in mb) if token_mean else len(mb))
+                pm.optimizer.zero_grad(set_to_none=True)
+                for micro in micro_batches(
+                    mb, cfg.micro_batch_size or 8, cfg.micro_batch_tokens or 0
+                ):
+                    lengths = [len(it.completion_ids) for it in micro]
+                    width = max(lengths)
+                    mask = length_mask(lengths, width).to(dev)
+                    lp = completion_logprobs(
+                        pm.model,
+                        [it.prompt_ids for it in micro],
+                        [it.completion_ids for it in micro],
+                        pad_id=pad_id,
+                        temperature=temperature,
+                        share_prompt=cfg.share_prompt_forward,
+                    )
+                    old = pad_rows([it.old_logprobs for it in micro], width).to(dev)
+                    adv = pad_rows([it.advantages for it in micro], width).to(dev)  # type: ignore[misc]
+                    loss, st = ppo_clip_loss(
+                        lp,
+                        old,
+                        adv,
+                        mask,
+                        clip_eps=cfg.clip_eps,
+                        clip_eps_high=cfg.clip_eps_high,
+                        loss_agg=cfg.loss_agg,
+                    )
+                    w = (float(mask.sum()) if token_mean else len(micro)) / denom
+                    stats["pg_loss"] += float(loss.detach()) * w
+                    if use_kl:
+                        ref = pad_rows([_need_ref(it) for it in micro], width).to(dev)
+                        kl = kl_loss(lp, ref, mask, cfg.kl_loss_type)
+                        loss = loss + cfg.kl_loss_coef * kl
+                        stats["kl_loss"] += float(kl.detach()) * w
+                    (loss * w).backward()
+                    stats["loss"] += float(loss.detach()) * w
+                    stats["clip_frac"] += float(st["clip_frac"]) * w
+                    stats["approx_kl"] += float(st["approx_kl"]) * w
+                    stats["ratio_max"] = max(stats["ratio_max"], float(st["ratio_max"]))
+                grad_norm = torch.nn.utils.clip_grad_norm_(pm.params, cfg.max_grad_norm)
+                stats["grad_norm"] += float(grad_norm)
+                pm.optimizer.step()
+                pm.optimizer.zero_grad(set_to_none=True)
+                n_updates += 1
+                weight_sum += 1.0
+    finally:
+        pm.model.eval()
+    for key in ("pg_loss", "kl_loss", "loss", "clip_frac", "approx_kl", "grad_norm"):
+        if key in stats:
+            stats[key] /= max(weight_sum, 1.0)
+    stats["optimizer_steps"] = float(n_updates)
+    stats["tokens_trained"] = float(sum(len(it.completion_ids) for it in items))
+    return dict(stats)
+
+
+def mean_kl_to_ref(items: Sequence[TrainItem]) -> float | None:
+    """Token-mean k3 KL(pi_old || pi_ref) over items that have reference log-probs."""
+    rows = [(it.old_logprobs, it.ref_logprobs) for it in items if it.ref_logprobs is not None]
+    if not rows:
+        return None
+    total = sum(float(token_kl(a, b, "k3").sum()) for a, b in rows)
+    return total / max(1, sum(len(a) for a, _ in rows))
