@@ -224,6 +224,8 @@ class RayEnvPool:
         ``scheduling_strategy``, ``runtime_env``...).
     max_retries: consecutive failed attempts of one call on one actor before giving up.
     call_timeout_s: a call running longer counts as a dead actor (None: wait forever).
+    start_timeout_s: how long a replacement actor may take to start and replay its branches
+        (process start-up is slow on a loaded machine; it is not a hung call).
     init_kwargs: for ``ray.init`` when Ray is not initialised yet (default: a local instance
         without dashboard).
     """
@@ -237,6 +239,7 @@ class RayEnvPool:
         actor_options: dict[str, Any] | None = None,
         max_retries: int = 3,
         call_timeout_s: float | None = None,
+        start_timeout_s: float = 120.0,
         init_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
@@ -261,6 +264,7 @@ class RayEnvPool:
         )
         self.max_retries = max_retries
         self.call_timeout_s = call_timeout_s
+        self.start_timeout_s = start_timeout_s
         self.recoveries = 0
         self._ids = itertools.count()
         self._next_root_worker = 0
@@ -458,7 +462,12 @@ class RayEnvPool:
         for attempt in range(self.max_retries + 1):
             self._actors[w] = self._spawn()
             try:
-                self._ray.get(self._actors[w].rebuild.remote(items), timeout=self.call_timeout_s)
+                timeout = (
+                    None
+                    if self.call_timeout_s is None
+                    else max(self.call_timeout_s, self.start_timeout_s)
+                )
+                self._ray.get(self._actors[w].rebuild.remote(items), timeout=timeout)
                 return
             except (RayActorError, GetTimeoutError) as err:
                 self._kill(self._actors[w])
