@@ -37,10 +37,16 @@ __all__ = ["build_parser", "config_from_argv", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from adapters.training.recipes import describe_recipes
+
     p = argparse.ArgumentParser(
         prog="python -m adapters.train",
         description="RL training (AT-GRPO, GRPO, REINFORCE++, Task-Relative REINFORCE++) of LLM "
-        "policies on a multi-agent setting.",
+        "policies on a multi-agent setting. Every setting trains with its paper's recipe by "
+        "default (scaled down on a CPU-only machine); --recipe NAME picks another, and any flag "
+        "overrides one value of it.",
+        epilog="recipes (--recipe NAME):\n  " + describe_recipes().replace("\n", "\n  "),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
     p.add_argument("--config", default=None, help="YAML file with TrainConfig fields")
@@ -73,9 +79,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if ctl.print_config:
-        import yaml
-
-        print(yaml.safe_dump(cfg.resolved().to_dict(), sort_keys=False), end="")
+        try:
+            print(cfg.resolved().described(), end="")
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         return 0
     from adapters.training.trainer import Trainer
 
@@ -98,11 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     c = trainer.cfg
     print(
-        f"run {trainer.out}: env {c.env} {c.env_config}, model {c.model} "
+        f"run {trainer.out}: env {c.env} {c.env_config}, recipe {c.recipe}, model {c.model} "
         f"({'LoRA r=' + str(c.lora_rank) if c.lora_rank else 'full fine-tuning'}, "
-        f"{'per-role' if c.per_role else 'shared'}), {c.algorithm} K={c.candidates} "
-        f"({c.sampling}), {c.instances_per_step} instances/step, {c.steps} steps, "
-        f"device {trainer.device}",
+        f"{'per-role' if (c.per_role or c.role_policies) else 'shared'}), {c.algorithm} "
+        f"K={c.candidates} ({c.sampling}, keep {c.keep} x{c.keep_n}), "
+        f"{c.instances_per_step} instances/step, {c.steps} steps, device {trainer.device}",
         flush=True,
     )
     try:

@@ -237,6 +237,7 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         "is_parallelizable": False,
     }
     AGENTS = ("challenger", "planner", "solver", "critic")
+    DELAYED_REWARDS = True  # the challenger's and planner's rewards arrive by award()
     config_cls = SageConfig
     config: SageConfig
 

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from adapters.policies.base import Completion, Policy, SamplingParams
 from adapters.rollout.envpool import BranchView, EpisodeSpec, LocalEnvPool, StepOutcome
+from adapters.rollout.episodes import delayed_rewards
 from adapters.rollout.keep import KEEP_RULES, KeepRule, select_candidates
 from adapters.rollout.records import Episode, RolloutResult, Sample
 
@@ -36,7 +37,13 @@ class RolloutConfig:
 
     candidates: K, samples per agent-turn (tree) or episodes per instance (parallel).
     sampling: ``"tree"`` or ``"parallel"``.
-    keep / keep_n: which candidates continue in tree sampling (see module docstring).
+    keep / keep_n: which candidates continue in tree sampling (:mod:`adapters.rollout.keep`).
+    keep_scope: where the keep rule chooses: ``"branch"`` keeps ``keep_n`` of each branch's K
+        candidates (with ``keep_n = 2`` the live branches double every turn, up to
+        ``max_branches``); ``"instance"`` pools the candidates of all live branches of an
+        instance at that turn and keeps ``keep_n`` of them (MarsRL's "each subsequent agent
+        selects two outputs from the preceding agent": 1, 2, 2, 2, 2 groups over Solver, V1, C1,
+        V2, C2). With ``keep_n = 1`` (AT-GRPO) the two are the same.
     max_branches: cap on live branches per instance when ``keep_n > 1``.
     max_steps: safety cap on agent steps per episode.
     temperature / top_p / top_k / max_new_tokens / stop: sampling settings for every role;
@@ -47,6 +54,7 @@ class RolloutConfig:
     sampling: Literal["tree", "parallel"] = "tree"
     keep: KeepRule = "best"
     keep_n: int = 1
+    keep_scope: Literal["branch", "instance"] = "branch"
     max_branches: int = 16
     max_steps: int = 64
     temperature: float = 1.0
@@ -65,6 +73,8 @@ class RolloutConfig:
             raise ValueError(f"unknown keep rule {self.keep!r}")
         if not 1 <= self.keep_n <= self.candidates:
             raise ValueError("keep_n must lie in [1, candidates]")
+        if self.keep_scope not in ("branch", "instance"):
+            raise ValueError(f"keep_scope must be 'branch' or 'instance', got {self.keep_scope!r}")
 
     def sampling_params(self, role: str, n: int, seed: int | None) -> SamplingParams:
         base: dict[str, Any] = {
@@ -113,6 +123,13 @@ class RolloutEngine:
             raise ValueError("at least one policy is required")
         self.role_policy = dict(role_policy or {})
         self.config = config or RolloutConfig()
+        if self.config.sampling == "tree" and delayed_rewards(env_id, self.env_config):
+            raise ValueError(
+                f"{env_id!r} pays some rewards later (env.award(): a step's reward is known only "
+                "after other agents have acted), so tree sampling would rank the K candidates of "
+                "such a step while their rewards are all still pending and train only the kept "
+                "one on its award. Use sampling='parallel' (the setting's paper recipe does)."
+            )
         self.pool = pool if pool is not None else LocalEnvPool()
         self._owns_pool = pool is None
 
@@ -173,19 +190,9 @@ class RolloutEngine:
             )
             next_live: list[_Branch] = []
             per_instance: dict[int, int] = defaultdict(int)
-            for b, comps, outs in zip(live, completions, outcomes):
-                keep = (
-                    [0]
-                    if parallel
-                    else select_candidates(
-                        [o.reward for o in outs],
-                        [o.branch.done for o in outs],
-                        cfg.keep,
-                        cfg.keep_n,
-                        rng,
-                        b.view.preference,
-                    )
-                )
+            keeps, leaf_of = self._keep(live, outcomes, parallel, rng)
+            for i, (b, comps, outs) in enumerate(zip(live, completions, outcomes)):
+                keep = keeps[i]
                 group = self._group_key(b, parallel)
                 first = len(samples)
                 for c, (comp, out) in enumerate(zip(comps, outs)):
@@ -206,16 +213,49 @@ class RolloutEngine:
                     child = self._child(b, c, out, parallel)
                     child.sample_at_step[b.view.step] = first + c
                     next_live.append(child)
-                if not keep:  # no candidate goes on: the best one's episode is the leaf
-                    best = select_candidates(
-                        [o.reward for o in outs], [True] * len(outs), "best", 1, rng
-                    )[0]
+                if i in leaf_of:  # nothing of its pool goes on: the best candidate is the leaf
+                    best = leaf_of[i]
                     episodes.append(self._episode(self._child(b, best, outs[best], parallel)))
                 self.pool.release([*released, b.view.branch_id])
             live = self._retire_done(next_live, episodes)
             wave += 1
         episodes.sort(key=lambda e: (e.instance, e.branch))
         return RolloutResult(samples=samples, episodes=episodes)
+
+    def _keep(
+        self,
+        live: list[_Branch],
+        outcomes: list[list[StepOutcome]],
+        parallel: bool,
+        rng: random.Random,
+    ) -> tuple[list[list[int]], dict[int, int]]:
+        """Per live branch, the candidates that continue; and, for branches whose whole pool
+        stops, the candidate whose episode is recorded as the leaf.
+
+        The keep rule chooses within each branch (``keep_scope="branch"``) or within the pool of
+        all branches of one instance whose same agent acted this wave (``"instance"``)."""
+        cfg = self.config
+        if parallel:
+            return [[0] for _ in live], {}
+        pools: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+        for i, b in enumerate(live):
+            key = (b.instance, b.view.agent) if cfg.keep_scope == "instance" else (i,)
+            pools[key].append(i)
+        keeps: list[list[int]] = [[] for _ in live]
+        leaf_of: dict[int, int] = {}
+        for members in pools.values():
+            flat = [(i, c) for i in members for c in range(len(outcomes[i]))]
+            rewards = [outcomes[i][c].reward for i, c in flat]
+            done = [outcomes[i][c].branch.done for i, c in flat]
+            pref = live[members[0]].view.preference
+            chosen = select_candidates(rewards, done, cfg.keep, cfg.keep_n, rng, pref)
+            for j in chosen:
+                i, c = flat[j]
+                keeps[i].append(c)
+            if not chosen:  # no candidate goes on
+                j = select_candidates(rewards, [True] * len(flat), "best", 1, rng)[0]
+                leaf_of[flat[j][0]] = flat[j][1]
+        return keeps, leaf_of
 
     def _child(self, parent: _Branch, c: int, out: StepOutcome, parallel: bool) -> _Branch:
         returns = dict(parent.returns)
@@ -316,6 +356,7 @@ class RolloutEngine:
             success=out.branch.success,
             done=out.branch.done,
             finish_reason=comp.finish_reason,
+            trainable=bool(out.info.get("trainable", True)),
         )
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ These helpers describe an environment to the layers above (the trainer, the eval
 integrations) without stepping it:
 
 * :func:`env_roles` - the setting's agents in turn order for a config;
+* :func:`delayed_rewards` - whether some of its rewards arrive later (``award()``);
 * :func:`create_shared_objects` - its run-wide shared objects (``create_shared``: the MAE/SAGE
   question pools), created once per run and handed to every env instance;
 * :func:`episode_specs` - ``n`` :class:`~adapters.rollout.envpool.EpisodeSpec` with seeds derived
@@ -22,7 +23,14 @@ from typing import Any
 
 from adapters.rollout.envpool import EpisodeSpec, flush_dead_steps
 
-__all__ = ["create_shared_objects", "derive_seed", "env_roles", "episode_specs", "oracle_demos"]
+__all__ = [
+    "create_shared_objects",
+    "delayed_rewards",
+    "derive_seed",
+    "env_roles",
+    "episode_specs",
+    "oracle_demos",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +54,11 @@ def _raw_env(env_id: str, env_config: Mapping[str, Any]) -> Any:
     import envs
 
     return envs.make(env_id, **dict(env_config)).unwrapped
+
+
+def delayed_rewards(env_id: str, env_config: Mapping[str, Any] | None = None) -> bool:
+    """Whether the setting pays some step rewards later (``award()``; ``DELAYED_REWARDS``)."""
+    return bool(getattr(_raw_env(env_id, env_config or {}), "DELAYED_REWARDS", False))
 
 
 def env_roles(env_id: str, env_config: Mapping[str, Any] | None = None) -> list[str]:

@@ -2,8 +2,10 @@
 
 A :class:`Sample` is also one line of a training run's ``trajectories.jsonl``
 (:func:`write_jsonl`): the prompt and completion (text and token ids), the sampling log-probs, the
-reward and every reward part the env reported, the group key its advantage is computed in, and
-whether the engine kept it (tree sampling).
+reward and every reward part the env reported, the group key its advantage is computed in,
+whether the engine kept it (tree sampling), and whether it may be trained on: a setting marks a
+step it only needs for a reward (MAE's and SAGE's difficulty samples) with
+``infos[agent]["trainable"] = False``, and the trainer leaves such samples out of the update.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Sample:
     success: bool
     done: bool
     finish_reason: str = "stop"
+    trainable: bool = True  # False: the env marked this step as not for training (info)
     advantage: float | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -14,10 +14,11 @@
   batch**: ``(A - mean) / (std + eps)``. The whitening std is the population one (divisor =
   number of valid tokens), as in OpenRLHF; with thousands of tokens the choice does not matter,
   and it keeps a batch of identical returns at exactly 0.
-* :func:`task_relative_reinforce_pp_advantages` - Task-Relative REINFORCE++ (MAE and SAGE,
-  following Absolute Zero): the same returns, whitened separately within each role (or task-role
-  pair): ``A = (r - mu_role) / (sigma_role + eps)``. MAE trains without KL reward (beta = 0),
-  where each sequence's return is its scalar reward at every token.
+* :func:`task_relative_reinforce_pp_advantages` - Task-Relative REINFORCE++ (MAE §3 and SAGE
+  Eq. 1, following Absolute Zero): one advantage per sample, normalised within each role (or
+  task-role pair): ``A = (r - mu_role) / (sigma_role + eps)`` over the role's samples. Both papers
+  train without a KL reward. :func:`task_relative_token_whitened_advantages` is the token-level
+  variant (returns whitened over each role's tokens, ``tr-reinforce++-token``).
 
 Shapes: ``B`` sequences, ``T`` completion positions; ``mask`` (B, T) is 1 on valid completion
 tokens (see :mod:`adapters.training.masking`).
@@ -39,6 +40,7 @@ __all__ = [
     "reinforce_pp_advantages",
     "reinforce_pp_returns",
     "task_relative_reinforce_pp_advantages",
+    "task_relative_token_whitened_advantages",
 ]
 
 
@@ -185,14 +187,46 @@ def reinforce_pp_advantages(
 
 def task_relative_reinforce_pp_advantages(
     rewards: Sequence[float] | torch.Tensor,
+    roles: Sequence[Hashable],
+    *,
+    eps: float = 1e-8,
+) -> torch.Tensor:
+    """Task-Relative REINFORCE++ (MAE Eq. in §3, SAGE Eq. 1): one advantage per sample,
+    ``A = (r - mu_role) / (sigma_role + eps)`` over the samples of the same role.
+
+    ``roles`` holds one key per sample (the agent role, or a ``(task, role)`` pair). The std is
+    the population one over the role's samples; a role whose rewards are all equal (or a single
+    sample) gets 0. The advantage is broadcast over the sample's tokens by the caller, so a
+    long and a short completion with the same reward get the same per-token advantage.
+
+    >>> adv = task_relative_reinforce_pp_advantages([1.0, 0.0, 0.2, 0.6], ["p", "p", "s", "s"])
+    >>> [round(a, 4) for a in adv.tolist()]
+    [1.0, -1.0, -1.0, 1.0]
+    """
+    r = _as_float_tensor(rewards, "rewards")
+    idx = _group_index(roles, r.numel(), r.device)
+    out = torch.zeros_like(r)
+    for g in range(int(idx.max()) + 1 if idx.numel() else 0):
+        rows = idx == g
+        x = r[rows]
+        std = x.std(unbiased=False) if x.numel() > 1 else x.new_zeros(())
+        if std > 0:
+            out[rows] = (x - x.mean()) / (std + eps)
+    return out
+
+
+def task_relative_token_whitened_advantages(
+    rewards: Sequence[float] | torch.Tensor,
     mask: torch.Tensor,
     roles: Sequence[Hashable],
     logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
     **kwargs: Any,
 ) -> torch.Tensor:
-    """Task-Relative REINFORCE++ (MAE / SAGE): REINFORCE++ whitened separately per role.
+    """REINFORCE++ returns whitened over the *tokens* of each role (``tr-reinforce++-token``).
 
-    ``roles`` holds one key per sequence: the agent role, or a ``(task, role)`` pair.
+    The variant verl-style implementations compute: it weights a sample by its length (rewards
+    1 and 0 on completions of 1 and 3 tokens give +1.73 and -0.58), and it allows a token-level
+    KL reward. The papers' Eq. 1 is :func:`task_relative_reinforce_pp_advantages`.
     """
     return reinforce_pp_advantages(rewards, mask, logprobs, ref_logprobs, group_ids=roles, **kwargs)

@@ -8,14 +8,15 @@
 * :func:`micro_batches` - one forward/backward each (gradient accumulation): at most
   ``micro_batch_size`` sequences and ``micro_batch_tokens`` padded tokens, counted the way the
   shared-prompt forward of :mod:`adapters.training.logprobs` processes them; items of one prompt
-  stay together, and prompts are packed longest first so that similar lengths share a chunk.
+  stay together, prompts are packed longest first so that similar lengths share a chunk, and a
+  micro-batch holds one sampling temperature (roles may sample at different ones: SAGE).
 """
 
 from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -35,16 +36,24 @@ class TrainItem:
     old_logprobs: torch.Tensor
     ref_logprobs: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
+    temperature: float = 1.0  # the sampling temperature its log-probs are scored at
 
     @property
     def prompt_key(self) -> tuple[int, ...]:
         return tuple(self.prompt_ids)
 
 
-def make_items(samples: Sequence[Sample]) -> tuple[list[TrainItem], int]:
-    """Trainable items (token ids and one log-prob per token) and the number left out."""
+def make_items(
+    samples: Sequence[Sample], temperature_of: Callable[[Sample], float] | None = None
+) -> tuple[list[TrainItem], int]:
+    """Trainable items (token ids and one log-prob per token) and the number left out.
+
+    Samples the env marked as not for training (``Sample.trainable``) are skipped without being
+    counted; ``temperature_of`` gives the temperature each sample was drawn at (default 1)."""
     items, dropped = [], 0
     for s in samples:
+        if not s.trainable:
+            continue
         if s.completion_ids and s.prompt_ids and len(s.logprobs) == len(s.completion_ids):
             items.append(
                 TrainItem(
@@ -52,6 +61,7 @@ def make_items(samples: Sequence[Sample]) -> tuple[list[TrainItem], int]:
                     list(s.prompt_ids),
                     list(s.completion_ids),
                     torch.tensor(s.logprobs, dtype=torch.float32),
+                    temperature=temperature_of(s) if temperature_of is not None else 1.0,
                 )
             )
         else:
@@ -75,15 +85,16 @@ def micro_batches(
     Items of one prompt stay together where possible, and prompts are packed longest first so
     that prompts of similar length share a chunk (less padding).
     """
-    by_prompt: dict[tuple[int, ...], list[TrainItem]] = defaultdict(list)
+    by_prompt: dict[tuple[float, tuple[int, ...]], list[TrainItem]] = defaultdict(list)
     for it in items:
-        by_prompt[it.prompt_key].append(it)
-    groups = sorted(by_prompt.values(), key=lambda g: -len(g[0].prompt_ids))
+        by_prompt[(it.temperature, it.prompt_key)].append(it)
+    groups = sorted(by_prompt.values(), key=lambda g: (g[0].temperature, -len(g[0].prompt_ids)))
     out: list[list[TrainItem]] = []
     cur: list[TrainItem] = []
     for group in groups:
         for it in group:
-            if cur and (len(cur) >= size or (max_tokens and padded_cost([*cur, it]) > max_tokens)):
+            full = len(cur) >= size or (max_tokens and padded_cost([*cur, it]) > max_tokens)
+            if cur and (full or cur[0].temperature != it.temperature):
                 out.append(cur)
                 cur = []
             cur.append(it)

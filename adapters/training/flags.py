@@ -53,6 +53,7 @@ def parse_key_values(items: list[str], flag: str) -> dict[str, Any]:
 
 _HELP = {
     "env": "setting id (see envs.list_envs())",
+    "recipe": "training recipe (default: the setting's paper recipe); see the list below",
     "env_config": "setting option KEY=VALUE (repeatable), e.g. --env-config mode=single",
     "instance": "explicit instance as JSON for every train/eval episode",
     "system_prompt": "system message prepended to every prompt",
@@ -60,15 +61,22 @@ _HELP = {
     "demos": "worked examples per role from the setting's oracle, shown before each prompt",
     "model": "smollm2 (embedded), tiny, a local checkpoint, a hub name, or config:PATH",
     "lora_rank": "LoRA rank; 0 = full fine-tuning",
-    "per_role": "one policy per role (default: one shared policy)",
+    "per_role": "one policy per role (default: the recipe's)",
+    "role_policies": "role -> policy name as JSON, M policies for N roles, "
+    'e.g. \'{"challenger": "a", "planner": "a"}\'',
+    "train_roles": "roles whose samples are trained, e.g. solver,judge (default: all)",
+    "role_sampling": 'per-role sampling as JSON, e.g. \'{"critic": {"temperature": 0.1}}\'',
+    "entropy_coef": "entropy bonus weight (MAE: 0.001)",
+    "keep_scope": "tree sampling: keep per branch, or per instance across branches (MarsRL)",
+    "ppo_minibatches": "optimizer steps per PPO epoch (the batch split evenly)",
     "per_role_models": "per-role policies as LoRA adapters on one base, or separate models",
     "chat_template_kwargs": "JSON for apply_chat_template, e.g. '{\"enable_thinking\": false}' "
     "(Qwen3's no-thinking mode, as in the paper)",
-    "algorithm": "at-grpo | grpo | reinforce++ | tr-reinforce++",
+    "algorithm": "at-grpo | grpo | reinforce++ | tr-reinforce++ | tr-reinforce++-token",
     "candidates": "K: candidates per agent-turn (tree) or episodes per instance (parallel)",
     "keep": "tree sampling keep rule: best | random | balanced | adaptive",
     "instances_per_step": "env instances rolled out per training step",
-    "minibatch_size": "samples per optimizer step (0 = the whole batch)",
+    "minibatch_size": "samples per optimizer step (0 = use --ppo-minibatches)",
     "kl_loss_coef": "weight of the KL loss against the reference model",
     "kl_reward_coef": "REINFORCE++ token-level KL penalty in the reward (beta)",
     "output_dir": "run directory (checkpoints, logs, plots); default runs/<env>-<algo>-<time>",
@@ -77,6 +85,7 @@ _HELP = {
 }
 
 
+_NOT_FLAGS = {"sources"}  # filled by TrainConfig.resolved(), not a setting
 _SHORTCUTS = {"mode": "env_config.mode", "max_turns": "env_config.max_turns"}
 
 
@@ -88,6 +97,8 @@ def add_config_arguments(parser: Any) -> None:
     import argparse
 
     for name, tp in field_types().items():
+        if name in _NOT_FLAGS:
+            continue
         flag = "--" + name.replace("_", "-")
         base, _ = _strip_optional(tp)
         help_text = _HELP.get(name, "")
@@ -146,6 +157,8 @@ def _convert(name: str, text: Any) -> Any:
     if base is str or typing.get_origin(base) is Literal:
         return text
     value = parse_value(text)
+    if (base is list or typing.get_origin(base) is list) and isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]  # a,b,c
     if not _type_ok(value, tp):
         raise ConfigError(f"--{name.replace('_', '-')}: cannot use {text!r} ({tp})")
     return value

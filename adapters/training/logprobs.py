@@ -36,7 +36,9 @@ __all__ = [
     "PLAIN_HEAD_TYPES",
     "ChunkedLogprob",
     "batch_logprobs",
+    "chunked_entropy",
     "completion_logprobs",
+    "completion_logprobs_and_entropy",
     "plain_head",
     "sequence_logprobs",
 ]
@@ -204,14 +206,94 @@ def completion_logprobs(
     is run once and its KV cache is shared by its completions (see the module docstring).
     """
     dev = next(model.parameters()).device
-    lengths = [len(c) for c in completions]
-    width = max(lengths)
     parts = plain_head(model) if share_prompt else None
     if parts is None:
         return _full_logprobs(model, prompts, completions, pad_id, temperature, chunk_size, dev)
+    h, head, targets, sel = _completion_hidden(model, parts[0], prompts, completions, pad_id, dev)
+    lp = ChunkedLogprob.apply(h, head.weight, head.bias, targets, 1.0 / temperature, chunk_size)
+    return lp.new_zeros(sel.shape).masked_scatter(sel, lp)
+
+
+def completion_logprobs_and_entropy(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    temperature: float = 1.0,
+    chunk_size: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`completion_logprobs` and the entropy of ``softmax(logits / T)`` at every completion
+    position (both right-padded (N, C); differentiable), from one shared-prompt forward.
+
+    The entropy is computed chunk by chunk under activation checkpointing, so the (tokens x
+    vocabulary) logits are never held at once. Needs a :data:`PLAIN_HEAD_TYPES` model.
+    """
+    parts = plain_head(model)
+    if parts is None:
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
+        raise ValueError(
+            f"the entropy bonus (entropy_coef > 0) needs a model whose logits are a Linear head "
+            f"over the decoder ({sorted(PLAIN_HEAD_TYPES)}); got model_type {model_type!r}"
+        )
+    dev = next(model.parameters()).device
+    h, head, targets, sel = _completion_hidden(model, parts[0], prompts, completions, pad_id, dev)
+    inv_t = 1.0 / temperature
+    lp = ChunkedLogprob.apply(h, head.weight, head.bias, targets, inv_t, chunk_size)
+    ent = chunked_entropy(h, head.weight, head.bias, inv_t, chunk_size)
+    return (
+        lp.new_zeros(sel.shape).masked_scatter(sel, lp),
+        ent.new_zeros(sel.shape).masked_scatter(sel, ent),
+    )
+
+
+def _entropy_chunk(
+    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, inv_temp: float
+) -> torch.Tensor:
+    logits = torch.nn.functional.linear(h, weight, bias).float() * inv_temp
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def chunked_entropy(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    inv_temp: float = 1.0,
+    chunk: int = 1024,
+) -> torch.Tensor:
+    """Entropy of ``softmax((h W^T + b) * inv_temp)`` per row, recomputed per chunk in backward.
+
+    >>> h, w = torch.zeros(2, 3), torch.zeros(4, 3)
+    >>> [round(v, 4) for v in chunked_entropy(h, w, None).tolist()]  # uniform over 4 tokens
+    [1.3863, 1.3863]
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    parts = [
+        checkpoint(_entropy_chunk, h[s : s + chunk], weight, bias, inv_temp, use_reentrant=False)
+        for s in range(0, h.shape[0], chunk)
+    ]
+    return torch.cat(parts) if parts else h.new_zeros(0, dtype=torch.float32)
+
+
+def _completion_hidden(
+    model: Any,
+    decoder: Any,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    pad_id: int,
+    dev: Any,
+) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+    """The hidden states that predict each completion token (shared-prompt forward).
+
+    Returns ``(h, head, targets, sel)``: ``h`` (valid tokens, hidden) in row-major order of the
+    (N, C) mask ``sel``, the output head, and the target token ids."""
     from transformers import DynamicCache
 
-    decoder, head = parts
+    head = model.get_output_embeddings()
+    lengths = [len(c) for c in completions]
+    width = max(lengths)
     index, ids, attn, positions = distinct_prompt_batch(prompts, pad_id, dev)
     cache = DynamicCache(config=model.config)
     h_prompt = decoder(
@@ -240,10 +322,7 @@ def completion_logprobs(
     ).last_hidden_state
     h_pred = torch.cat([h_prompt.index_select(0, idx)[:, None], hidden[:, :-1]], dim=1)
     sel = cmask.bool()
-    lp = ChunkedLogprob.apply(
-        h_pred[sel], head.weight, head.bias, cids[sel], 1.0 / temperature, chunk_size
-    )
-    return lp.new_zeros(len(completions), width).masked_scatter(sel, lp)
+    return h_pred[sel], head, cids[sel], sel
 
 
 def _full_logprobs(
@@ -278,13 +357,10 @@ def _full_logprobs(
 
 
 def batch_logprobs(
-    model: Any,
-    items: Sequence[TrainItem],
-    cfg: TrainConfig,
-    pad_id: int,
-    temperature: float,
+    model: Any, items: Sequence[TrainItem], cfg: TrainConfig, pad_id: int
 ) -> list[torch.Tensor]:
-    """Per-item log-prob tensors under ``model`` (no grad), in micro-batches."""
+    """Per-item log-prob tensors under ``model`` (no grad), in micro-batches, each item at its
+    own sampling temperature (``TrainItem.temperature``)."""
     out: dict[int, torch.Tensor] = {}
     with torch.no_grad():
         for mb in micro_batches(items, cfg.micro_batch_size or 8, cfg.micro_batch_tokens or 0):
@@ -293,7 +369,7 @@ def batch_logprobs(
                 [it.prompt_ids for it in mb],
                 [it.completion_ids for it in mb],
                 pad_id=pad_id,
-                temperature=temperature,
+                temperature=mb[0].temperature,
                 share_prompt=cfg.share_prompt_forward,
             ).float()
             for row, it in zip(lp, mb):

@@ -1,6 +1,6 @@
 """Trainable policies: the models, their LoRA adapters, reference models and optimizers.
 
-Layouts (``TrainConfig.per_role`` / ``per_role_models`` / ``lora_rank``):
+Layouts (``TrainConfig.per_role`` / ``role_policies`` / ``per_role_models`` / ``lora_rank``):
 
 * role sharing (default): one model, one LoRA adapter (or full fine-tuning), one optimizer; the
   policy id is ``"shared"`` and every role's samples train it.
@@ -9,6 +9,8 @@ Layouts (``TrainConfig.per_role`` / ``per_role_models`` / ``lora_rank``):
   generating, and each adapter has its own optimizer over its own parameters.
 * per-role models (``per_role=True, per_role_models="models"``, or full fine-tuning with
   ``per_role=True``): separate model copies, each with its own optimizer.
+* M policies for N roles (AT-GRPO Eq. 2, ``role_policies={"challenger": "a", "planner": "a",
+  ...}``): one adapter (or model) per named policy, shared by the roles mapped to it.
 
 The reference policy for KL terms is the base with adapters disabled (``disable_adapter()``) for
 LoRA, and a frozen copy of the initial model for full fine-tuning (created only when a KL
@@ -87,10 +89,11 @@ def _lora_config(cfg: TrainConfig) -> Any:
     target: Any = cfg.lora_target
     if "," in target:
         target = [t.strip() for t in target.split(",") if t.strip()]
+    rank = int(cfg.lora_rank or 0)
     return LoraConfig(
-        r=cfg.lora_rank,
-        lora_alpha=int(cfg.lora_alpha or 2 * cfg.lora_rank),
-        lora_dropout=cfg.lora_dropout,
+        r=rank,
+        lora_alpha=int(cfg.lora_alpha or 2 * rank),
+        lora_dropout=float(cfg.lora_dropout or 0.0),
         target_modules=target,
         bias="none",
         task_type="CAUSAL_LM",
@@ -115,7 +118,20 @@ def _adapter_params(peft_model: Any, adapter: str) -> list[Any]:
 
 
 def role_policy_map(cfg: TrainConfig, roles: Sequence[str]) -> dict[str, str]:
-    """Role -> policy id: every role to ``"shared"``, or each role to itself (``per_role``)."""
+    """Role -> policy id (AT-GRPO Eq. 2's sigma): ``role_policies`` when given (M policies for N
+    roles; roles it does not name get a policy of their own), else each role to itself
+    (``per_role``), else every role to ``"shared"``.
+
+    >>> from adapters.training.config import TrainConfig
+    >>> cfg = TrainConfig(role_policies={"challenger": "a", "planner": "a", "solver": "b"})
+    >>> role_policy_map(cfg, ["challenger", "planner", "solver", "critic"])
+    {'challenger': 'a', 'planner': 'a', 'solver': 'b', 'critic': 'critic'}
+    """
+    unknown = sorted(set(cfg.role_policies) - set(roles))
+    if unknown:
+        raise ValueError(f"role_policies names unknown role(s) {unknown}; roles: {list(roles)}")
+    if cfg.role_policies:
+        return {r: cfg.role_policies.get(r, r) for r in roles}
     return {r: (r if cfg.per_role else SHARED) for r in roles}
 
 
@@ -132,9 +148,9 @@ def build_policy_models(
 
     role_map = role_policy_map(cfg, roles)
     pids = sorted(set(role_map.values()))
-    lora = cfg.lora_rank > 0
+    lora = (cfg.lora_rank or 0) > 0
     out: dict[str, PolicyModel] = {}
-    separate = cfg.per_role and (cfg.per_role_models == "models" or not lora)
+    separate = len(pids) > 1 and (cfg.per_role_models == "models" or not lora)
     if lora and not separate:
         from peft import get_peft_model
 
@@ -172,7 +188,7 @@ def build_policy_models(
                 for p in model.parameters():
                     p.requires_grad_(True)
                 out[pid] = PolicyModel(pid, model, list(model.parameters()))
-        if not lora and (cfg.kl_loss_coef > 0 or cfg.kl_reward_coef > 0):
+        if not lora and ((cfg.kl_loss_coef or 0.0) > 0 or (cfg.kl_reward_coef or 0.0) > 0):
             ref = copy.deepcopy(base)  # all policies start from the same base: one reference
             ref.eval()
             for p in ref.parameters():
@@ -183,7 +199,10 @@ def build_policy_models(
         pm.roles = [r for r in roles if role_map[r] == pid]
         pm.model.eval()
         pm.optimizer = torch.optim.AdamW(
-            pm.params, lr=cfg.lr or 1e-4, weight_decay=cfg.weight_decay, betas=(0.9, 0.999)
+            pm.params,
+            lr=cfg.lr or 1e-4,
+            weight_decay=0.01 if cfg.weight_decay is None else cfg.weight_decay,
+            betas=(0.9, 0.999),
         )
     return out
 

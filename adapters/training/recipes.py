@@ -1,56 +1,331 @@
-"""Training recipes: where the default value of every auto (``None``) config field comes from.
+"""Training recipes: each paper's training configuration, with the section every value comes from.
 
+A :class:`Recipe` is plain data: ``TrainConfig`` field -> ``(value, source)``, plus the setting
+options (``env_config``) the recipe relies on, and a CPU scale-down. Every setting trains with
+its paper's recipe by default (:data:`SETTING_RECIPES`); ``--recipe NAME`` picks another one.
 :meth:`TrainConfig.resolved() <adapters.training.config.TrainConfig.resolved>` fills each field
-left at ``None`` from the table below, by device:
+the user left unset (``None``) from, in order:
 
-==================  ===========================  ==========================================
-field               CPU (no CUDA)                CUDA
-==================  ===========================  ==========================================
-steps               6                            150 (AT-GRPO A.2.1)
-instances_per_step  1                            32
-candidates (K)      4                            4 (AT-GRPO A.2.1)
-max_new_tokens      48                           1024
-temperature         0.7                          1.0 (AT-GRPO A.2.1)
-demos               1                            0
-eval_episodes       2                            64
-gen_batch_size      16                           128
-micro_batch_size    8                            16
-micro_batch_tokens  2048                         32768
-env max_turns       1 (unless env_config sets)   the setting's default (AT-GRPO T = 4)
-==================  ===========================  ==========================================
+1. the recipe's CPU scale-down (only without CUDA),
+2. the recipe,
+3. :data:`DEVICE_DEFAULTS` (engineering values that no paper fixes: batch sizes for generation
+   and the update, evaluation size, demonstrations),
 
-Fields derived from others (``lr``: 1e-4 with LoRA, 1e-6 full fine-tuning, AT-GRPO A.2.1;
-``dtype``: bfloat16 with LoRA on CUDA, else float32; ``sampling``: tree for ``at-grpo``, else
-parallel) are resolved in :mod:`adapters.training.config`.
+and records where each value came from (``TrainConfig.sources``; ``config.yaml`` in the run
+directory carries it as a comment on every line). Values the user sets always win.
 
-The CPU column is sized so that ``python -m adapters.train --env sokoban`` (embedded
-SmolLM2-135M, LoRA rank 8) finishes in a few minutes on a 2-core machine; see
-:mod:`adapters.training.trainer` for measured times. This module is plain data (no import of the
-config class), so it is the one place to read and change a default.
+The CPU scale-down keeps each paper's *protocol* (algorithm, sampling, keep rule, horizon, the
+number of rounds or agent steps, reward) and shrinks its *size* so that a run fits a 2-core
+machine with the embedded 135M model: LoRA instead of full fine-tuning, fewer instances and
+steps, shorter completions, fewer candidates where the protocol allows (MarsRL still keeps 2 of
+them, CoMAS runs the paper's own l = 2 ablation).
 
->>> DEVICE_DEFAULTS["steps"]  # (CPU, CUDA)
-(6, 150)
+Where a paper is silent the choice is marked "(paper silent)" in its source; where a value could
+not be read from the paper's text it says so.
+
+>>> RECIPES["marsrl"].values["keep"]
+('adaptive', 'MarsRL §3.4: adaptive sampling, the best of the three strategies (Fig. 4)')
+>>> recipe_for("sokoban").name, recipe_for("mae").name
+('at-grpo', 'mae')
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DEVICE_DEFAULTS", "DEVICE_ENV_DEFAULTS"]
+__all__ = [
+    "DEVICE_DEFAULTS",
+    "RECIPES",
+    "SETTING_RECIPES",
+    "Recipe",
+    "describe_recipes",
+    "recipe_for",
+]
 
-# field -> (CPU value, CUDA value)
-DEVICE_DEFAULTS: dict[str, tuple[Any, Any]] = {
-    "steps": (6, 150),
-    "instances_per_step": (1, 32),
-    "candidates": (4, 4),
-    "max_new_tokens": (48, 1024),
-    "eval_episodes": (2, 64),
-    "gen_batch_size": (16, 128),
-    "micro_batch_size": (8, 16),
-    "micro_batch_tokens": (2048, 32768),
-    "demos": (1, 0),
-    "temperature": (0.7, 1.0),
+Sourced = tuple[Any, str]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One paper's training configuration (see the module docstring)."""
+
+    name: str
+    paper: str
+    summary: str
+    values: Mapping[str, Sourced]
+    env_config: Mapping[str, Sourced] = field(default_factory=dict)
+    cpu: Mapping[str, Sourced] = field(default_factory=dict)
+    cpu_env_config: Mapping[str, Sourced] = field(default_factory=dict)
+
+
+# CPU scale-down shared by every recipe: the embedded 135M model with a LoRA adapter
+_CPU_COMMON: dict[str, Sourced] = {
+    "lora_rank": (8, "CPU scale-down: LoRA rank 8 instead of full fine-tuning"),
+    "lora_alpha": (16.0, "CPU scale-down: alpha = 2 x rank"),
+    "lora_dropout": (0.0, "CPU scale-down"),
+    "lr": (1e-4, "CPU scale-down: a LoRA learning rate"),
+    "steps": (6, "CPU scale-down"),
+    "instances_per_step": (1, "CPU scale-down"),
+    "ppo_minibatches": (1, "CPU scale-down: one optimizer step per batch"),
+    "max_new_tokens": (48, "CPU scale-down"),
 }
 
-# env_config key -> (CPU value, CUDA value); None = the setting's own default
-DEVICE_ENV_DEFAULTS: dict[str, tuple[Any, Any]] = {"max_turns": (1, None)}
+_AT_GRPO_VALUES: dict[str, Sourced] = {
+    "algorithm": ("at-grpo", "AT-GRPO Alg. 1"),
+    "sampling": ("tree", "AT-GRPO §4.1 and Alg. 1: tree-structured sampling"),
+    "candidates": (4, "AT-GRPO §5.1: K = 4"),
+    "keep": ("best", "AT-GRPO §4.1: the highest-reward candidate is executed"),
+    "keep_n": (1, "AT-GRPO §4.1"),
+    "keep_scope": ("branch", "AT-GRPO Alg. 1 (one executed branch per environment)"),
+    "temperature": (1.0, "AT-GRPO A.2.1: T_sample = 1.0"),
+    "top_p": (1.0, "AT-GRPO A.2.1"),
+    "top_k": (-1, "AT-GRPO A.2.1"),
+    "eval_temperature": (0.0, "AT-GRPO A.2.1: validation is deterministic"),
+    "lr": (1e-6, "AT-GRPO A.2.1"),
+    "weight_decay": (0.01, "AT-GRPO A.2.1"),
+    "max_grad_norm": (1.0, "AT-GRPO A.2.1"),
+    "entropy_coef": (0.0, "AT-GRPO A.2.1: entropy_coeff = 0"),
+    "kl_loss_coef": (0.0, "AT-GRPO A.2.1 lists no KL term (paper silent)"),
+    "kl_reward_coef": (0.0, "AT-GRPO A.2.1 lists no KL term (paper silent)"),
+    "gamma": (1.0, "AT-GRPO A.2.1"),
+    "steps": (150, "AT-GRPO A.2.1"),
+    "instances_per_step": (128, "AT-GRPO A.2.1: global batch size 128"),
+    "ppo_minibatches": (2, "AT-GRPO A.2.1: PPO mini-batch 64 of a batch of 128"),
+    "ppo_epochs": (1, "verl's default (paper silent)"),
+    "max_new_tokens": (4096, "AT-GRPO A.2.1: maximum response length 4096"),
+    "lora_rank": (0, "AT-GRPO A.2.1: full fine-tuning with Adam"),
+    "per_role": (False, "AT-GRPO §5.1 (d): role-sharing policy; (e) is --per-role"),
+    "chat_template_kwargs": ({"enable_thinking": False}, "AT-GRPO §5.1: Qwen3 no-thinking mode"),
+}
+
+RECIPES: dict[str, Recipe] = {
+    "at-grpo": Recipe(
+        name="at-grpo",
+        paper="AT-GRPO (Stronger Together)",
+        summary="tree sampling K=4, greedy keep, agent- and turn-wise GRPO groups, T=4, "
+        "role-sharing policy",
+        values=_AT_GRPO_VALUES,
+        env_config={"max_turns": (4, "AT-GRPO §5.1: turn horizon T = 4")},
+        cpu={**_CPU_COMMON},
+    ),
+    "at-grpo-per-role": Recipe(
+        name="at-grpo-per-role",
+        paper="AT-GRPO (Stronger Together)",
+        summary="as at-grpo with role-specialized policies (one LoRA adapter or model per role)",
+        values={
+            **_AT_GRPO_VALUES,
+            "per_role": (True, "AT-GRPO §5.1 (e): role-specialized policies"),
+        },
+        env_config={"max_turns": (4, "AT-GRPO §5.1: turn horizon T = 4")},
+        cpu={**_CPU_COMMON},
+    ),
+    "mae": Recipe(
+        name="mae",
+        paper="Multi-Agent Evolve",
+        summary="Task-Relative REINFORCE++, 1 rollout, entropy 0.001, one shared backbone",
+        values={
+            "algorithm": ("tr-reinforce++", "MAE §3 and Table 3"),
+            "sampling": ("parallel", "MAE Table 3: N Rollout 1 (no candidate groups)"),
+            "candidates": (1, "MAE Table 3: N Rollout 1"),
+            "temperature": (1.0, "MAE Table 3: actor rollout temperature 1.0"),
+            "top_p": (1.0, "MAE Table 3: actor rollout top-p 1.0"),
+            "top_k": (-1, "MAE Table 3 (no top-k)"),
+            "eval_temperature": (0.0, "greedy validation (paper silent)"),
+            "lr": (1e-6, "MAE Table 3 lists a learning rate whose value is missing from the text"),
+            "weight_decay": (0.01, "AdamW (MAE Table 3), weight decay not stated (paper silent)"),
+            "max_grad_norm": (1.0, "MAE Table 3: grad clip 1.0"),
+            "entropy_coef": (0.001, "MAE Table 3: entropy coefficient 0.001"),
+            "kl_loss_coef": (0.0, "MAE Table 3: KL loss False"),
+            "kl_reward_coef": (0.0, "MAE Table 3: KL reward False"),
+            "gamma": (1.0, "REINFORCE++ outcome reward (paper silent)"),
+            "ppo_epochs": (1, "MAE Table 3: PPO epochs 1"),
+            "ppo_minibatches": (1, "MAE Table 3 (one update per batch; paper silent)"),
+            "steps": (300, "MAE Table 3: training steps 300"),
+            "instances_per_step": (128, "MAE Table 3: train batch size 128"),
+            "max_new_tokens": (8192, "MAE Table 3: max response length 8192"),
+            "lora_rank": (0, "full fine-tuning (paper silent for RL)"),
+            "per_role": (False, "MAE §4: one LLM backbone plays all three roles"),
+        },
+        env_config={
+            "num_answers": (5, "MAE Table 3: N samples to estimate difficulty 5"),
+            "reference_prob": (0.5, "MAE §5: half reference, the paper's best setting"),
+        },
+        cpu_env_config={"num_answers": (2, "CPU scale-down: difficulty from 2 answers")},
+        cpu={
+            **_CPU_COMMON,
+            "instances_per_step": (
+                4,
+                "CPU scale-down: 4 questions, so each role's baseline has more than one sample",
+            ),
+        },
+    ),
+    "sage": Recipe(
+        name="sage",
+        paper="SAGE",
+        summary="Task-Relative REINFORCE++, temperature 0.6 (critic 0.1), LoRA r128",
+        values={
+            "algorithm": ("tr-reinforce++", "SAGE §3 Eq. 1 and Table 4"),
+            "sampling": ("parallel", "SAGE Alg. 1: one trajectory per step"),
+            "candidates": (1, "SAGE Alg. 1"),
+            "temperature": (0.6, "SAGE Table 4: challenger, planner and solver temperature 0.6"),
+            "role_sampling": (
+                {"critic": {"temperature": 0.1}},
+                "SAGE Table 4: critic temperature 0.1",
+            ),
+            "top_p": (1.0, "paper silent"),
+            "top_k": (-1, "paper silent"),
+            "eval_temperature": (0.0, "greedy validation (paper silent)"),
+            "lr": (3e-6, "SAGE §5 and Table 4: learning rate 3e-6"),
+            "weight_decay": (0.01, "paper silent"),
+            "max_grad_norm": (1.0, "paper silent"),
+            "entropy_coef": (0.0, "paper silent"),
+            "kl_loss_coef": (0.0, "SAGE Table 4: KL regularization disabled"),
+            "kl_reward_coef": (0.0, "SAGE Table 4: KL regularization disabled"),
+            "gamma": (1.0, "REINFORCE++ outcome reward (paper silent)"),
+            "ppo_epochs": (1, "paper silent"),
+            "ppo_minibatches": (1, "paper silent"),
+            "steps": (200, "SAGE Table 4: training steps 200"),
+            "instances_per_step": (128, "SAGE Table 4: batch size 128"),
+            "max_new_tokens": (8192, "SAGE Table 4: maximum response length 8192"),
+            "lora_rank": (128, "SAGE §5 and Table 4: LoRA rank 128"),
+            "lora_alpha": (256.0, "SAGE Table 4: LoRA alpha 256"),
+            "lora_dropout": (0.95, "SAGE Table 4 prints 0.95 (pass --lora-dropout to change)"),
+            "per_role": (False, "SAGE §4: four agents from one shared backbone"),
+        },
+        env_config={"num_samples": (4, "SAGE Alg. 1's N_s (value not given: paper silent)")},
+        cpu={**_CPU_COMMON, "instances_per_step": (4, "CPU scale-down: 4 per-role samples")},
+        cpu_env_config={"num_samples": (2, "CPU scale-down: r_d from N_s = 2 solver samples")},
+    ),
+    "comas": Recipe(
+        name="comas",
+        paper="CoMAS",
+        summary="REINFORCE++ without KL, l=4 separately trained agents, 8 solution rounds",
+        values={
+            "algorithm": ("reinforce++", "CoMAS §3.3 Eqs. 9-10"),
+            "sampling": ("parallel", "CoMAS §3.3: interaction rollouts, no per-prompt groups"),
+            "candidates": (4, "CoMAS Table 2: number of prompt reuse 4"),
+            "temperature": (1.0, "CoMAS Table 2: training temperature 1.0"),
+            "top_p": (1.0, "paper silent"),
+            "top_k": (-1, "paper silent"),
+            "eval_temperature": (0.7, "CoMAS Table 2: evaluation temperature 0.7"),
+            "lr": (1e-6, "CoMAS Table 2: learning rate 1e-6"),
+            "weight_decay": (0.0, "CoMAS Table 2: weight decay 0.0"),
+            "max_grad_norm": (1.0, "CoMAS Table 2: gradient norm 1.0"),
+            "entropy_coef": (0.0, "paper silent"),
+            "kl_loss_coef": (0.0, "CoMAS Eq. 9 puts the KL in the reward"),
+            "kl_reward_coef": (0.0, "CoMAS Table 2: weight of KL penalty 0.0"),
+            "gamma": (1.0, "CoMAS Table 2: discount factor 1.0"),
+            "ppo_epochs": (1, "CoMAS Table 2: training epochs 1"),
+            "ppo_minibatches": (1, "paper silent"),
+            "steps": (150, "paper silent"),
+            "instances_per_step": (64, "CoMAS Table 2: macro rollout batch size 64"),
+            "max_new_tokens": (4096, "CoMAS Table 2: token limit for responses 4096"),
+            "lora_rank": (0, "full fine-tuning with DeepSpeed (CoMAS Table 2)"),
+            "per_role": (True, "CoMAS §3.1 and Table 2: l = 4 separately trained agents"),
+        },
+        env_config={
+            "num_agents": (4, "CoMAS §4.1.1: l = 4"),
+            "num_evaluations": (1, "CoMAS §4.1.1: n = 1"),
+            "history_rounds": (2, "CoMAS §4.1.1: kappa = 2"),
+        },
+        cpu={**_CPU_COMMON, "candidates": (2, "CPU scale-down: 2 rollouts per question")},
+        cpu_env_config={
+            "num_agents": (2, "CPU scale-down: the paper's own l = 2 ablation (§4.1.1), m = 2l"),
+        },
+    ),
+    "marsrl": Recipe(
+        name="marsrl",
+        paper="MarsRL",
+        summary="grouped agentic rollouts: group size 8, adaptive selection of 2 outputs of "
+        "the previous agent, GRPO with KL, temperature 0.85",
+        values={
+            "algorithm": ("at-grpo", "MarsRL §2.2 and §3.3: GRPO groups per shared input"),
+            "sampling": ("tree", "MarsRL §3.3: grouped agentic rollouts"),
+            "candidates": (8, "MarsRL §3.3 and §4: group size 8"),
+            "keep": (
+                "adaptive",
+                "MarsRL §3.4: adaptive sampling, the best of the three strategies (Fig. 4)",
+            ),
+            "keep_n": (2, "MarsRL §3.3: each agent selects two outputs of the preceding agent"),
+            "keep_scope": (
+                "instance",
+                "MarsRL §3.3: two outputs of the preceding agent in all (1, 2, 2, 2, 2 groups)",
+            ),
+            "temperature": (0.85, "MarsRL §4: sampling temperature 0.85"),
+            "top_p": (1.0, "MarsRL §4 (value not legible in the text)"),
+            "top_k": (-1, "MarsRL §4 (value not legible in the text)"),
+            "eval_temperature": (0.6, "MarsRL §4 evaluation: temperature 0.6"),
+            "lr": (1e-6, "MarsRL §4: constant learning rate (value not legible in the text)"),
+            "weight_decay": (0.01, "AdamW (MarsRL §4), weight decay not stated"),
+            "max_grad_norm": (1.0, "paper silent"),
+            "entropy_coef": (0.0, "paper silent"),
+            "kl_loss_coef": (0.001, "MarsRL Eq. 2 keeps a KL term; beta not stated: verl's 0.001"),
+            "kl_loss_type": ("k3", "verl's low_var_kl for the KL loss (paper silent)"),
+            "kl_reward_coef": (0.0, "MarsRL Eq. 2: KL in the loss, not the reward"),
+            "gamma": (1.0, "GRPO outcome reward"),
+            "ppo_epochs": (1, "paper silent"),
+            "ppo_minibatches": (1, "paper silent"),
+            "steps": (150, "paper silent"),
+            "instances_per_step": (128, "MarsRL §4: prompt batch size 128"),
+            "max_new_tokens": (65536, "MarsRL §4: 64k response tokens (4 segments of 16k)"),
+            "lora_rank": (0, "full fine-tuning (MarsRL §4)"),
+            "per_role": (False, "MarsRL §4: all agents share the same model and hyperparameters"),
+        },
+        env_config={"max_steps": (5, "MarsRL §3.2: Solver, V1, C1, V2, C2 at most")},
+        cpu={**_CPU_COMMON, "candidates": (4, "CPU scale-down: group size 4 (still keeps 2)")},
+    ),
+}
+
+# Which recipe each setting trains with by default (env id -> recipe name).
+SETTING_RECIPES: dict[str, str] = {
+    "sudoku": "at-grpo",
+    "sokoban": "at-grpo",
+    "plan_path": "at-grpo",
+    "code": "at-grpo",
+    "math": "at-grpo",
+    "propose_solve_judge": "mae",
+    "challenge_plan_solve": "sage",
+    "discussion": "comas",
+    "solver_verifier_corrector": "marsrl",
+}
+
+# Engineering values no paper fixes: field -> (CPU value, CUDA value, source)
+DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
+    "eval_episodes": (32, 64, "suite default: validation instances before/after training"),
+    "gen_batch_size": (16, 128, "suite default: sequences per generate call"),
+    "micro_batch_size": (8, 16, "suite default: sequences per forward/backward"),
+    "micro_batch_tokens": (2048, 32768, "suite default: padded tokens per forward/backward"),
+    "demos": (
+        1,
+        0,
+        "suite default: oracle demonstrations per role (CPU: the 135M model needs one)",
+    ),
+    "keep": ("best", "best", "suite default (unused without tree sampling)"),
+    "keep_n": (1, 1, "suite default"),
+    "keep_scope": ("branch", "branch", "suite default"),
+    "kl_loss_type": ("k3", "k3", "suite default"),
+    "eval_temperature": (0.0, 0.0, "suite default: greedy validation"),
+    "ppo_minibatches": (1, 1, "suite default: one optimizer step per batch"),
+    "entropy_coef": (0.0, 0.0, "suite default"),
+    "role_sampling": ({}, {}, "suite default: the same sampling for every role"),
+}
+
+
+def recipe_for(env_id: str) -> Recipe:
+    """The default recipe of a setting (its id or alias)."""
+    import envs
+
+    canonical = envs.spec(env_id).id
+    return RECIPES[SETTING_RECIPES[canonical]]
+
+
+def describe_recipes() -> str:
+    """One line per recipe and the settings that train with it by default (for ``--help``)."""
+    lines = []
+    for name, r in RECIPES.items():
+        users = [e for e, n in SETTING_RECIPES.items() if n == name]
+        default = f" [default for {', '.join(users)}]" if users else ""
+        lines.append(f"{name} ({r.paper}): {r.summary}{default}")
+    return "\n".join(lines)

@@ -156,13 +156,15 @@ class Trainer:
             RolloutConfig(
                 candidates=cfg.candidates or 1,
                 sampling=cfg.sampling or "tree",
-                keep=cfg.keep,
-                keep_n=cfg.keep_n,
+                keep=cfg.keep or "best",
+                keep_n=cfg.keep_n or 1,
+                keep_scope=cfg.keep_scope or "branch",
                 max_branches=cfg.max_branches,
                 temperature=1.0 if cfg.temperature is None else cfg.temperature,
-                top_p=cfg.top_p,
-                top_k=cfg.top_k,
+                top_p=1.0 if cfg.top_p is None else cfg.top_p,
+                top_k=-1 if cfg.top_k is None else cfg.top_k,
                 max_new_tokens=cfg.max_new_tokens or 256,
+                role_sampling=cfg.role_sampling,
             ),
             env_config={**self.env_config, **self.shared},
             role_policy=self.role_policy,
@@ -245,46 +247,62 @@ class Trainer:
         from adapters.training.update import compute_advantages, mean_kl_to_ref, update_policy
 
         cfg = self.cfg
-        items, dropped = make_items(samples)
+        not_trained = [s for s in samples if not s.trainable]
+        frozen = [
+            s for s in samples if cfg.train_roles is not None and s.role not in cfg.train_roles
+        ]
+        samples = [s for s in samples if cfg.train_roles is None or s.role in cfg.train_roles]
+        items, dropped = make_items(samples, lambda s: cfg.sampling_temperature(s.role))
         by_pid: dict[str, list[Any]] = defaultdict(list)
         for it in items:
             by_pid[it.sample.policy_id].append(it)
-        temperature = cfg.temperature if cfg.temperature else 1.0
-        need_ref = cfg.kl_loss_coef > 0 or (
-            cfg.kl_reward_coef > 0 and cfg.algorithm in ("reinforce++", "tr-reinforce++")
+        need_ref = (cfg.kl_loss_coef or 0.0) > 0 or (
+            (cfg.kl_reward_coef or 0.0) > 0
+            and cfg.algorithm in ("reinforce++", "tr-reinforce++-token")
         )
         for pid, its in by_pid.items():
             pm = self.models[pid]
             pm.activate()
             if cfg.old_logprobs == "recompute":
-                for it, lp in zip(
-                    its, batch_logprobs(pm.model, its, cfg, self.pad_id, temperature)
-                ):
+                for it, lp in zip(its, batch_logprobs(pm.model, its, cfg, self.pad_id)):
                     it.old_logprobs = lp
             if need_ref:
                 with pm.reference():
-                    refs = batch_logprobs(pm.ref_forward_model, its, cfg, self.pad_id, temperature)
+                    refs = batch_logprobs(pm.ref_forward_model, its, cfg, self.pad_id)
                 for it, lp in zip(its, refs):
                     it.ref_logprobs = lp
         compute_advantages(cfg, items)
-        out: dict[str, float] = {"samples_untrainable": float(dropped)}
+        out: dict[str, float] = {
+            "samples_untrainable": float(dropped),  # no token ids / log-probs
+            "samples_reward_only": float(len(not_trained)),  # the env marked them (trainable)
+            "samples_frozen_roles": float(len(frozen)),  # roles outside train_roles
+        }
         totals: dict[str, float] = defaultdict(float)
         trained = 0
         for pid in sorted(by_pid):
             st = update_policy(cfg, self.models[pid], by_pid[pid], step, self.pad_id)
-            if len(by_pid) > 1 or cfg.per_role:
+            if len(by_pid) > 1 or cfg.per_role or cfg.role_policies:
                 out.update({f"{k}/{pid}": v for k, v in st.items() if k in ("loss", "grad_norm")})
             if st.get("optimizer_steps"):
                 trained += 1
-                for k in ("loss", "pg_loss", "kl_loss", "clip_frac", "approx_kl", "grad_norm"):
+                for k in (
+                    "loss",
+                    "pg_loss",
+                    "kl_loss",
+                    "entropy",
+                    "clip_frac",
+                    "approx_kl",
+                    "grad_norm",
+                ):
                     if k in st:
                         totals[k] += st[k]
             for k in ("samples_trained", "tokens_trained", "optimizer_steps"):
                 out[k] = out.get(k, 0.0) + st.get(k, 0.0)
         for k in ("loss", "pg_loss", "clip_frac", "approx_kl", "grad_norm"):
             out[k] = totals.get(k, 0.0) / max(trained, 1)  # 0 when nothing was trained
-        if "kl_loss" in totals:
-            out["kl_loss"] = totals["kl_loss"] / max(trained, 1)
+        for k in ("kl_loss", "entropy"):
+            if k in totals:
+                out[k] = totals[k] / max(trained, 1)
         kl = mean_kl_to_ref(items)
         if kl is not None:
             out["kl"] = kl
@@ -342,7 +360,7 @@ class Trainer:
             role_policy=self.role_policy,
             split=cfg.eval_split,
             seed=cfg.seed,
-            temperature=cfg.eval_temperature,
+            temperature=cfg.eval_temperature or 0.0,
             max_new_tokens=cfg.max_new_tokens or 256,
             instance=cfg.instance,
         )

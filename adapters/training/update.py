@@ -10,11 +10,17 @@ estimators of :mod:`adapters.training.advantages`:
 * ``reinforce++``: :func:`~adapters.training.advantages.reinforce_pp_advantages` over each
   policy's batch (token-level KL penalty ``kl_reward_coef`` against the reference, global
   whitening; CoMAS Eqs. 9-10).
-* ``tr-reinforce++``: the same returns whitened separately per role (MAE).
+* ``tr-reinforce++``: Task-Relative REINFORCE++ as the MAE and SAGE papers define it (Eq. 1):
+  one advantage per sample, ``(r - mean_role) / (std_role + eps)`` over the step's samples of
+  the same role, broadcast over its tokens.
+* ``tr-reinforce++-token``: REINFORCE++ returns whitened over each role's tokens (the variant
+  that weights samples by length and allows a token-level KL reward).
 
 Loss (:func:`update_policy`): :func:`~adapters.training.losses.ppo_clip_loss` (token mean by
 default) plus an optional ``kl_loss_coef`` x :func:`~adapters.training.losses.kl_loss` against the
-reference. Each policy gets only its own samples (``Sample.policy_id``, AT-GRPO Eq. 2) and steps
+reference, minus an optional ``entropy_coef`` x the token-mean entropy of the policy (MAE's
+entropy bonus). Each epoch makes ``ppo_minibatches`` optimizer steps (or steps of
+``minibatch_size`` samples). Each policy gets only its own samples (``Sample.policy_id``, AT-GRPO Eq. 2) and steps
 only its own optimizer; minibatches and micro-batches come from :mod:`adapters.training.batch`,
 log-probs from :mod:`adapters.training.logprobs`.
 
@@ -26,6 +32,7 @@ zero-variance groups).
 
 from __future__ import annotations
 
+import math
 import random
 from collections import defaultdict
 from collections.abc import Sequence
@@ -34,11 +41,15 @@ from typing import Any
 import torch
 
 from adapters.rollout import derive_seed
-from adapters.training.advantages import group_advantages, reinforce_pp_advantages
+from adapters.training.advantages import (
+    group_advantages,
+    reinforce_pp_advantages,
+    task_relative_reinforce_pp_advantages,
+)
 from adapters.training.batch import TrainItem, micro_batches, minibatches
 from adapters.training.config import TrainConfig
-from adapters.training.logprobs import completion_logprobs
-from adapters.training.losses import kl_loss, ppo_clip_loss, token_kl
+from adapters.training.logprobs import completion_logprobs, completion_logprobs_and_entropy
+from adapters.training.losses import aggregate_loss, kl_loss, ppo_clip_loss, token_kl
 from adapters.training.masking import length_mask, pad_rows
 
 __all__ = ["compute_advantages", "mean_kl_to_ref", "update_policy"]
@@ -48,13 +59,19 @@ def compute_advantages(cfg: TrainConfig, items: Sequence[TrainItem]) -> None:
     """Fill ``item.advantages`` (per token) and ``item.sample.advantage`` (their mean)."""
     if not items:
         return
+    per_sample = None
     if cfg.algorithm in ("at-grpo", "grpo"):
-        adv = group_advantages(
+        per_sample = group_advantages(
             [it.sample.reward for it in items],
             [it.sample.group for it in items],
             normalize_std=cfg.normalize_std,
         )
-        for it, a in zip(items, adv.tolist()):
+    elif cfg.algorithm == "tr-reinforce++":
+        per_sample = task_relative_reinforce_pp_advantages(
+            [it.sample.reward for it in items], [it.sample.role for it in items]
+        )
+    if per_sample is not None:
+        for it, a in zip(items, per_sample.tolist()):
             it.advantages = torch.full((len(it.completion_ids),), float(a))
     else:
         by_pid: dict[str, list[TrainItem]] = defaultdict(list)
@@ -63,17 +80,18 @@ def compute_advantages(cfg: TrainConfig, items: Sequence[TrainItem]) -> None:
         for batch in by_pid.values():
             width = max(len(it.completion_ids) for it in batch)
             mask = length_mask([len(it.completion_ids) for it in batch], width)
-            beta = cfg.kl_reward_coef
+            beta = cfg.kl_reward_coef or 0.0
             lp = pad_rows([it.old_logprobs for it in batch], width) if beta else None
             ref = pad_rows([_need_ref(it) for it in batch], width) if beta else None
-            groups = [it.sample.role for it in batch] if cfg.algorithm == "tr-reinforce++" else None
+            token_tr = cfg.algorithm == "tr-reinforce++-token"
+            groups = [it.sample.role for it in batch] if token_tr else None
             adv = reinforce_pp_advantages(
                 [it.sample.reward for it in batch],
                 mask,
                 lp,
                 ref,
                 beta=beta,
-                gamma=cfg.gamma,
+                gamma=1.0 if cfg.gamma is None else cfg.gamma,
                 kl_kind="k1",
                 group_ids=groups,
             )
@@ -94,23 +112,25 @@ def update_policy(
     cfg: TrainConfig, pm: Any, items: Sequence[TrainItem], step: int, pad_id: int
 ) -> dict[str, float]:
     """PPO-clip epochs over one policy's items; returns statistics (loss, clip frac, ...)."""
-    use_kl = cfg.kl_loss_coef > 0
-    if cfg.skip_zero_advantage and not use_kl:
+    kl_coef = cfg.kl_loss_coef or 0.0
+    ent_coef = cfg.entropy_coef or 0.0
+    use_kl = kl_coef > 0
+    if cfg.skip_zero_advantage and not use_kl and ent_coef == 0:
         items = [it for it in items if it.advantages is not None and bool(it.advantages.any())]
     stats: dict[str, float] = defaultdict(float)
     stats["samples_trained"] = float(len(items))
     if not items:
         return dict(stats)
-    temperature = cfg.temperature if cfg.temperature else 1.0
     pm.activate()
-    pm.model.train(cfg.lora_dropout > 0)
+    pm.model.train((cfg.lora_dropout or 0.0) > 0)
     dev = next(pm.model.parameters()).device
     n_updates = 0
     weight_sum = 0.0
     try:
-        for epoch in range(cfg.ppo_epochs):
+        size = cfg.minibatch_size or math.ceil(len(items) / (cfg.ppo_minibatches or 1))
+        for epoch in range(cfg.ppo_epochs or 1):
             rng = random.Random(derive_seed(cfg.seed, "minibatch", step, pm.pid, epoch))
-            for mb in minibatches(items, cfg.minibatch_size, rng):
+            for mb in minibatches(items, size, rng):
                 token_mean = cfg.loss_agg == "token-mean"
                 denom = float(sum(len(it.completion_ids) for it in mb) if token_mean else len(mb))
                 pm.optimizer.zero_grad(set_to_none=True)
@@ -120,14 +140,23 @@ def update_policy(
                     lengths = [len(it.completion_ids) for it in micro]
                     width = max(lengths)
                     mask = length_mask(lengths, width).to(dev)
-                    lp = completion_logprobs(
-                        pm.model,
-                        [it.prompt_ids for it in micro],
-                        [it.completion_ids for it in micro],
-                        pad_id=pad_id,
-                        temperature=temperature,
-                        share_prompt=cfg.share_prompt_forward,
-                    )
+                    prompts = [it.prompt_ids for it in micro]
+                    completions = [it.completion_ids for it in micro]
+                    temperature = micro[0].temperature  # one per micro-batch (batch.py)
+                    entropy = None
+                    if ent_coef > 0:
+                        lp, entropy = completion_logprobs_and_entropy(
+                            pm.model, prompts, completions, pad_id=pad_id, temperature=temperature
+                        )
+                    else:
+                        lp = completion_logprobs(
+                            pm.model,
+                            prompts,
+                            completions,
+                            pad_id=pad_id,
+                            temperature=temperature,
+                            share_prompt=cfg.share_prompt_forward,
+                        )
                     old = pad_rows([it.old_logprobs for it in micro], width).to(dev)
                     adv = pad_rows([it.advantages for it in micro], width).to(dev)  # type: ignore[misc]
                     loss, st = ppo_clip_loss(
@@ -143,15 +172,20 @@ def update_policy(
                     stats["pg_loss"] += float(loss.detach()) * w
                     if use_kl:
                         ref = pad_rows([_need_ref(it) for it in micro], width).to(dev)
-                        kl = kl_loss(lp, ref, mask, cfg.kl_loss_type)
-                        loss = loss + cfg.kl_loss_coef * kl
+                        kl = kl_loss(lp, ref, mask, cfg.kl_loss_type or "k3")
+                        loss = loss + kl_coef * kl
                         stats["kl_loss"] += float(kl.detach()) * w
+                    if entropy is not None:  # entropy bonus (MAE Table 3): maximise entropy
+                        ent = aggregate_loss(entropy, mask, cfg.loss_agg)
+                        loss = loss - ent_coef * ent
+                        stats["entropy"] += float(ent.detach()) * w
                     (loss * w).backward()
                     stats["loss"] += float(loss.detach()) * w
                     stats["clip_frac"] += float(st["clip_frac"]) * w
                     stats["approx_kl"] += float(st["approx_kl"]) * w
                     stats["ratio_max"] = max(stats["ratio_max"], float(st["ratio_max"]))
-                grad_norm = torch.nn.utils.clip_grad_norm_(pm.params, cfg.max_grad_norm)
+                max_norm = 1.0 if cfg.max_grad_norm is None else cfg.max_grad_norm
+                grad_norm = torch.nn.utils.clip_grad_norm_(pm.params, max_norm)
                 stats["grad_norm"] += float(grad_norm)
                 pm.optimizer.step()
                 pm.optimizer.zero_grad(set_to_none=True)
@@ -159,7 +193,7 @@ def update_policy(
                 weight_sum += 1.0
     finally:
         pm.model.eval()
-    for key in ("pg_loss", "kl_loss", "loss", "clip_frac", "approx_kl", "grad_norm"):
+    for key in ("pg_loss", "kl_loss", "entropy", "loss", "clip_frac", "approx_kl", "grad_norm"):
         if key in stats:
             stats[key] /= max(weight_sum, 1.0)
     stats["optimizer_steps"] = float(n_updates)

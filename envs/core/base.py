@@ -18,7 +18,9 @@ A setting subclasses :class:`TurnBasedEnv` and supplies only what is specific to
   ``oracle(agent)`` (a correct scripted completion), ``_shared_attrs`` (attributes that
   ``clone()`` shares instead of copying: the sandbox always, pools and datasets by choice),
   ``create_shared(**config)`` (run-wide objects such as question pools that every instance must
-  share and trainers checkpoint) and ``adaptive_preference(agent)`` (MarsRL keep rule).
+  share and trainers checkpoint) and ``adaptive_preference(agent)`` (MarsRL keep rule);
+  ``DELAYED_REWARDS = True`` when some rewards arrive later through :meth:`award` (rollout
+  engines then refuse tree sampling, which would rank candidates on placeholder rewards).
 
 The base class handles agent selection, rewards and cumulative rewards, terminations and
 truncations (termination on ``end_episode()``, truncation at ``max_turns``), dead steps, infos
@@ -59,6 +61,9 @@ class TurnBasedEnv(AECEnv):
     SINGLE_AGENTS: ClassVar[tuple[str, ...]] = ()
     config_cls: ClassVar[type[EnvConfig]] = EnvConfig
     _shared_attrs: ClassVar[tuple[str, ...]] = ()
+    # True when some steps' rewards are paid later by award(): their immediate reward is only a
+    # placeholder, so a trainer must not rank candidates on it (tree sampling refuses such envs)
+    DELAYED_REWARDS: ClassVar[bool] = False
 
     def __init__(
         self,

@@ -102,3 +102,37 @@ def char_policy(char_model):
 
     model, tok = char_model
     return TransformersPolicy(model, tok, device="cpu", batch_size=8, name="char")
+
+
+# a 3x3 plan_path without walls: episodes of a few short steps
+TINY_PLAN_PATH = {"height": 3, "width": 3, "min_distance": 2, "wall_density": 0.0, "max_turns": 2}
+
+
+def char_models(seed: int = 0):
+    """The char-level chat model with room for long multi-turn prompts and early EOS."""
+    return make_char_model(seed=seed, max_position_embeddings=8192, eos_bias=2.0)
+
+
+def tiny_train_config(tmp_path, name: str = "run", **overrides):
+    """A TrainConfig for fast trainer tests on :data:`TINY_PLAN_PATH` (a few seconds a step)."""
+    from adapters.training.config import TrainConfig
+
+    base = dict(
+        env="plan_path",
+        env_config=dict(TINY_PLAN_PATH),
+        lora_rank=4,
+        steps=2,
+        instances_per_step=2,
+        candidates=2,
+        max_new_tokens=6,
+        eval_episodes=0,
+        demos=0,
+        progress=False,
+        device="cpu",
+        plot_every=0,
+        save_final=False,
+        lr=1e-2,
+        output_dir=str(tmp_path / name),
+    )
+    base.update(overrides)
+    return TrainConfig(**base)

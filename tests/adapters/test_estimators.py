@@ -13,6 +13,7 @@ from adapters.training.advantages import (  # noqa: E402
     reinforce_pp_advantages,
     reinforce_pp_returns,
     task_relative_reinforce_pp_advantages,
+    task_relative_token_whitened_advantages,
 )
 from adapters.training.logprobs import sequence_logprobs  # noqa: E402
 from adapters.training.losses import aggregate_loss, kl_loss, ppo_clip_loss, token_kl  # noqa: E402
@@ -132,25 +133,30 @@ def test_reinforce_pp_advantages_global_whitening():
 
 
 def test_task_relative_reinforce_pp_normalises_per_role():
-    mask = torch.ones(4, 2, dtype=torch.long)
+    """MAE §3 / SAGE Eq. 1: A = (r - mu_role) / (sigma_role + eps), one value per sample."""
     rewards = [1.0, 0.0, 0.2, 0.6]
     roles = ["proposer", "proposer", "solver", "solver"]
-    adv = task_relative_reinforce_pp_advantages(rewards, mask, roles, eps=0.0)
-    # proposer tokens 1,1,0,0: mean .5 std .5 -> +-1 ; solver .2,.2,.6,.6: mean .4 std .2 -> -+1
-    assert close(adv, [[1, 1], [-1, -1], [-1, -1], [1, 1]])
-    # one global baseline instead: tokens 1,1,0,0,.2,.2,.6,.6 -> mean .45,
+    adv = task_relative_reinforce_pp_advantages(rewards, roles, eps=0.0)
+    # proposer 1, 0: mean .5 std .5 -> +-1 ; solver .2, .6: mean .4 std .2 -> -+1
+    assert close(adv, [1, -1, -1, 1])
+    # one global baseline instead (REINFORCE++): tokens 1,1,0,0,.2,.2,.6,.6 -> mean .45,
     # var (2*.3025 + 2*.2025 + 2*.0625 + 2*.0225) / 8 = .1475
+    mask = torch.ones(4, 2, dtype=torch.long)
     glob = reinforce_pp_advantages(rewards, mask, eps=0.0)
-    assert not torch.allclose(glob, adv)
     assert glob[0, 0].item() == pytest.approx((1 - 0.45) / math.sqrt(0.1475), abs=1e-5)
+    # a role with one sample, or with equal rewards, has no baseline to beat: 0
+    assert close(task_relative_reinforce_pp_advantages([3.0, 1.0, 1.0], ["a", "b", "b"]), [0, 0, 0])
 
 
-def test_task_relative_weights_tokens_within_a_role():
-    # proposer: a 1-token sequence with reward 1 and a 3-token one with reward 0:
-    # tokens 1,0,0,0 -> mean .25, std sqrt(.1875) = .4330 -> 1.7320508 and -0.5773503
+def test_task_relative_is_per_sample_not_per_token():
+    """Rewards 1 and 0 on completions of 1 and 3 tokens: Eq. 1 gives +1 and -1 per sample
+    (every token of the sample carries it); whitening over tokens gives +1.73 / -0.58."""
+    adv = task_relative_reinforce_pp_advantages([1.0, 0.0], ["p", "p"], eps=0.0)
+    assert close(adv, [1.0, -1.0])
     mask = torch.tensor([[1, 0, 0], [1, 1, 1]])
-    adv = task_relative_reinforce_pp_advantages([1.0, 0.0], mask, ["p", "p"], eps=0.0)
-    assert close(adv, [[1.7320508, 0, 0], [-0.5773503, -0.5773503, -0.5773503]])
+    token = task_relative_token_whitened_advantages([1.0, 0.0], mask, ["p", "p"], eps=0.0)
+    # tokens 1,0,0,0 -> mean .25, std sqrt(.1875) = .4330 -> 1.7320508 and -0.5773503
+    assert close(token, [[1.7320508, 0, 0], [-0.5773503, -0.5773503, -0.5773503]])
 
 
 def test_masked_whiten_ignores_padding_and_handles_constants():

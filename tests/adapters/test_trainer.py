@@ -21,35 +21,10 @@ from adapters.training.logprobs import completion_logprobs, sequence_logprobs  #
 from adapters.training.trainer import Trainer  # noqa: E402
 from adapters.training.update import compute_advantages  # noqa: E402
 
-from .conftest import make_char_model  # noqa: E402
+from .conftest import TINY_PLAN_PATH, char_models, make_char_model  # noqa: E402
+from .conftest import tiny_train_config as cfg  # noqa: E402
 
-SMALL = {"height": 3, "width": 3, "min_distance": 2, "wall_density": 0.0, "max_turns": 2}
-
-
-def char_models(seed: int = 0):
-    return make_char_model(seed=seed, max_position_embeddings=8192, eos_bias=2.0)
-
-
-def cfg(tmp_path, name="run", **kw) -> TrainConfig:
-    base = dict(
-        env="plan_path",
-        env_config=dict(SMALL),
-        lora_rank=4,
-        steps=2,
-        instances_per_step=2,
-        candidates=2,
-        max_new_tokens=6,
-        eval_episodes=0,
-        demos=0,
-        progress=False,
-        device="cpu",
-        plot_every=0,
-        save_final=False,
-        lr=1e-2,
-        output_dir=str(tmp_path / name),
-    )
-    base.update(kw)
-    return TrainConfig(**base)
+SMALL = TINY_PLAN_PATH
 
 
 def trainer(tmp_path, name="run", seed=0, cls=None, **kw) -> Trainer:
@@ -273,7 +248,7 @@ def test_kl_reference_is_the_base_with_adapters_disabled(tmp_path):
     tr.close()
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "reinforce++", "tr-reinforce++"])
+@pytest.mark.parametrize("algorithm", ["grpo", "reinforce++", "tr-reinforce++-token"])
 def test_other_algorithms_run_a_step(tmp_path, algorithm):
     tr = trainer(tmp_path, algorithm=algorithm, kl_reward_coef=0.05, steps=1)
     assert tr.cfg.sampling == "parallel"

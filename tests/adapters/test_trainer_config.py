@@ -12,18 +12,26 @@ from adapters.training.config import ConfigError, TrainConfig, config_from_dict
 def test_defaults_resolve_per_device():
     cpu = TrainConfig().resolved(cuda=False)
     gpu = TrainConfig().resolved(cuda=True)
-    assert cpu.env == "sokoban" and cpu.algorithm == "at-grpo" and cpu.sampling == "tree"
+    assert cpu.env == "sokoban" and cpu.recipe == "at-grpo" == gpu.recipe
+    assert cpu.algorithm == "at-grpo" and cpu.sampling == "tree"
     assert (cpu.candidates, cpu.instances_per_step, cpu.steps) == (4, 1, 6)
-    assert cpu.env_config == {"max_turns": 1} and gpu.env_config == {}
+    # the paper's horizon T = 4 on both devices (the CPU run shrinks sizes, not the protocol)
+    assert cpu.env_config == {"max_turns": 4} == gpu.env_config
     assert cpu.dtype == "float32" and cpu.old_logprobs == "rollout"
-    assert gpu.dtype == "bfloat16" and gpu.old_logprobs == "recompute"
-    assert (gpu.candidates, gpu.steps, gpu.temperature) == (4, 150, 1.0)
-    assert cpu.lr == 1e-4 and TrainConfig(lora_rank=0).resolved(cuda=True).lr == 1e-6
-    assert cpu.lora_alpha == 16.0
-    assert TrainConfig(algorithm="grpo").resolved(cuda=False).sampling == "parallel"
+    # on CUDA the AT-GRPO recipe: full fine-tuning, lr 1e-6, 150 steps, batch 128 (A.2.1)
+    assert (gpu.lora_rank, gpu.lr, gpu.steps, gpu.instances_per_step) == (0, 1e-6, 150, 128)
+    assert (gpu.candidates, gpu.temperature, gpu.ppo_minibatches) == (4, 1.0, 2)
+    assert gpu.dtype == "float32" and gpu.chat_template_kwargs == {"enable_thinking": False}
+    lora_gpu = TrainConfig(lora_rank=8).resolved(cuda=True)
+    assert lora_gpu.dtype == "bfloat16" and lora_gpu.old_logprobs == "recompute"
+    assert cpu.lr == 1e-4 and cpu.lora_rank == 8 and cpu.lora_alpha == 16.0
+    # another algorithm than the recipe's brings its own sampling (GRPO: K parallel episodes)
+    grpo = TrainConfig(algorithm="grpo").resolved(cuda=False)
+    assert grpo.sampling == "parallel" and grpo.sources["sampling"] == "follows algorithm grpo"
     # explicit values win over auto ones, and resolving twice changes nothing
     c = TrainConfig(candidates=8, env_config={"max_turns": 3}).resolved(cuda=False)
     assert c.candidates == 8 and c.env_config["max_turns"] == 3
+    assert c.sources["candidates"] == "user" and c.sources["env_config.max_turns"] == "user"
     assert c.resolved(cuda=False) == c
 
 
