@@ -117,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         trainer.train()
     finally:
         trainer.close()
-    print(f"done in {time.perf_counter() - t0:.0f} s; outputs in {trainer.out}", flush=True)
+    if trainer.comparison is None:  # no evaluation: the trainer's last line was its timing
+        print(f"done in {time.perf_counter() - t0:.0f} s; outputs in {trainer.out}", flush=True)
     return 0
 
 

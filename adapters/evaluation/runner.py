@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from adapters.evaluation.stats import paired_difference
 from adapters.policies.base import Policy
 from adapters.policies.wrappers import ManagedPolicy
 from adapters.rollout import (
@@ -53,9 +54,21 @@ class EvalReport:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def values(self, metric: str) -> list[float]:
+        """One value per episode: ``reward`` (the episode's mean per-step reward over all
+        agents), ``success`` (0/1) or ``team`` (final team reward)."""
+        return [float(e[metric]) for e in self.per_episode]
+
+    @property
+    def mean_reward(self) -> float:
+        """Mean over episodes of the episode's mean per-step reward."""
+        xs = self.values("reward")
+        return sum(xs) / len(xs) if xs else 0.0
+
     def summary(self) -> dict[str, float]:
-        """Flat scalars (for logs): success rate, team reward, turns, per-agent rewards."""
+        """Flat scalars (for logs): reward, success rate, team reward, turns, per-agent rewards."""
         out = {
+            "reward": self.mean_reward,
             "success_rate": self.success_rate,
             "team_reward": self.team_reward,
             "turns": self.mean_turns,
@@ -68,6 +81,7 @@ class EvalReport:
         lines = [
             f"env {self.env}  split {self.split}  episodes {self.episodes}  ({self.seconds:.1f} s)",
             f"policies: {pol}",
+            f"  {'mean reward':<16}{self.mean_reward:>10.3f}",
             f"  {'success rate':<16}{self.success_rate:>10.3f}",
             f"  {'team reward':<16}{self.team_reward:>10.3f}",
             f"  {'mean turns':<16}{self.mean_turns:>10.2f}",
@@ -167,6 +181,7 @@ def evaluate(
                 "turns": e.turns,
                 "steps": e.steps,
                 "team": e.final_team,
+                "reward": sum(e.returns.values()) / max(e.steps, 1),
                 "returns": e.returns,
             }
             for e in eps
@@ -223,16 +238,38 @@ def with_prompt_prefixes(
     return out, mapping
 
 
-def compare_reports(before: EvalReport | Mapping[str, Any], after: EvalReport) -> str:
-    """A before -> after table of two evaluations (success, team reward, reward per role)."""
+def compare_reports(
+    before: EvalReport | Mapping[str, Any], after: EvalReport, confidence: float = 0.95
+) -> str:
+    """The before -> after table of two evaluations of the same instances, paired per instance:
+    mean before, mean after, the mean difference with its confidence interval, and the p-value
+    (:func:`~adapters.evaluation.stats.paired_difference`)."""
     b = before.to_dict() if isinstance(before, EvalReport) else dict(before)
     a = after.to_dict()
-    lines = ["before -> after training (greedy evaluation):"]
-    rows = [("success rate", b["success_rate"], a["success_rate"])]
-    rows.append(("team reward", b["team_reward"], a["team_reward"]))
+    ids_b = [e["instance_id"] for e in b["per_episode"]]
+    ids_a = [e["instance_id"] for e in a["per_episode"]]
+    if ids_b != ids_a:
+        raise ValueError("the two evaluations did not play the same instances in the same order")
+    pct = f"{round(confidence * 100)}%"
+    lines = [
+        f"before -> after training, {len(ids_a)} {a['split']} instances never trained on "
+        f"(same seeds), paired per instance:",
+        f"  {'metric':<18}{'before':>8}{'after':>8}{'diff':>8}   {pct} interval        p",
+    ]
+    rows = [("mean reward", "reward"), ("success rate", "success"), ("team reward", "team")]
+    for label, key in rows:
+        d = paired_difference(
+            [float(e[key]) for e in b["per_episode"]],
+            [float(e[key]) for e in a["per_episode"]],
+            confidence,
+        )
+        mark = " *" if d.excludes_zero else ""
+        lines.append(
+            f"  {label:<18}{d.mean_before:>8.3f}{d.mean_after:>8.3f}{d.mean_diff:>+8.3f}"
+            f"   [{d.low:+.3f}, {d.high:+.3f}]  {d.p_value:.3g}{mark}"
+        )
     for role, v in a["reward_per_agent"].items():
-        rows.append((f"reward/{role}", b["reward_per_agent"].get(role, 0.0), v))
-    width = max(len(r[0]) for r in rows) + 2
-    for label, x, y in rows:
-        lines.append(f"  {label:<{width}}{x:>7.3f} -> {y:.3f}")
+        x = b["reward_per_agent"].get(role, 0.0)
+        lines.append(f"  {'reward/' + role:<18}{x:>8.3f}{v:>8.3f}{v - x:>+8.3f}   (per step)")
+    lines.append("  * the interval excludes zero")
     return "\n".join(lines)

@@ -95,6 +95,21 @@ class MetricsLogger:
                     self._tb.add_scalar(f"{prefix}/{key}", float(value), int(step))
             self._tb.flush()
 
+    def log_eval(self, step: int, tag: str, report: Any) -> None:
+        """One line per evaluation in ``eval.jsonl`` (the curve's validation points: mean
+        reward and success rate with 95% intervals), and the same scalars in TensorBoard."""
+        from adapters.evaluation.stats import mean_interval
+
+        record: dict[str, Any] = {"step": int(step), "tag": tag, "episodes": report.episodes}
+        for key, metric in (("reward", "reward"), ("success_rate", "success")):
+            values = report.values(metric)
+            if values:
+                ci = mean_interval(values)
+                record.update({key: ci.mean, f"{key}_low": ci.low, f"{key}_high": ci.high})
+        with open(self.run_dir / "eval.jsonl", "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        self.log_scalars(step, "eval", report.summary())
+
     def plot(self, png: str | Path | None = None) -> Path | None:
         return plot_metrics(self.path, png or self.run_dir / "training_curve.png")
 
@@ -115,18 +130,23 @@ def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float
 
 
 def plot_metrics(jsonl: str | Path, png: str | Path) -> Path | None:
-    """Draw the training curves of ``jsonl`` into ``png``; None when there is nothing to plot."""
+    """Draw the training curves of ``jsonl`` into ``png``; None when there is nothing to plot.
+
+    When ``eval.jsonl`` lies beside it, the first panel shows the validation points (mean
+    reward and success rate on held-out instances, with 95% intervals) over training steps."""
     rows = read_jsonl(jsonl)
-    if not rows:
+    evals = read_jsonl(Path(jsonl).with_name("eval.jsonl"))
+    if not rows and not evals:
         return None
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    keys = set().union(*rows)
+    keys = set().union(*rows) if rows else set()
     reward_keys = sorted(k for k in keys if k.startswith("reward/"))
     panels: list[tuple[str, list[str]]] = [
+        ("validation (held-out instances, 95% intervals)", ["eval"] if evals else []),
         ("reward per step (mean over samples)", reward_keys),
         ("episodes", [k for k in ("success_rate", "team_reward") if k in keys]),
         ("loss", [k for k in ("loss", "pg_loss", "kl_loss") if k in keys]),
@@ -144,6 +164,10 @@ def plot_metrics(jsonl: str | Path, png: str | Path) -> Path | None:
     if len(panels) == 1:
         axes = [axes]
     for ax, (title, ks) in zip(axes, panels):
+        if ks == ["eval"]:
+            _plot_evals(ax, evals)
+            ax.set_title(f"{title}, {evals[-1].get('episodes', '?')} episodes", fontsize=9)
+            continue
         for k in ks:
             xs, ys = _series(rows, k)
             if xs:
@@ -159,3 +183,19 @@ def plot_metrics(jsonl: str | Path, png: str | Path) -> Path | None:
     plt.close(fig)
     os.replace(tmp, out)
     return out
+
+
+def _plot_evals(ax: Any, evals: list[dict[str, Any]]) -> None:
+    for key, color in (("reward", "tab:blue"), ("success_rate", "tab:green")):
+        pts = [e for e in evals if key in e]
+        if not pts:
+            continue
+        xs = [int(e["step"]) for e in pts]
+        ys = [float(e[key]) for e in pts]
+        err = [
+            [y - float(e[f"{key}_low"]) for y, e in zip(ys, pts)],
+            [float(e[f"{key}_high"]) - y for y, e in zip(ys, pts)],
+        ]
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=color, label=f"val {key}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")

@@ -171,6 +171,7 @@ class Trainer:
             pool=self.pool,
         )
         self.step = 0
+        self.comparison: str | None = None  # the before/after table of the last train()
         self.traj_path = self.out / "trajectories.jsonl"
         state = self._restore() if resume else None
         if state is None:
@@ -366,9 +367,7 @@ class Trainer:
         )
         self.backend.timer.reset()
         (self.out / f"eval_{tag}.json").write_text(json.dumps(report.to_dict(), indent=2))
-        self.metrics.log_scalars(
-            self.step, f"eval_{tag}" if not tag.startswith("step") else "eval", report.summary()
-        )
+        self.metrics.log_eval(self.step, tag, report)
         return report
 
     def train(self) -> list[dict[str, Any]]:
@@ -377,6 +376,8 @@ class Trainer:
 
         cfg = self.cfg
         steps = cfg.steps or 0
+        t_start = time.perf_counter()
+        train_seconds = 0.0
         before_path = self.out / "eval_before.json"
         before = None
         if cfg.eval_episodes and not before_path.exists():
@@ -397,7 +398,9 @@ class Trainer:
         )
         try:
             while self.step < steps:
+                t_step = time.perf_counter()
                 m = self.train_step()
+                train_seconds += time.perf_counter() - t_step
                 history.append(m)
                 bar.update(1)
                 bar.set_postfix(
@@ -411,17 +414,23 @@ class Trainer:
                         self.log(rep.table())
         finally:
             bar.close()
-        self.metrics.plot()
         after = None
         if cfg.eval_episodes:
             self.log(f"evaluating after training ({cfg.eval_episodes} {cfg.eval_split} episodes)")
             after = self.evaluate("after")
             if after is not None:
                 self.log(after.table())
-                if before is not None:
-                    self.log(compare_reports(before, after))
+        self.metrics.plot()
         if cfg.save_final:
             self.export(self.out / "final")
+        total = time.perf_counter() - t_start
+        self.log(
+            f"{cfg.env}: {len(history)} training steps in {train_seconds:.0f} s of training wall "
+            f"time ({total:.0f} s with evaluation); outputs in {self.out}"
+        )
+        if before is not None and after is not None:
+            self.comparison = compare_reports(before, after)
+            self.log(self.comparison)
         return history
 
     def format_step(self, m: dict[str, Any]) -> str:
