@@ -19,7 +19,15 @@ sample, the JSONL logs and the checkpoint. Unset flags take the trainer's defaul
   shared-prompt forward runs each distinct prompt once, so this counts work saved too).
 
 Every sample is trained (``skip_zero_advantage`` off), so the update cost does not depend on
-whether a random or tiny model happens to earn varied rewards. ``--model-config`` builds the
+whether a random or tiny model happens to earn varied rewards.
+
+Side by side with TRL (``--compare-trl``, on by default on CPU): TRL's ``GRPOTrainer`` runs in
+the same process after ours, on a fresh copy of the same model, with prompts of the same setting
+(``env_dataset``), the same K, completion length, temperature, LoRA settings, learning rate and
+torch threads (``benchmarks/trl_baseline.py``). The table compares trained samples per second of
+step time (checkpoints excluded on both sides) and generated tokens per second, with the ratio
+ours / TRL. Our steps play whole multi-agent episodes (later turns have longer prompts), TRL's
+one generation per prompt. ``--model-config`` builds the
 model from a config with random weights (no download); ``--layers N`` shrinks it for a quick
 check. The first ``--warmup`` steps are reported but left out of the means. Numbers on a shared
 machine are noisy.
@@ -62,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--json", default=None, help="write the rows as JSON")
+    p.add_argument(
+        "--compare-trl",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run TRL's GRPOTrainer with the same settings and print the ratio",
+    )
     return p
 
 
@@ -107,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=False,
             plot_every=0,
             save_final=False,
+            save_every=10_000,
         )
         t0 = time.perf_counter()
         trainer = Trainer(cfg, models=models, log=lambda s: None)
@@ -163,9 +178,79 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(_fmt(mean, "mean"))
     print("(* = warm-up step, not in the mean)")
+    result: dict = {"rows": rows, "mean": mean}
+    if args.compare_trl:
+        result["trl"] = _compare_trl(args, c, timed)
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "mean": mean}, indent=2))
+        Path(args.json).write_text(json.dumps(result, indent=2))
     return 0
+
+
+def _compare_trl(args: argparse.Namespace, c: object, ours: list[dict]) -> dict:
+    """Run TRL with our run's settings and print the side-by-side table."""
+    import torch
+    from trl_baseline import run_trl
+
+    from adapters.policies.models import load_base_model
+
+    model, tok = load_base_model(c.model, torch.device("cpu"), "float32", c.seed)  # type: ignore[attr-defined]
+    with tempfile.TemporaryDirectory(prefix="trl-throughput-") as tmp:
+        trl_rows = run_trl(
+            env_id=c.env,  # type: ignore[attr-defined]
+            env_config=dict(c.env_config),  # type: ignore[attr-defined]
+            model=model,
+            tokenizer=tok,
+            prompts_per_step=c.instances_per_step,  # type: ignore[attr-defined]
+            k=c.candidates,  # type: ignore[attr-defined]
+            max_new_tokens=c.max_new_tokens,  # type: ignore[attr-defined]
+            temperature=c.temperature,  # type: ignore[attr-defined]
+            lora_rank=c.lora_rank,  # type: ignore[attr-defined]
+            lora_alpha=c.lora_alpha,  # type: ignore[attr-defined]
+            lr=c.lr,  # type: ignore[attr-defined]
+            steps=args.steps,
+            warmup=args.warmup,
+            seed=c.seed,  # type: ignore[attr-defined]
+            out_dir=tmp,
+        )
+    timed = [r for r in trl_rows if not r["warmup"]] or trl_rows
+    ours_s = sum(r["gen_s"] + r["env_s"] + r["update_s"] for r in ours)
+    ours_samples = sum(r["samples"] for r in ours)
+    ours_tokens = sum(r["gen_tokens"] for r in ours)
+    trl_s = sum(r["step_s"] for r in timed)
+    trl_samples = sum(r["samples"] for r in timed)
+    trl_tokens = sum(r["gen_tokens"] for r in timed)
+    table = {
+        "ours": {
+            "samples_per_s": ours_samples / ours_s,
+            "gen_tokens_per_s": ours_tokens / ours_s,
+            "samples_per_step": ours_samples / len(ours),
+            "step_s": ours_s / len(ours),
+        },
+        "trl": {
+            "samples_per_s": trl_samples / trl_s,
+            "gen_tokens_per_s": trl_tokens / trl_s,
+            "samples_per_step": trl_samples / len(timed),
+            "step_s": trl_s / len(timed),
+        },
+    }
+    ratio = {k: table["ours"][k] / max(table["trl"][k], 1e-12) for k in table["ours"]}
+    print()
+    print(
+        f"side by side (same model, K={c.candidates}, max_new_tokens {c.max_new_tokens}, "  # type: ignore[attr-defined]
+        f"LoRA r={c.lora_rank}, torch threads {torch.get_num_threads()}; timed steps only):"  # type: ignore[attr-defined]
+    )
+    print(f"{'trainer':<24}{'samples/step':>13}{'step s':>9}{'samples/s':>11}{'gen tok/s':>11}")
+    for name, label in (("ours", "ours (AT-GRPO trainer)"), ("trl", "TRL GRPOTrainer")):
+        t = table[name]
+        print(
+            f"{label:<24}{t['samples_per_step']:>13.1f}{t['step_s']:>9.1f}"
+            f"{t['samples_per_s']:>11.3f}{t['gen_tokens_per_s']:>11.1f}"
+        )
+    print(
+        f"{'ratio ours / TRL':<24}{'':>13}{'':>9}{ratio['samples_per_s']:>10.2f}x"
+        f"{ratio['gen_tokens_per_s']:>10.2f}x"
+    )
+    return {"table": table, "ratio": ratio, "rows": trl_rows}
 
 
 def _fmt(r: dict, label: str) -> str:

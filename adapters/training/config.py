@@ -340,13 +340,20 @@ class TrainConfig:
                 merged = {**base, **user}
             setattr(c, name, merged)
             src[name] = "user" if user else (got[1] if got is not None else "suite default")
-        env_sources = {**recipe.env_config, **({} if cuda else recipe.cpu_env_config)}
+        env_sources = {
+            k: (v, f"recipe {recipe.name}: {why}") for k, (v, why) in recipe.env_config.items()
+        }
+        if not cuda:
+            for k, (v, why) in recipes.CPU_INSTANCES.get(_canonical_env(c.env), {}).items():
+                env_sources[k] = (v, why)
+            for k, (v, why) in recipe.cpu_env_config.items():
+                env_sources[k] = (v, f"recipe {recipe.name}: {why}")
         for key, (value, why) in env_sources.items():
             if key in c.env_config:
                 src[f"env_config.{key}"] = "user"
             else:
                 c.env_config[key] = value
-                src[f"env_config.{key}"] = f"recipe {recipe.name}: {why}"
+                src[f"env_config.{key}"] = why
         if c.role_policies:
             src["role_policies"] = "user"
         lora = (c.lora_rank or 0) > 0
@@ -424,6 +431,12 @@ class TrainConfig:
 
 # ---------------------------------------------------------------------------------------------
 # helpers
+
+
+def _canonical_env(env_id: str) -> str:
+    import envs
+
+    return envs.spec(env_id).id
 
 
 def _cuda_wanted(device: str) -> bool:

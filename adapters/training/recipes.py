@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "CPU_INSTANCES",
     "DEVICE_DEFAULTS",
     "RECIPES",
     "SETTING_RECIPES",
@@ -289,6 +290,20 @@ SETTING_RECIPES: dict[str, str] = {
     "challenge_plan_solve": "sage",
     "discussion": "comas",
     "solver_verifier_corrector": "marsrl",
+}
+
+# CPU instance sizes per setting (whatever the recipe): smaller puzzles, shorter prompts. The
+# protocol (agents, turns, rewards) is untouched; the run header and config.yaml say so.
+CPU_INSTANCES: dict[str, dict[str, Sourced]] = {
+    "sokoban": {
+        "oracle_tool": ("answer", "CPU: the tool's demonstration is a one-line program"),
+    },
+    "plan_path": {
+        "oracle_tool": ("answer", "CPU: the tool's demonstration is a one-line program"),
+    },
+    "sudoku": {
+        "oracle_tool": ("answer", "CPU: the tool's demonstration is a one-line program"),
+    },
 }
 
 # Engineering values no paper fixes: field -> (CPU value, CUDA value, source)

@@ -46,12 +46,23 @@ class ToolPlannerConfig(EnvConfig):
 
     tool_wall_s / tool_memory_mb / tool_max_output_bytes: sandbox limits for the tool's program.
     history_turns: how many past turns the prompts show (older ones are summarised away).
+    oracle_tool: the scripted oracle's tool program: ``"search"`` (default) solves the puzzle
+        from the state it is given (a search program); ``"answer"`` is the shortest correct
+        program, one line that prints the solution. Both are correct tool answers with the same
+        reward; ``"answer"`` makes a demonstration a small model can imitate (the trainer's CPU
+        recipe uses it). Rewards and prompts do not depend on it.
     """
 
     tool_wall_s: float = 5.0
     tool_memory_mb: int = 512
     tool_max_output_bytes: int = 65_536
     history_turns: int = 4
+    oracle_tool: str = "search"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.oracle_tool not in ("search", "answer"):
+            raise ValueError(f"oracle_tool must be 'search' or 'answer', got {self.oracle_tool!r}")
 
 
 @dataclass
@@ -289,6 +300,8 @@ class ToolPlannerEnv(TurnBasedEnv):
     # ------------------------------------------------------------------ oracle
     def oracle(self, agent: str) -> str:
         if agent == "tool":
+            if self.config.oracle_tool == "answer":
+                return f"```python\nprint({self._oracle_answer()!r})\n```"
             return "```python\n" + self._oracle_code() + "\n```"
         return "The proposal checks out.\n#### " + self._oracle_answer()
 

@@ -1,0 +1,236 @@
+"""A small-scale replica of AT-GRPO's main table (Table 2) with the embedded model.
+
+    python benchmarks/learning.py --budget-min 60                 # the three grid settings
+    python benchmarks/learning.py --budget-min 20 --envs plan_path --episodes 32
+
+For Sokoban, Plan-Path and Sudoku (the settings' default CPU recipes: instances shrunk for CPU,
+the paper's protocol and rewards) it evaluates, on the same validation instances:
+
+1. **Single agent** (prompt-only): ``mode="single"``, the planner alone, frozen;
+2. **MAS** (prompt-only): tool + planner, one frozen role-sharing model;
+3. **MAS + AT-GRPO (shared policy)**: trained with the default recipe;
+4. **MAS + AT-GRPO (per-role policies)**: the ``at-grpo-per-role`` recipe (one LoRA adapter per
+   role);
+
+and prints validation success rate and mean reward (the episode's mean per-step reward) with 95%
+intervals, in the layout of AT-GRPO Table 2 (methods as rows, settings as columns), plus the
+paired difference of each trained row against the untrained MAS row. ``--budget-min`` is the
+total training wall time, split evenly over the trained runs (each trains until its share is
+spent, at least one step); evaluations are not counted. Every trained run is evaluated every
+``--eval-every`` steps too, and ``learning_curves.png`` draws those validation points.
+Everything (tables, curves, the raw reports) goes to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SETTINGS = ("sokoban", "plan_path", "sudoku")
+ROWS = (
+    ("single", "Single agent"),
+    ("mas", "MAS (prompt-only)"),
+    ("shared", "MAS + AT-GRPO (shared policy)"),
+    ("per_role", "MAS + AT-GRPO (per-role policies)"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--budget-min", type=float, default=60.0, help="total training minutes")
+    p.add_argument("--envs", default=",".join(SETTINGS), help="comma-separated setting ids")
+    p.add_argument("--episodes", type=int, default=32, help="validation instances")
+    p.add_argument("--eval-every", type=int, default=4, help="steps between curve points")
+    p.add_argument("--max-steps", type=int, default=1000, help="cap on steps per run")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--out", default="runs/learning-benchmark")
+    return p
+
+
+def _evaluate(trainer: Any, env_config: dict[str, Any], tag: str) -> Any:
+    from adapters.evaluation import evaluate
+
+    cfg = trainer.cfg
+    return evaluate(
+        cfg.env,
+        trainer.policies,
+        episodes=cfg.eval_episodes,
+        env_config=env_config,
+        role_policy=trainer.role_policy,
+        split=cfg.eval_split,
+        seed=cfg.seed,
+        temperature=cfg.eval_temperature or 0.0,
+        max_new_tokens=cfg.max_new_tokens or 256,
+    )
+
+
+def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path) -> dict:
+    """The four rows of one setting: reports and learning curves."""
+    from adapters.training.config import TrainConfig
+    from adapters.training.trainer import Trainer
+
+    result: dict[str, Any] = {"reports": {}, "curves": {}, "steps": {}, "train_s": {}}
+    for row, recipe in (("shared", None), ("per_role", "at-grpo-per-role")):
+        cfg = TrainConfig(
+            env=env_id,
+            recipe=recipe,
+            model=args.model,
+            steps=args.max_steps,
+            eval_episodes=args.episodes,
+            seed=args.seed,
+            threads=args.threads,
+            device="cpu",
+            progress=False,
+            plot_every=0,
+            save_final=False,
+            save_every=10_000,
+            output_dir=str(out / f"{env_id}-{row}"),
+        )
+        trainer = Trainer(cfg, log=lambda s: None)
+        env_config = dict(trainer.env_config)
+        if row == "shared":  # the two untrained rows use the same frozen model and prompts
+            result["reports"]["mas"] = _evaluate(trainer, env_config, "mas")
+            single_cfg = {**env_config, "mode": "single"}
+            single = Trainer(
+                cfg.replace(
+                    env_config=single_cfg, output_dir=str(out / f"{env_id}-single"), steps=0
+                ),
+                log=lambda s: None,
+            )
+            result["reports"]["single"] = _evaluate(single, single_cfg, "single")
+            single.close()
+            before = result["reports"]["mas"]
+        else:
+            before = _evaluate(trainer, env_config, "before")
+        curve = [(0, before.mean_reward, before.success_rate)]
+        t0 = time.perf_counter()
+        train_s = 0.0
+        while trainer.step < args.max_steps and (trainer.step == 0 or train_s < share_s):
+            t = time.perf_counter()
+            trainer.train_step()
+            train_s += time.perf_counter() - t
+            if trainer.step % args.eval_every == 0:
+                rep = _evaluate(trainer, env_config, f"step{trainer.step}")
+                curve.append((trainer.step, rep.mean_reward, rep.success_rate))
+        after = _evaluate(trainer, env_config, "after")
+        if curve[-1][0] != trainer.step:
+            curve.append((trainer.step, after.mean_reward, after.success_rate))
+        result["reports"][row] = after
+        result["curves"][row] = curve
+        result["steps"][row] = trainer.step
+        result["train_s"][row] = train_s
+        print(
+            f"  {env_id} {row}: {trainer.step} steps in {train_s:.0f} s of training "
+            f"({time.perf_counter() - t0:.0f} s with curve evaluations)",
+            flush=True,
+        )
+        trainer.close()
+    return result
+
+
+def table(results: dict[str, dict]) -> str:
+    """AT-GRPO Table 2 layout: methods as rows, settings as columns."""
+    from adapters.evaluation.stats import mean_interval, paired_difference
+
+    envs = list(results)
+    head = f"{'method':<36}" + "".join(f"{e + ' success':>22}{e + ' reward':>22}" for e in envs)
+    lines = [head, "-" * len(head)]
+    for key, label in ROWS:
+        cells = []
+        for e in envs:
+            rep = results[e]["reports"][key]
+            s = mean_interval(rep.values("success"))
+            r = mean_interval(rep.values("reward"))
+            cells.append(f"{s.mean:>8.2f} [{s.low:.2f},{s.high:.2f}]")
+            cells.append(f"{r.mean:>8.3f} [{r.low:.3f},{r.high:.3f}]")
+        lines.append(f"{label:<36}" + "".join(f"{c:>22}" for c in cells))
+    lines.append("")
+    lines.append("paired difference of mean reward against MAS (prompt-only), 95% interval:")
+    for key, label in ROWS[2:]:
+        parts = []
+        for e in envs:
+            d = paired_difference(
+                results[e]["reports"]["mas"].values("reward"),
+                results[e]["reports"][key].values("reward"),
+            )
+            mark = "*" if d.excludes_zero else " "
+            parts.append(f"{e} {d.mean_diff:+.3f} [{d.low:+.3f},{d.high:+.3f}]{mark}")
+        lines.append(f"  {label:<36}" + "   ".join(parts))
+    lines.append("  * the interval excludes zero")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, dict], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.2), squeeze=False)
+    for ax, (env_id, res) in zip(axes[0], results.items()):
+        for key, label in ROWS[2:]:
+            pts = res["curves"].get(key, [])
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        mas = res["reports"]["mas"].mean_reward
+        ax.axhline(mas, color="gray", linestyle="--", label="MAS (prompt-only)")
+        single = res["reports"]["single"].mean_reward
+        ax.axhline(single, color="gray", linestyle=":", label="single agent")
+        ax.set_title(f"{env_id}: validation mean reward", fontsize=9)
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    envs_ = [e.strip() for e in args.envs.split(",") if e.strip()]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    share_s = args.budget_min * 60.0 / (2 * len(envs_))
+    print(
+        f"learning benchmark: {envs_}, {args.episodes} validation instances, "
+        f"{args.budget_min:g} min of training in all ({share_s / 60:.1f} min per trained run), "
+        f"model {args.model}, {args.threads} torch threads",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    results = {e: run_setting(e, args, share_s, out) for e in envs_}
+    text = table(results)
+    print()
+    print(text)
+    (out / "table.txt").write_text(text + "\n")
+    plot(results, out / "learning_curves.png")
+    raw = {
+        e: {
+            "reports": {k: v.to_dict() for k, v in r["reports"].items()},
+            "curves": r["curves"],
+            "steps": r["steps"],
+            "train_s": r["train_s"],
+        }
+        for e, r in results.items()
+    }
+    (out / "results.json").write_text(json.dumps(raw, indent=2))
+    print(f"\nwall time {time.perf_counter() - t0:.0f} s; table, curves and reports in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
