@@ -1,0 +1,1 @@
+"""Integrations with other training and evaluation stacks over process boundaries."""
