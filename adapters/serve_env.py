@@ -1,7 +1,7 @@
 """Serve a setting as an OpenEnv environment (see :mod:`adapters.integrations.openenv`).
 
-    python -m adapters.serve_env --env sokoban                       # 127.0.0.1:8000
-    python -m adapters.serve_env --env code --port 0 --env-config dataset=mbpp+ --share-pools
+python -m adapters.serve_env --env sokoban                       # 127.0.0.1:8000
+python -m adapters.serve_env --env code --port 0 --env-config dataset=mbpp+ --share-pools
 """
 
 from __future__ import annotations

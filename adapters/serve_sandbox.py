@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
         max_procs=args.max_procs,
     )
     ceiling = bounds.ceiling()  # sizes containers / cgroups for the largest request
+    sandbox: sandboxes.Sandbox
     if args.backend == "docker":
         sandbox = sandboxes.DockerSandbox(
             image=args.image, workers=args.workers, limits=ceiling, site_packages=args.site_packages

@@ -366,11 +366,12 @@ def create_app(
     share_pools: bool = False,
 ) -> Any:
     """The FastAPI app of openenv-core's server for ``env_id`` (config checked now)."""
-    import envs
     from fastapi import Request
     from fastapi.responses import JSONResponse
     from openenv.core.env_server.http_server import create_fastapi_app
     from openenv.core.env_server.types import ConcurrencyConfig
+
+    import envs
 
     canonical = envs.spec(env_id).id
     config = dict(config or {})

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 import os
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -79,13 +79,13 @@ LANGUAGES: tuple[str, ...] = Language.__args__  # type: ignore[attr-defined]
 """SandboxFusion's ``Language`` names (``sandbox/runners/types.py``)."""
 
 
-class CommandRunStatus(str, Enum):
+class CommandRunStatus(StrEnum):
     Finished = "Finished"
     Error = "Error"
     TimeLimitExceeded = "TimeLimitExceeded"
 
 
-class RunStatus(str, Enum):
+class RunStatus(StrEnum):
     Success = "Success"
     Failed = "Failed"
     SandboxError = "SandboxError"
@@ -100,11 +100,15 @@ class CommandRunResult(BaseModel):
 
 
 class RunCodeRequest(BaseModel):
-    compile_timeout: float = Field(10, description="accepted and ignored (Python)")
-    run_timeout: float = Field(10, gt=0, allow_inf_nan=False, description="wall limit, seconds")
-    memory_limit_MB: int = Field(-1, description="memory limit in MiB; -1: the server default")
+    compile_timeout: float = Field(default=10, description="accepted and ignored (Python)")
+    run_timeout: float = Field(
+        default=10, gt=0, allow_inf_nan=False, description="wall limit, seconds"
+    )
+    memory_limit_MB: int = Field(
+        default=-1, description="memory limit in MiB; -1: the server default"
+    )
     code: str = Field(..., description="the program to run")
-    stdin: str | None = Field(None, description="standard input")
+    stdin: str | None = Field(default=None, description="standard input")
     language: Language = Field(..., description="only 'python' runs here")
     files: dict[str, str | None] = Field(default_factory=dict, description="refused if given")
     fetch_files: list[str] = Field(default_factory=list, description="refused if given")
@@ -122,11 +126,11 @@ class RunCodeResponse(BaseModel):
 class ServiceLimits(BaseModel):
     """The server's bounds on what a request may ask for."""
 
-    max_run_timeout_s: float = Field(60.0, gt=0, le=3600)
-    memory_mb: int = Field(1024, ge=32, le=65536)
-    max_memory_mb: int = Field(4096, ge=32, le=65536)
-    max_output_bytes: int = Field(8 << 20, ge=1024, le=1 << 30)
-    max_procs: int = Field(64, ge=1, le=4096)
+    max_run_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    memory_mb: int = Field(default=1024, ge=32, le=65536)
+    max_memory_mb: int = Field(default=4096, ge=32, le=65536)
+    max_output_bytes: int = Field(default=8 << 20, ge=1024, le=1 << 30)
+    max_procs: int = Field(default=64, ge=1, le=4096)
 
     def ceiling(self) -> sandboxes.Limits:
         """The largest limits a request can get: the sandbox's own (pool-wide) limits."""
