@@ -68,6 +68,15 @@ class Server:
                 self.proc.wait(timeout=15)
 
 
+def flush(raw) -> None:
+    """Take the dead steps of a raw env (done agents) until a live agent acts or none is left,
+    as the OpenEnv server does after every step."""
+    while raw.agents and (
+        raw.terminations[raw.agent_selection] or raw.truncations[raw.agent_selection]
+    ):
+        raw.step(None)
+
+
 def start_servers(specs: dict[str, tuple[str, ...]]) -> dict[str, Server]:
     """Start several servers at once (``name -> (module, *args)``) and wait for all of them."""
     started = {name: Server(*spec) for name, spec in specs.items()}

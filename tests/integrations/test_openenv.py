@@ -16,6 +16,7 @@ import pytest
 import envs
 from adapters.integrations.openenv import MasAction, MasEnvClient, _jsonable
 from tests.envs.contract import fuzz_completions
+from tests.integrations.conftest import flush
 
 ALL = envs.list_envs()
 
@@ -25,13 +26,6 @@ def servers(server_factory):
     specs = {e: ("adapters.serve_env", "--env", e) for e in ALL}
     specs["sokoban_small"] = ("adapters.serve_env", "--env", "sokoban", "--max-sessions", "2")
     return server_factory(specs)
-
-
-def _flush(raw) -> None:
-    while raw.agents and (
-        raw.terminations[raw.agent_selection] or raw.truncations[raw.agent_selection]
-    ):
-        raw.step(None)
 
 
 class Episode:
@@ -46,7 +40,7 @@ class Episode:
     def reset(self, seed: int, split: str = "train"):
         result = self.client.reset(seed=seed, split=split, config=self.config or None)
         self.twin.reset(seed=seed, options={"split": split})
-        _flush(self.twin)
+        flush(self.twin)
         self.returns = dict.fromkeys(self.twin.possible_agents, 0.0)
         self.check(result)
         return result
@@ -69,7 +63,7 @@ class Episode:
         expected = {a: float(r) for a, r in twin.rewards.items()}
         parts = _jsonable(twin.infos[agent]["reward_parts"])
         awards = _jsonable(list(twin.last_awards))
-        _flush(twin)
+        flush(twin)
         result = self.client.step(MasAction(completion=completion, agent=agent))
         obs = result.observation
         assert obs.acted == agent
@@ -257,5 +251,5 @@ def test_generic_client_plays_with_plain_dicts(servers):
             twin.step(completion)
             result = c.step({"completion": completion})
             assert result.observation["rewards"] == twin.rewards
-            _flush(twin)
+            flush(twin)
         assert result.observation["success"] is True
