@@ -379,8 +379,9 @@ def create_app(
     shared = type(probe.unwrapped).create_shared(**config) if share_pools else None
     probe.close()
     settings = ServeSettings(canonical, config, allow_reset_config, shared or None)
+    factory = functools.partial(MasEnvironment, settings)
     app = create_fastapi_app(
-        functools.partial(MasEnvironment, settings),
+        factory,
         MasAction,
         MasObservation,
         concurrency_config=ConcurrencyConfig(
@@ -388,6 +389,7 @@ def create_app(
         ),
     )
     app.title = f"mas-rl-envs: {canonical} (OpenEnv)"
+    app.state.env_factory = factory  # what each session is made with
 
     async def bad_request(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse(status_code=400, content={"detail": str(exc)})

@@ -46,7 +46,8 @@ output limit hit makes the status ``"Failed"`` even when the exit code is 0, wit
 
 Differences from SandboxFusion: jobs see only the Python standard library (no numpy etc. unless
 the server runs with ``--site-packages``), never a network, and output is capped
-(``--max-output-mb``); ``/run_jupyter`` and the dataset endpoints are not served.
+(``--max-output-mb``); code longer than 16 Mi characters or stdin longer than 64 Mi is a 422;
+``/run_jupyter`` and the dataset endpoints are not served.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ Language = Literal[
     "sql", "rust", "cuda", "lua", "R", "perl", "D_ut", "ruby", "scala", "julia", "pytest",
     "junit", "kotlin_script", "jest", "verilog", "python_gpu", "lean", "swift", "racket",
 ]  # fmt: skip
+MAX_CODE_CHARS = 16 << 20
+MAX_STDIN_CHARS = 64 << 20
 LANGUAGES: tuple[str, ...] = Language.__args__  # type: ignore[attr-defined]
 """SandboxFusion's ``Language`` names (``sandbox/runners/types.py``)."""
 
@@ -107,8 +110,8 @@ class RunCodeRequest(BaseModel):
     memory_limit_MB: int = Field(
         default=-1, description="memory limit in MiB; -1: the server default"
     )
-    code: str = Field(..., description="the program to run")
-    stdin: str | None = Field(default=None, description="standard input")
+    code: str = Field(..., max_length=MAX_CODE_CHARS, description="the program to run")
+    stdin: str | None = Field(default=None, max_length=MAX_STDIN_CHARS, description="stdin")
     language: Language = Field(..., description="only 'python' runs here")
     files: dict[str, str | None] = Field(default_factory=dict, description="refused if given")
     fetch_files: list[str] = Field(default_factory=list, description="refused if given")

@@ -90,9 +90,9 @@ def start_servers(specs: dict[str, tuple[str, ...]]) -> dict[str, Server]:
     return started
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server_factory() -> Iterator:
-    """``factory(specs) -> {name: Server}``; every server is stopped at the end of the session."""
+    """``factory(specs) -> {name: Server}``; the servers are stopped when the module is done."""
     made: list[Server] = []
 
     def factory(specs: dict[str, tuple[str, ...]]) -> dict[str, Server]:

@@ -253,3 +253,22 @@ def test_generic_client_plays_with_plain_dicts(servers):
             assert result.observation["rewards"] == twin.rewards
             flush(twin)
         assert result.observation["success"] is True
+
+
+def test_pools_are_per_session_unless_shared():
+    """In-process: sessions of one app get their own MAE question pool, or with
+    ``share_pools=True`` the run-wide one (the pool a trainer checkpoints)."""
+    from adapters.integrations.openenv import create_app
+
+    for share in (False, True):
+        app = create_app("mae", share_pools=share)
+        a, b = app.state.env_factory(), app.state.env_factory()
+        a.reset(seed=1)
+        b.reset(seed=2)
+        assert (a.raw.pool is b.raw.pool) == share
+        a.close()
+        b.close()
+    strict = create_app("plan_path", allow_reset_config=False).state.env_factory()
+    with pytest.raises(ValueError, match="does not accept env config"):
+        strict.reset(seed=1, config={"max_turns": 2})
+    assert strict.reset(seed=1).agent == "tool"
