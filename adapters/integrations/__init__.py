@@ -2,6 +2,11 @@
 
 * :mod:`adapters.integrations.trl` - TRL's ``GRPOTrainer`` trains any setting through its
   ``rollout_func`` hook (whole multi-agent episodes, env tokens masked).
+* :mod:`adapters.integrations.openenv` - every setting as an OpenEnv environment server
+  (``python -m adapters.serve_env``), on openenv-core's own server and client classes;
+  :mod:`adapters.integrations.trl_openenv` trains through it with TRL's ``environment_factory``.
+* :mod:`adapters.integrations.sandbox_fusion` - a SandboxFusion-compatible ``/run_code`` service
+  on our sandboxes (``python -m adapters.serve_sandbox``), for verl/MARTI/MAE reward functions.
 * :mod:`adapters.integrations.openai_server` - any local policy behind an OpenAI-compatible HTTP
   API (``python -m adapters.serve``).
 """

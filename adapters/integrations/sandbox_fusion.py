@@ -1,0 +1,283 @@
+"""A SandboxFusion-compatible code execution service backed by this project's sandboxes.
+
+`SandboxFusion <https://github.com/bytedance/SandboxFusion>`_'s ``POST /run_code`` is the API
+that verl's code reward functions (``verl.utils.reward_score.sandbox_fusion``), MARTI and MAE
+call to run model-written programs. This service answers it with :class:`sandboxes.LocalSandbox`
+(bubblewrap, warm fork servers) or :class:`sandboxes.DockerSandbox`, so those users point their
+sandbox URL here and get this project's isolation and speed::
+
+    python -m adapters.serve_sandbox --port 8080                     # local (bubblewrap) backend
+    python -m adapters.serve_sandbox --backend docker --workers 8    # warm container pool
+
+    # verl: reward_model.sandbox_fusion.url=http://127.0.0.1:8080/run_code
+    # sandbox-fusion client:
+    from sandbox_fusion import RunCodeRequest, run_code, set_endpoint
+    set_endpoint("http://127.0.0.1:8080")
+    print(run_code(RunCodeRequest(code="print(1 + 1)", language="python")).run_result.stdout)
+
+Request (SandboxFusion's ``RunCodeRequest``; unknown fields are ignored, as there):
+
+=================  ============================================================================
+``code``           the program (required)
+``language``       required; one of SandboxFusion's languages, of which only ``"python"`` runs
+                   here: any other gets ``status: "SandboxError"`` and a message saying so (a
+                   name outside SandboxFusion's list is a 422 validation error, as there)
+``stdin``          text fed to standard input (``null``: none)
+``run_timeout``    wall-clock limit in seconds (> 0; capped at the server's ``--max-run-timeout``);
+                   the CPU-time limit is the same
+``memory_limit_MB``  memory limit; ``-1`` (SandboxFusion's "none") or any value <= 0 means the
+                   server's ``--memory-mb``; capped at ``--max-memory-mb``, at least 32
+``compile_timeout``  accepted and ignored (Python is not compiled)
+``files``          accepted when empty or all ``null`` (what verl sends); files with content
+``fetch_files``    and files to fetch are refused (``SandboxError``): jobs get a private,
+                   empty working directory that is wiped afterwards
+=================  ============================================================================
+
+Response (SandboxFusion's ``RunCodeResponse``, field for field): ``status`` ``"Success"`` (exit
+code 0) / ``"Failed"`` (non-zero exit, killed, a limit hit) / ``"SandboxError"`` (the request
+could not be run: unsupported language or files, or the sandbox itself failed); ``message``
+(empty on success, else why); ``compile_result`` (always ``null``); ``run_result``: ``status``
+(``"Finished"``, ``"TimeLimitExceeded"`` for the wall or CPU limit, ``"Error"`` for a sandbox
+failure), ``execution_time`` (seconds), ``return_code`` (the exit code; ``-N`` when killed by
+signal N, as ``subprocess`` reports it; ``null`` on a time-out), ``stdout``, ``stderr``;
+``executor_pod_name`` (``$MY_POD_NAME``, as SandboxFusion); ``files`` (``{}``). A memory or
+output limit hit makes the status ``"Failed"`` even when the exit code is 0, with the reason in
+``message``. ``GET /v1/ping`` answers ``"pong"``.
+
+Differences from SandboxFusion: jobs see only the Python standard library (no numpy etc. unless
+the server runs with ``--site-packages``), never a network, and output is capped
+(``--max-output-mb``); code longer than 16 Mi characters or stdin longer than 64 Mi is a 422;
+``/run_jupyter`` and the dataset endpoints are not served.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+import sandboxes
+
+__all__ = [
+    "LANGUAGES",
+    "CommandRunResult",
+    "RunCodeRequest",
+    "RunCodeResponse",
+    "ServiceLimits",
+    "create_app",
+    "run_code",
+]
+
+Language = Literal[
+    "python", "cpp", "nodejs", "go", "go_test", "java", "php", "csharp", "bash", "typescript",
+    "sql", "rust", "cuda", "lua", "R", "perl", "D_ut", "ruby", "scala", "julia", "pytest",
+    "junit", "kotlin_script", "jest", "verilog", "python_gpu", "lean", "swift", "racket",
+]  # fmt: skip
+MAX_CODE_CHARS = 16 << 20
+MAX_STDIN_CHARS = 64 << 20
+LANGUAGES: tuple[str, ...] = Language.__args__  # type: ignore[attr-defined]
+"""SandboxFusion's ``Language`` names (``sandbox/runners/types.py``)."""
+
+
+class CommandRunStatus(StrEnum):
+    Finished = "Finished"
+    Error = "Error"
+    TimeLimitExceeded = "TimeLimitExceeded"
+
+
+class RunStatus(StrEnum):
+    Success = "Success"
+    Failed = "Failed"
+    SandboxError = "SandboxError"
+
+
+class CommandRunResult(BaseModel):
+    status: CommandRunStatus
+    execution_time: float | None = None
+    return_code: int | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+
+
+class RunCodeRequest(BaseModel):
+    compile_timeout: float = Field(default=10, description="accepted and ignored (Python)")
+    run_timeout: float = Field(
+        default=10, gt=0, allow_inf_nan=False, description="wall limit, seconds"
+    )
+    memory_limit_MB: int = Field(
+        default=-1, description="memory limit in MiB; -1: the server default"
+    )
+    code: str = Field(..., max_length=MAX_CODE_CHARS, description="the program to run")
+    stdin: str | None = Field(default=None, max_length=MAX_STDIN_CHARS, description="stdin")
+    language: Language = Field(..., description="only 'python' runs here")
+    files: dict[str, str | None] = Field(default_factory=dict, description="refused if given")
+    fetch_files: list[str] = Field(default_factory=list, description="refused if given")
+
+
+class RunCodeResponse(BaseModel):
+    status: RunStatus
+    message: str
+    compile_result: CommandRunResult | None = None
+    run_result: CommandRunResult | None = None
+    executor_pod_name: str | None = None
+    files: dict[str, str] = Field(default_factory=dict)
+
+
+class ServiceLimits(BaseModel):
+    """The server's bounds on what a request may ask for."""
+
+    max_run_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    memory_mb: int = Field(default=1024, ge=32, le=65536)
+    max_memory_mb: int = Field(default=4096, ge=32, le=65536)
+    max_output_bytes: int = Field(default=8 << 20, ge=1024, le=1 << 30)
+    max_procs: int = Field(default=64, ge=1, le=4096)
+
+    def ceiling(self) -> sandboxes.Limits:
+        """The largest limits a request can get: the sandbox's own (pool-wide) limits."""
+        return sandboxes.Limits(
+            wall_s=self.max_run_timeout_s,
+            cpu_s=self.max_run_timeout_s,
+            memory_mb=self.max_memory_mb,
+            max_output_bytes=self.max_output_bytes,
+            max_procs=self.max_procs,
+        )
+
+
+def _limits(request: RunCodeRequest, bounds: ServiceLimits) -> sandboxes.Limits:
+    wall = min(float(request.run_timeout), bounds.max_run_timeout_s)
+    mem = request.memory_limit_MB if request.memory_limit_MB > 0 else bounds.memory_mb
+    mem = max(32, min(int(mem), bounds.max_memory_mb))
+    return sandboxes.Limits(
+        wall_s=max(wall, 0.01),
+        cpu_s=max(wall, 0.01),
+        memory_mb=mem,
+        max_output_bytes=bounds.max_output_bytes,
+        max_procs=bounds.max_procs,
+    )
+
+
+def _refusal(message: str) -> RunCodeResponse:
+    return RunCodeResponse(
+        status=RunStatus.SandboxError, message=message, executor_pod_name=_pod_name()
+    )
+
+
+def _pod_name() -> str | None:
+    return os.environ.get("MY_POD_NAME")
+
+
+def _check(request: RunCodeRequest) -> str | None:
+    """Why the request cannot be run here (None: it can)."""
+    if request.language != "python":
+        return (
+            f"language {request.language!r} is not supported by this sandbox service: it runs "
+            "Python only (language 'python')"
+        )
+    if any(v is not None for v in request.files.values()):
+        return (
+            "files are not supported by this sandbox service: every job starts in a private, "
+            "empty working directory (embed small data in the code or stdin)"
+        )
+    if request.fetch_files:
+        return "fetch_files is not supported by this sandbox service: job files are wiped"
+    return None
+
+
+def to_response(result: sandboxes.ExecResult, limits: sandboxes.Limits) -> RunCodeResponse:
+    """A :class:`sandboxes.ExecResult` in SandboxFusion's response schema (see module doc)."""
+    elapsed = float(result.duration_s) if math.isfinite(result.duration_s) else None
+    if result.error is not None:
+        run = CommandRunResult(
+            status=CommandRunStatus.Error, execution_time=elapsed, stderr=result.error
+        )
+        return RunCodeResponse(
+            status=RunStatus.SandboxError,
+            message=f"sandbox failure: {result.error}",
+            run_result=run,
+            executor_pod_name=_pod_name(),
+        )
+    if result.timed_out:
+        which = "CPU-time" if result.cpu_exceeded else "wall-clock"
+        run = CommandRunResult(
+            status=CommandRunStatus.TimeLimitExceeded,
+            execution_time=elapsed,
+            stdout=result.stdout,
+            stderr=result.stderr,
+        )
+        return RunCodeResponse(
+            status=RunStatus.Failed,
+            message=f"{which} limit of {limits.wall_s:g} s exceeded",
+            run_result=run,
+            executor_pod_name=_pod_name(),
+        )
+    code = result.exit_code if result.exit_code is not None else -int(result.signal or 9)
+    reasons = []
+    if result.memory_exceeded:
+        reasons.append(f"memory limit of {limits.memory_mb} MB exceeded")
+    if result.output_truncated:
+        reasons.append(f"output limit of {limits.max_output_bytes} bytes exceeded (truncated)")
+    if result.exit_code is None and result.signal:
+        reasons.append(f"killed by signal {result.signal}")
+    run = CommandRunResult(
+        status=CommandRunStatus.Finished,
+        execution_time=elapsed,
+        return_code=code,
+        stdout=result.stdout,
+        stderr=result.stderr,
+    )
+    ok = code == 0 and not reasons
+    return RunCodeResponse(
+        status=RunStatus.Success if ok else RunStatus.Failed,
+        message="; ".join(reasons),
+        run_result=run,
+        executor_pod_name=_pod_name(),
+    )
+
+
+def run_code(
+    sandbox: Any, request: RunCodeRequest, bounds: ServiceLimits | None = None
+) -> RunCodeResponse:
+    """Serve one ``/run_code`` request with ``sandbox`` (blocking; thread-safe)."""
+    bounds = bounds or ServiceLimits()
+    refused = _check(request)
+    if refused is not None:
+        return _refusal(refused)
+    limits = _limits(request, bounds)
+    try:
+        result = sandbox.run(request.code, stdin=request.stdin or "", limits=limits)
+    except Exception as exc:  # the sandbox itself failed (closed, cannot start a worker)
+        return _refusal(f"sandbox failure: {type(exc).__name__}: {exc}")
+    return to_response(result, limits)
+
+
+def create_app(sandbox: Any, bounds: ServiceLimits | None = None, *, owns_sandbox: bool = True):
+    """The FastAPI app serving ``/run_code`` and ``/v1/ping`` with ``sandbox`` (closed when the
+    app shuts down if ``owns_sandbox``)."""
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI
+
+    bounds = bounds or ServiceLimits()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        if owns_sandbox:
+            sandbox.close()
+
+    app = FastAPI(title="mas-rl-envs sandbox service (SandboxFusion API)", lifespan=lifespan)
+
+    @app.post("/run_code", response_model=RunCodeResponse, tags=["sandbox"])
+    def run_code_endpoint(request: RunCodeRequest) -> RunCodeResponse:
+        # a plain (sync) endpoint: FastAPI runs it on its thread pool, so concurrent requests
+        # occupy the sandbox's workers in parallel
+        return run_code(sandbox, request, bounds)
+
+    @app.get("/v1/ping")
+    def ping() -> str:
+        return "pong"
+
+    return app

@@ -1,0 +1,62 @@
+"""Serve a setting as an OpenEnv environment (see :mod:`adapters.integrations.openenv`).
+
+python -m adapters.serve_env --env sokoban                       # 127.0.0.1:8000
+python -m adapters.serve_env --env code --port 0 --env-config dataset=mbpp+ --share-pools
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m adapters.serve_env", description="Serve a setting over OpenEnv."
+    )
+    p.add_argument("--env", required=True, help="setting id (see envs.list_envs())")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    p.add_argument(
+        "--env-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="setting option for every session (repeatable; VALUE is JSON or a string)",
+    )
+    p.add_argument("--max-sessions", type=int, default=64, help="concurrent WebSocket sessions")
+    p.add_argument(
+        "--session-timeout", type=float, default=None, help="close sessions idle this many seconds"
+    )
+    p.add_argument(
+        "--no-reset-config",
+        action="store_true",
+        help="refuse env config sent with reset (clients get exactly the server's config)",
+    )
+    p.add_argument(
+        "--share-pools",
+        action="store_true",
+        help="one run-wide question pool (MAE/SAGE) for all sessions instead of one per session",
+    )
+    args = p.parse_args(argv)
+
+    from adapters.integrations._server import serve
+    from adapters.integrations.openenv import create_app
+    from adapters.training.flags import ConfigError, parse_key_values
+
+    try:
+        env_config = parse_key_values(args.env_config, "--env-config")
+    except ConfigError as exc:
+        p.error(str(exc))
+    app = create_app(
+        args.env,
+        env_config,
+        max_sessions=args.max_sessions,
+        session_timeout_s=args.session_timeout,
+        allow_reset_config=not args.no_reset_config,
+        share_pools=args.share_pools,
+    )
+    serve(app, args.host, args.port, what=f"OpenEnv {args.env}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""The SandboxFusion-compatible service (``python -m adapters.serve_sandbox``) against the real
+``sandbox-fusion`` client package, and hostile programs through it versus the library."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+from sandbox_fusion import RunCodeRequest, run_code
+from sandbox_fusion.models import CommandRunStatus, RunCodeResponse, RunStatus
+
+import sandboxes
+from adapters.integrations.sandbox_fusion import to_response
+from tests.sandboxes.test_attacks import ATTACKS
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = f"mas-secret-{uuid.uuid4().hex}"
+RESPONSE_KEYS = {
+    "status",
+    "message",
+    "compile_result",
+    "run_result",
+    "executor_pod_name",
+    "files",
+}
+RUN_RESULT_KEYS = {"status", "execution_time", "return_code", "stdout", "stderr"}
+
+
+@pytest.fixture(scope="module")
+def local_service(server_factory):
+    return server_factory({"local": ("adapters.serve_sandbox", "--workers", "2")})["local"]
+
+
+@pytest.fixture(scope="module")
+def docker_service(server_factory):
+    try:
+        sandboxes.DockerSandbox(workers=1).close()
+    except sandboxes.SandboxError as exc:
+        if os.environ.get("MAS_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"MAS_REQUIRE_DOCKER=1 but the Docker sandbox is unavailable: {exc}")
+        pytest.skip(f"Docker sandbox unavailable: {exc}")
+    spec = ("adapters.serve_sandbox", "--backend", "docker", "--workers", "2")
+    return server_factory({"docker": spec})["docker"]
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def service(request):
+    return request.getfixturevalue(f"{request.param}_service")
+
+
+def call(service, max_attempts: int = 1, **fields):
+    """``/run_code`` through the sandbox-fusion client; with ``memory_limit_MB`` (which that
+    client's request model does not carry) posted as JSON, the way verl does, and parsed with
+    the client's response model."""
+    if "memory_limit_MB" not in fields:
+        return run_code(RunCodeRequest(language="python", **fields), service.url, max_attempts)
+    r = requests.post(service.url + "/run_code", json={"language": "python", **fields}, timeout=60)
+    assert r.status_code == 200, r.text
+    return RunCodeResponse(**r.json())
+
+
+def test_runs_python_with_the_real_client(service):
+    r = call(service, code="print(int(input()) * 2)", stdin="21\n")
+    assert r.status == RunStatus.Success and r.message == "" and r.compile_result is None
+    assert r.run_result.status == CommandRunStatus.Finished
+    assert r.run_result.return_code == 0 and r.run_result.stdout == "42\n"
+    assert 0 < r.run_result.execution_time < 5 and r.files == {}
+
+    r = call(service, code="import sys\nprint('x', file=sys.stderr)\nsys.exit(3)")
+    assert r.status == RunStatus.Failed and r.run_result.return_code == 3
+    assert r.run_result.stderr == "x\n"
+    r = call(service, code="1/0")
+    assert r.status == RunStatus.Failed and "ZeroDivisionError" in r.run_result.stderr
+    r = call(service, code="import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    assert r.status == RunStatus.Failed and r.run_result.return_code == -9
+
+    t0 = time.monotonic()
+    r = call(service, code="import time\ntime.sleep(30)", run_timeout=1)
+    assert time.monotonic() - t0 < 5
+    assert r.status == RunStatus.Failed
+    assert r.run_result.status == CommandRunStatus.TimeLimitExceeded
+    assert r.run_result.return_code is None and "limit of 1 s" in r.message
+
+
+def test_memory_limit_mb_is_applied(service):
+    hog = "x = bytearray(300 << 20)\nprint(len(x) >> 20)"
+    small = call(service, code=hog, memory_limit_MB=128)
+    assert small.status == RunStatus.Failed and "memory" in small.message + small.run_result.stderr
+    big = call(service, code=hog, memory_limit_MB=1024)
+    assert big.status == RunStatus.Success and big.run_result.stdout == "300\n"
+
+
+def test_other_languages_and_files_are_refused_clearly(service):
+    for language in ("cpp", "nodejs", "pytest"):
+        req = RunCodeRequest(code="int main() {}", language=language)
+        with pytest.raises(Exception, match=f"language '{language}' is not supported"):
+            run_code(req, service.url, max_attempts=1)
+    raw = requests.post(service.url + "/run_code", json={"code": "x", "language": "cobol"})
+    assert raw.status_code == 422 and raw.json()["detail"][0]["loc"] == ["body", "language"]
+    body = {"code": "print(1)", "language": "python", "files": {"a.txt": "aGk="}}
+    resp = requests.post(service.url + "/run_code", json=body).json()
+    assert resp["status"] == "SandboxError" and "files are not supported" in resp["message"]
+    body = {"code": "print(1)", "language": "python", "fetch_files": ["out.txt"]}
+    resp = requests.post(service.url + "/run_code", json=body).json()
+    assert resp["status"] == "SandboxError" and "fetch_files" in resp["message"]
+    for bad in (0, -1, "soon"):
+        body = {"code": "print(1)", "language": "python", "run_timeout": bad}
+        assert requests.post(service.url + "/run_code", json=body).status_code == 422
+
+
+def test_verl_request_and_response_schema(service):
+    """The exact JSON verl's ``call_sandbox_api`` posts; the response has SandboxFusion's keys."""
+    payload = {
+        "compile_timeout": 10,
+        "run_timeout": 10,
+        "code": "a, b = map(int, input().split())\nprint(a + b)",
+        "stdin": "20 22",
+        "memory_limit_MB": 1024,
+        "language": "python",
+        "files": {},
+        "fetch_files": [],
+    }
+    r = requests.post(
+        service.url + "/run_code",
+        data=json.dumps(payload),
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+        timeout=30,
+    )
+    assert r.status_code == 200
+    body = r.json()
+    assert set(body) == RESPONSE_KEYS and set(body["run_result"]) == RUN_RESULT_KEYS
+    assert body["status"] == "Success" and body["run_result"]["stdout"] == "42\n"
+    assert body["compile_result"] is None and body["files"] == {}
+    assert requests.get(service.url + "/v1/ping").json() == "pong"
+
+
+def test_concurrent_requests(service):
+    codes = [f"print(sum(range({n})))" for n in range(40)]
+    with ThreadPoolExecutor(8) as pool:
+        out = list(pool.map(lambda c: call(service, code=c), codes))
+    assert [r.run_result.stdout for r in out] == [f"{sum(range(n))}\n" for n in range(40)]
+
+
+# ---------------------------------------------------------------- hostile programs
+
+HOSTILE = [
+    "infinite_loop",
+    "fork_bomb",
+    "memory_bomb",
+    "one_huge_allocation",
+    "network_tcp",
+    "network_udp",
+    "network_dns",
+    "read_etc_shadow",
+    "read_project_file",
+    "read_environment_secret",
+    "write_outside_tmp",
+    "signal_parent",
+    "daemon_outlives_job",
+    "privilege_escalation",
+]
+BY_NAME = {a.name: a for a in ATTACKS}
+
+
+@pytest.fixture(scope="module")
+def listener():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    srv.settimeout(0.1)
+    yield srv
+    srv.close()
+
+
+@pytest.fixture(scope="module")
+def planted():
+    paths = [ROOT / f".sandbox-test-secret-{uuid.uuid4().hex}", Path("/tmp") / SECRET]
+    for p in paths:
+        p.write_text(SECRET)
+    yield paths
+    for p in paths:
+        p.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def local_library():
+    with sandboxes.LocalSandbox(workers=1) as sb:
+        yield sb
+
+
+@pytest.fixture(scope="module")
+def docker_library(docker_service):
+    with sandboxes.DockerSandbox(workers=1) as sb:
+        yield sb
+
+
+@pytest.mark.parametrize("kind", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_program_is_contained_like_through_the_library(
+    request, listener, planted, name, kind
+):
+    """The same attack through the service and through the library (same backend, same
+    limits) ends the same way; nothing leaks or reaches the host; the service keeps working."""
+    service = request.getfixturevalue(f"{kind}_service")
+    library = request.getfixturevalue(f"{kind}_library")
+    attack = BY_NAME[name]
+    targets = [str(ROOT / f"escape-{uuid.uuid4().hex}"), f"/tmp/escape-{uuid.uuid4().hex}"]
+    code = (
+        attack.code.replace("HOSTPORT", str(listener.getsockname()[1]))
+        .replace("PLANTED", repr(str(planted[0])))
+        .replace("WRITE_TARGETS", repr(targets))
+        .replace("'SECRET'", repr(SECRET))
+    )
+    lim = attack.limits
+    # the service's limits for this request are the attack's (wall = CPU time, output cap aside)
+    lim = sandboxes.Limits(wall_s=lim.wall_s, cpu_s=lim.wall_s, memory_mb=lim.memory_mb)
+    t0 = time.monotonic()
+    got = call(service, code=code, run_timeout=lim.wall_s, memory_limit_MB=lim.memory_mb)
+    assert time.monotonic() - t0 <= lim.wall_s + 2.0
+    want = to_response(library.run(code, limits=lim), lim)
+
+    assert got.status.value == want.status.value, (got, want)
+    assert got.run_result.status.value == want.run_result.status.value, (got, want)
+    if want.run_result.status.value == "Finished" and "memory" not in want.message:
+        assert got.run_result.stdout == want.run_result.stdout, (got, want)
+    assert ("memory" in got.message) == ("memory" in want.message), (got, want)
+    assert SECRET not in (got.run_result.stdout or "") + (got.run_result.stderr or "")
+    assert not any(os.path.exists(p) for p in targets), "the job wrote to the host"
+    assert all(p.read_text() == SECRET for p in planted)
+    with pytest.raises(OSError):
+        listener.accept()  # nothing reached the host's loopback
+    follow = call(service, code="print(sum(map(int, input().split())))", stdin="20 22")
+    assert follow.status == RunStatus.Success and follow.run_result.stdout == "42\n"
