@@ -113,3 +113,14 @@ def test_dead_steps_and_step_after_end():
     # The PettingZoo wrapper only logs a warning here; the raw env refuses clearly.
     with pytest.raises(RuntimeError, match="reset"):
         env.unwrapped.step(None)
+
+
+def test_trainable_info_contract():
+    """``infos[agent]["trainable"]``: absent after reset (means True), a bool after each step
+    (False only for steps a setting marks with ``mark_untrainable``)."""
+    env = envs.make("plan_path")
+    env.reset(seed=0)
+    agent = env.agent_selection
+    assert "trainable" not in env.infos[agent]
+    env.step("no idea")
+    assert env.infos[agent]["trainable"] is True and "untrainable_reason" not in env.infos[agent]
