@@ -788,7 +788,7 @@ class raw_env(ProgramEnv):
     def _render_text(self) -> str:
         p = self.instance
         lines = [
-            f"code [{p.id or self.instance_id}] ({p.style}) turn {self.turn}/{self.config.max_turns}, "
+            f"code [{p.id or self.instance_id}] ({p.style}) turn {self.turn}/{self.horizon}, "
             f"success={self.success}, current program passes {len(self.golden_passed)}/{len(p.tests)} "
             "golden tests"
         ]
