@@ -42,8 +42,12 @@ class ProgramConfig(EnvConfig):
     wall_s / memory_mb / max_output_bytes: sandbox limits of one program run (per test case
     in ``code``). history_turns: how many earlier turns the prompts show.
     dataset / data_path / data_split / data_options: where problems come from (see the setting).
+    single_turns: the horizon of ``mode="single"`` (AT-GRPO 5.1: the single-agent baselines of
+    code and math are single-turn, 1); ``None`` uses ``max_turns`` (a multi-turn self-refining
+    single agent, not the paper's baseline).
     """
 
+    single_turns: int | None = 1
     wall_s: float = 5.0
     memory_mb: int = 512
     max_output_bytes: int = 65_536
@@ -71,6 +75,12 @@ class ProgramConfig(EnvConfig):
             )
         if not isinstance(self.history_turns, int) or self.history_turns < 0:
             raise ValueError(f"history_turns must be an int >= 0, got {self.history_turns!r}")
+        if self.single_turns is not None and (
+            isinstance(self.single_turns, bool)
+            or not isinstance(self.single_turns, int)
+            or self.single_turns < 1
+        ):
+            raise ValueError(f"single_turns must be an int >= 1 or None, got {self.single_turns!r}")
         if self.data_options is not None and not isinstance(self.data_options, dict):
             raise ValueError("data_options must be a dict of loader keyword arguments or None")
 
@@ -139,9 +149,20 @@ class ProgramEnv(TurnBasedEnv):
         """Run one program under the config's limits; never raises for a bad program."""
         return self.sandbox.run(code, stdin=stdin, limits=self._limits())
 
+    @property
+    def horizon(self) -> int:
+        """Turns in an episode: ``max_turns``, or ``single_turns`` (when set) in single mode."""
+        cfg = self.config
+        if cfg.mode == "single" and cfg.single_turns is not None:
+            return cfg.single_turns
+        return cfg.max_turns
+
+    def _horizon_reached(self) -> bool:
+        return self.turn >= self.horizon
+
     def _is_last_step(self, agent: str) -> bool:
         """Is this the final step before the horizon (the last agent of the last turn)?"""
-        return self.turn >= self.config.max_turns - 1 and agent == self.possible_agents[-1]
+        return self.turn >= self.horizon - 1 and agent == self.possible_agents[-1]
 
 
 class LRU(Generic[T]):

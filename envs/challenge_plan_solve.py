@@ -6,14 +6,16 @@ agents             ``challenger``, ``planner``, ``solver``, ``critic``
                    (``planning=False``: no ``planner``)
 actions            completion text (``str``)
 observations       ``{"prompt": str}``
-episode            challenger, critic, solver x N_s, planner, critic, solver
+episode            challenger, critic, solver x N_s (difficulty, not trained), planner,
+                   critic, solver
 render modes       ``human``, ``ansi``
 =================  ==========================================================
 
-Four roles share one backbone (SAGE Section 4, Algorithm 1). An episode's instance is a reference
-item ``(q_ref, v_ref)`` from the question pool: a math question with its reference answer, or a
-programming task with assert tests and a reference program. Each episode runs both phases of
-Algorithm 1:
+Four roles share one backbone (SAGE Section 4, Algorithm 1). An episode's instance
+(:class:`SageInstance`) is two items of the question pool, drawn independently (Algorithm 1
+line 5 and line 16, each ``(q, v) ~ D``): the challenger's reference item ``(q_ref, v_ref)`` and
+the plan-solve item; each is a math question with its reference answer, or a programming task
+with assert tests and a reference program. Each episode runs both phases of Algorithm 1:
 
 Challenge phase.
 
@@ -31,10 +33,16 @@ Challenge phase.
    answer is graded by the external verifier, ``s_gt_j`` in [0, 1] (math 0/1, code pass rate),
    and ``r_d = 1 - mean_j s_gt_j``. Otherwise these samples are skipped: the difficulty would
    be suppressed anyway (Eq. 6), so sampling them (Algorithm 1 line 8) only costs time.
+   These N_s samples exist only for ``r_d`` (Algorithm 1 lines 8-9; the solver is trained on
+   ``r_s`` of line 25, the plan-solve answer): by default (``train_difficulty=False``) their
+   infos say ``trainable: False`` and they return reward 0 (``s_gt`` and ``r_f`` stay in their
+   infos). ``train_difficulty=True`` trains them with ``0.5 s_gt + 0.5 r_f`` (this module's v0).
 
-Plan-solve phase (Algorithm 1 lines 16-25), on the reference item by default (an independent
-draw from the pool, as in line 16; ``plan_source="accepted"`` uses the new question when it was
-accepted):
+Plan-solve phase (Algorithm 1 lines 16-25), on the plan-solve item: drawn from the pool at reset
+independently of the reference (line 16), from the same split (the question accepted in this
+round joins the pool only at the end of the episode, so it is not drawn in its own round).
+``plan_source="reference"`` uses the challenger's reference item instead (this module's v0),
+``"accepted"`` the new question when it was accepted (else the drawn item):
 
 4. **planner** writes a plan in ``<plan>...</plan>``; 5. **critic** rates it: ``s_p = Norm(s)``;
 6. **solver** answers, seeing the plan only if ``s_p >= beta`` (0.3); graded by the verifier
@@ -42,8 +50,13 @@ accepted):
    sent to the critic: ``s_p = 0`` and the solver answers alone.
 
 ``Norm(s)`` (SAGE Eq. 2): ``s`` on [0, 1], ``(s - 1) / 9`` on (1, 10], 0.5 otherwise (also when
-no score parses). As written, ``Norm(1) = 1``: a critic that writes 1 gives top marks;
-``critic_norm="linear"`` uses ``(s - 1) / 9`` clipped to [0, 1] instead (not the paper's).
+no score parses). As written, ``Norm(1) = 1``: a critic that writes 1, the lowest mark of the
+1-10 scale it is asked for (4.1: "scores typically on a 1-10 scale"), would give top marks, and
+such a question would pass alpha and enter the pool. The paper contradicts itself here, so the
+default (``critic_norm="scale"``) reads a score of exactly 1 as the bottom of the scale:
+``Norm(1) = 0``, otherwise Eq. 2 (``s`` on [0, 1), ``(s - 1) / 9`` on [1, 10]).
+``critic_norm="sage"`` is Eq. 2 literally (``Norm(1) = 1``); ``"linear"`` uses ``(s - 1) / 9``
+clipped to [0, 1] (MAE's normalisation: also maps 0.8 to 0).
 Thresholds compare with a 1e-9 tolerance (an integer score of 8 passes alpha, 7 does not).
 
 Rewards (``mixing="none"``: the weighted sum of components; weights in :class:`SageRewards`):
@@ -55,8 +68,9 @@ Rewards (``mixing="none"``: the weighted sum of components; weights in :class:`S
 - planner: ``0.5 s_p + 0.5 r_f``.
 - solver (final answer): ``0.2 s~_p + 0.6 s_gt + 0.2 r_f`` with ``s~_p = s_p`` when the plan
   passed the gate, else 0; with ``planning=False``: ``0.5 s_gt + 0.5 r_f`` (weights ``noplan_*``).
-  Difficulty samples (step 3) have no plan and get the same ``0.5 s_gt + 0.5 r_f``; their
-  ``infos`` say ``phase="difficulty"`` so a trainer can drop them.
+  Difficulty samples (step 3) are not trained by default (see above); with
+  ``train_difficulty=True`` they get ``0.5 s_gt + 0.5 r_f``. Their ``infos`` say
+  ``phase="difficulty"``.
 - critic: ``r_f`` of its output (``<score>``); a score block without a number counts 0.
 
 ``r_f`` is SAGE's soft format score (4.1) over the role's required tags (challenger: see above;
@@ -70,7 +84,8 @@ difficulty sample; the planner's after the critic scores its plan. Their own ste
 (``reward_parts`` with a ``pending`` reason) and the final reward arrives by ``award()``.
 
 The question pool (:class:`envs.pools.QuestionPool`): instances are drawn from it (only items
-with a verifier; split by the hash of the question), and at the end of an episode an accepted
+with a verifier; an instance's split is the hash of its reference question, and its plan-solve
+item comes from the same split), and at the end of an episode an accepted
 question (``s_q >= alpha`` and valid verifier) is added with its verifier (``add_to_pool``),
 de-duplicated by normalised text, with ``s_q`` and ``r_d`` in ``metadata``. Share one pool per
 run: ``raw_env.create_shared(**config)`` returns ``{"pool": QuestionPool}`` for
@@ -83,13 +98,19 @@ Oracle: the challenger re-emits the reference item (so the pool does not grow); 
 numbered steps (from the item's worked solution when it has one); the solver answers with the
 known reference answer or program of the question in front of it.
 
+Explicit instance: ``reset(options={"instance": {"question": ..., "kind": ..., "answer": ...,
+"task": {...}}})``; ``task`` is the plan-solve item (default: the reference item itself).
+
 Config (:class:`SageConfig`): ``num_samples`` (4), ``alpha`` (0.7), ``beta`` (0.3), ``planning``
-(True), ``plan_source`` ("reference"), ``add_to_pool`` (True), ``critic_norm`` ("sage"),
+(True), ``plan_source`` ("pool"), ``train_difficulty`` (False), ``add_to_pool`` (True),
+``critic_norm`` ("scale"),
 ``duplicate_credit`` (0.5), ``empty_format_score`` (0.5), ``seed_sources``
 (:data:`envs.pools.OFFLINE_SEEDS`), ``max_question_chars`` (4000), ``max_shown_chars`` (4000),
 ``max_tests`` (20), ``test_timeout_s`` (5.0), ``rewards``. ``max_turns`` is not used.
 
-Version history: v0 (initial).
+Version history: v0 (initial); v1 (the plan-solve item is an independent pool draw,
+``plan_source="pool"``; difficulty samples are not training samples, ``train_difficulty``;
+``Norm(1) = 0`` by default, ``critic_norm="scale"``).
 """
 
 from __future__ import annotations
@@ -121,7 +142,7 @@ from verifiers.formats import check_format, find_tags
 from verifiers.judge import mae_norm, parse_score, sage_norm
 from verifiers.test_parsing import split_assert_block
 
-__all__ = ["SageConfig", "SageRewards", "env", "raw_env"]
+__all__ = ["SageConfig", "SageInstance", "SageRewards", "env", "raw_env"]
 
 _EPS = 1e-9
 _REQUIRED = {"math": ("question", "answer"), "code": ("question", "tests", "solution")}
@@ -161,9 +182,10 @@ class SageConfig(EnvConfig):
     alpha: float = 0.7
     beta: float = 0.3
     planning: bool = True
-    plan_source: Literal["reference", "accepted"] = "reference"
+    plan_source: Literal["pool", "reference", "accepted"] = "pool"
+    train_difficulty: bool = False
     add_to_pool: bool = True
-    critic_norm: Literal["sage", "linear"] = "sage"
+    critic_norm: Literal["scale", "sage", "linear"] = "scale"
     duplicate_credit: float = 0.5
     empty_format_score: float | None = 0.5
     seed_sources: tuple[str, ...] = OFFLINE_SEEDS
@@ -184,15 +206,29 @@ class SageConfig(EnvConfig):
                 raise ValueError(f"{name} must lie in [0, 1]")
         if self.empty_format_score is not None and not 0.0 <= self.empty_format_score <= 1.0:
             raise ValueError("empty_format_score must lie in [0, 1] or be None")
-        if self.plan_source not in ("reference", "accepted"):
-            raise ValueError("plan_source must be 'reference' or 'accepted'")
-        if self.critic_norm not in ("sage", "linear"):
-            raise ValueError("critic_norm must be 'sage' or 'linear'")
+        if self.plan_source not in ("pool", "reference", "accepted"):
+            raise ValueError("plan_source must be 'pool', 'reference' or 'accepted'")
+        if self.critic_norm not in ("scale", "sage", "linear"):
+            raise ValueError("critic_norm must be 'scale', 'sage' or 'linear'")
         if self.max_question_chars < 1 or self.max_shown_chars < 100 or self.max_tests < 1:
             raise ValueError("max_question_chars, max_tests >= 1 and max_shown_chars >= 100")
         if isinstance(self.seed_sources, str):
             raise ValueError("seed_sources must be a tuple of spec strings, not one string")
         object.__setattr__(self, "seed_sources", tuple(self.seed_sources))
+
+
+@dataclass(frozen=True)
+class SageInstance:
+    """The challenger's reference item and the plan-solve item (Algorithm 1 lines 5 and 16:
+    two independent draws from the pool, both from the split of the reference; ``task=None``:
+    the reference item). The split and ``instance_id`` are those of the reference."""
+
+    item: PoolItem
+    task: PoolItem | None = None
+
+    @property
+    def plan_item(self) -> PoolItem:
+        return self.task if self.task is not None else self.item
 
 
 @dataclass
@@ -263,20 +299,23 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
     def _eligible(item: PoolItem) -> bool:
         return item.verifiable and item.kind in _REQUIRED
 
-    def _sample_instance(self, split: str, seed: int) -> PoolItem:
-        return self.pool.sample(np.random.default_rng(seed), split, where=self._eligible)
+    def _sample_instance(self, split: str, seed: int) -> SageInstance:
+        rng = np.random.default_rng(seed)
+        item = self.pool.sample(rng, split, where=self._eligible)
+        return SageInstance(item, self.pool.sample(rng, split, where=self._eligible))
 
-    def _instance_key(self, instance: PoolItem) -> str:
-        return canonical_text(instance.question)
+    def _instance_key(self, instance: SageInstance) -> str:
+        return canonical_text(instance.item.question)
 
-    def _instance_from_dict(self, data: Any) -> PoolItem:
+    def _pool_item(self, data: Any) -> PoolItem:
         item = data if isinstance(data, PoolItem) else None
         if item is None:
             if not isinstance(data, dict) or "question" not in data:
                 raise ValueError(
                     'a SAGE instance is a PoolItem or {"question": str, "kind": "math"|"code", '
                     '"answer": str (math: final answer; code: reference program), "tests": '
-                    "[TestCase dicts] (code), ...}"
+                    '[TestCase dicts] (code), ..., "task": the plan-solve item (a dict like '
+                    "this one; default: the reference item)}"
                 )
             item = PoolItem.from_dict(data)
         if not self._eligible(item):
@@ -285,8 +324,17 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
             )
         return item
 
-    def _reset_state(self, instance: PoolItem) -> None:
-        self.state = _State(plan_item=instance)
+    def _instance_from_dict(self, data: Any) -> SageInstance:
+        if isinstance(data, SageInstance):
+            return data
+        task = None
+        if isinstance(data, dict) and "task" in data:
+            data = dict(data)
+            task = self._pool_item(data.pop("task"))
+        return SageInstance(self._pool_item(data), task)
+
+    def _reset_state(self, instance: SageInstance) -> None:
+        self.state = _State(plan_item=instance.plan_item)
 
     def _next_agent(self, agent: str) -> str:
         return self.state.next_agent
@@ -311,8 +359,10 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         why = p.reason
         if p.value is None and find_tags(text, "score"):
             rf = 0.0
-        norm = sage_norm if self.config.critic_norm == "sage" else mae_norm
-        return norm(p.value), rf, p.value, why
+        rule = self.config.critic_norm
+        if rule == "linear":
+            return mae_norm(p.value), rf, p.value, why
+        return sage_norm(p.value, one_is_low=rule == "scale"), rf, p.value, why
 
     def _parts(
         self, role: str, comps: dict[str, float], weights: str, **reasons: str
@@ -340,7 +390,7 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         return handler(completion)
 
     def _act_challenger(self, text: str) -> RewardParts:
-        st, cfg, ref = self.state, self.config, self.instance
+        st, cfg, ref = self.state, self.config, self.instance.item
         st.challenger_step = self.num_steps
         st.challenger_rf = self._rf(text, _REQUIRED[ref.kind])
         question = _last_block(text, "question")
@@ -434,17 +484,28 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         assert st.new_item is not None
         s_gt, rf, why = self._grade(st.new_item, text)
         st.gt_scores.append(s_gt)
-        st.last_info = {"phase": "difficulty", "sample_index": len(st.gt_scores) - 1, "s_gt": s_gt}
+        st.last_info = {
+            "phase": "difficulty",
+            "sample_index": len(st.gt_scores) - 1,
+            "s_gt": s_gt,
+            "r_f": rf,
+        }
         if len(st.gt_scores) >= cfg.num_samples:
             st.r_d = 1.0 - float(np.mean(st.gt_scores))
             st.accepted = True
             self.award("challenger", self._challenger_final(), st.challenger_step)
             self._enter_plan_phase()
+        if not cfg.train_difficulty:  # Algorithm 1 line 8: sampled for r_d only
+            why_not = "a difficulty sample for the challenger's r_d (SAGE Algorithm 1, line 8)"
+            self.mark_untrainable(why_not)
+            return RewardParts.build(
+                "solver", {}, cfg.rewards, coefficients={}, reasons={"untrained": why_not}
+            )
         return self._parts("solver", {"correct": s_gt, "format": rf}, "noplan", correct=why)
 
     def _enter_plan_phase(self) -> None:
-        st, cfg = self.state, self.config
-        st.plan_item = self.instance
+        st, cfg, inst = self.state, self.config, self.instance
+        st.plan_item = inst.item if cfg.plan_source == "reference" else inst.plan_item
         if cfg.plan_source == "accepted" and st.eligible and st.new_item is not None:
             st.plan_item = st.new_item
         st.phase, st.next_agent = ("plan", "planner") if cfg.planning else ("solve", "solver")
@@ -492,7 +553,7 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         self.success = st.s_gt >= 1.0
         st.phase, st.next_agent = "done", self.possible_agents[0]
         if st.accepted and cfg.add_to_pool and st.new_item is not None:
-            meta = {"s_q": st.s_q, "r_d": st.r_d, "reference": self.instance.key}
+            meta = {"s_q": st.s_q, "r_d": st.r_d, "reference": self.instance.item.key}
             item = PoolItem(**{**st.new_item.to_dict(), "metadata": meta})
             st.pool_added = self.pool.add(item)
         self.end_episode()
@@ -571,7 +632,7 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         return f"You are the Solver.\n\n{self._task_text(item)}{plan}\n\n{fmt}"
 
     def _challenger_prompt(self) -> str:
-        ref = self.instance
+        ref = self.instance.item
         if ref.kind == "math":
             what = (
                 "Write a new math problem inspired by the reference but different from it and "
@@ -598,9 +659,11 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
     def _render_text(self) -> str:
         st = self.state
         lines = [
-            f"challenge_plan_solve  phase={st.phase}  kind={self.instance.kind}",
-            f"reference: {clip_text(self.instance.question, 200)}",
+            f"challenge_plan_solve  phase={st.phase}  kind={self.instance.item.kind}",
+            f"reference: {clip_text(self.instance.item.question, 200)}",
         ]
+        if st.plan_item is not None:
+            lines.append(f"plan-solve item: {clip_text(st.plan_item.question, 200)}")
         if st.new_item is not None:
             lines.append(f"new question: {clip_text(st.new_item.question, 200)}")
             lines.append(f"verifier valid: {st.valid} ({st.valid_reason})")
@@ -615,7 +678,7 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
 
     # ------------------------------------------------------------------ oracle
     def oracle(self, agent: str) -> str:
-        st, ref = self.state, self.instance
+        st, ref = self.state, self.instance.item
         if agent == "challenger":
             if ref.kind == "math":
                 return f"<question>{ref.question}</question>\n<answer>{ref.answer}</answer>"

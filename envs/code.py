@@ -5,7 +5,8 @@ id                 ``code``
 agents             ``coder``, ``tester`` (``mode="single"``: ``coder``)
 actions            completion text (``str``)
 observations       ``{"prompt": str}``
-horizon            ``max_turns`` turns (default 4); ends on agreement
+horizon            ``max_turns`` turns (default 4); ends on agreement;
+                   ``mode="single"``: ``single_turns`` (default 1)
 render modes       ``human``, ``ansi``
 =================  ==========================================================
 
@@ -42,13 +43,18 @@ Program styles (``CodeProblem.style``):
   top-level statements are shared setup and may only be imports, assignments, function or class
   definitions; tests may not define the entry point themselves, nor call ``exit``.
 
-At most ``max_tester_tests`` tests count per tester answer (more is a format violation). Both
-formats are read by :mod:`verifiers.test_parsing` (``parse_stdin_tests``, ``parse_assert_tests``,
-re-exported here).
+One test per turn (A.2.2: the tester "provides one new high-quality test case" each turn):
+``max_tester_tests = 1``. An answer with more tests is a format violation: ``valid = 0``, and
+only its first test is used (for coverage, agreement and the history). ``max_tester_tests=5``
+(the earlier default) lets up to 5 tests count. Both formats are read by
+:mod:`verifiers.test_parsing` (``parse_stdin_tests``, ``parse_assert_tests``, re-exported here).
 
-Rewards (``r = lam * team + (1 - lam) * mask * local``; A.1.2 gives no lam for code, so the
-suite's mixing default ``lam = 0.5`` is used; p_k is the share of golden tests the coder's
-current program passes, G_{k-1} the golden tests the coder's previous program passed):
+Rewards (``r = lam * team + (1 - lam) * mask * local``; p_k is the share of golden tests the
+coder's current program passes, G_{k-1} the golden tests the coder's previous program passed).
+Mixing: A.1.2 gives no lam for code (A.1.1 gives 0.70 for math, A.1.3-5 0.40-0.60), so the
+suite's default ``lam = 0.5`` is used: team and local weigh the same; ``rewards={"lam": x}``
+sets another. The main text's Eq. 4 ``r = alpha * team + local`` (alpha = 1 in AT-GRPO 5.1,
+no mask) is ``rewards={"mixing": "additive"}``.
 
 - team: p_k, for both the coder's and the tester's step of turn k (the current program is the
   coder's latest answer; an answer without a code block is a program that passes nothing).
@@ -61,13 +67,26 @@ current program passes, G_{k-1} the golden tests the coder's previous program pa
   cov 0.80 = min(1, MutScore / 0.60), MutScore = share of the golden solution's mutants
   (:mod:`verifiers.mutation`, at most ``max_mutants``, made once per problem and cached) killed
   by the tester's tests that the golden solution passes; 0 when no test is usable.
-- mask: 1, except 0 when the sandbox itself failed (both roles) and, for the tester, when the
-  problem has no golden solution or no mutant can be made of it (nothing to measure against).
+- coder mask (A.1.2: ``m = 1{build/run logs and test diffs available at k}``): the logs
+  exist when the coder's program was found (a python block), compiled (the build log) and was
+  run on the tests (the run logs and the test diffs). So the mask is 0 for an answer without
+  a code block ("I refuse to write code." earns 0: team p_k = 0, local masked out; it earned
+  0.4 before, nr = 1 because nothing had passed) and for a program that does not compile
+  (never run: no run logs or test diffs); 1 otherwise. Under this default a masked-in program
+  always has build = 1; the build weight matters under the additive mixing (no mask) and the
+  options. ``coder_mask="found"``: 1 whenever a program was found (a non-compiling program is
+  masked in: 0.5 * 0.8 = 0.4 at turn 0); ``"always"``: 1 (the earlier reading).
+- tester mask: 1, except 0 when the problem has no golden solution or no mutant can be made of
+  it (no mutation report: nothing to measure against).
+- both masks are 0 when the sandbox itself failed.
 
-Single mode: only the coder acts. It sees its previous programs with the compile result and
-their results on the public examples (never on hidden tests). The episode ends when the coder
-submits the same program (same syntax tree) as in its previous turn, or at the horizon; success
-as above. Team and local rewards are those of the coder above.
+Single mode (the single-agent baseline, AT-GRPO 5.1: "one agent emits code; single-turn
+termination (no verification loop)"): only the coder acts, for ``single_turns`` turns (default
+1: its first program ends the episode); success as above; team, local rewards and mask are
+those of the coder above. With ``single_turns=None`` it gets ``max_turns`` turns and sees its
+previous programs with the compile result and their results on the public examples (never on
+hidden tests); the episode then ends when the coder submits the same program (same syntax
+tree) as in its previous turn, or at the horizon.
 
 Success ends an episode, so an episode that succeeds at the horizon is reported as terminated;
 one that fails there is truncated.
@@ -86,7 +105,8 @@ Explicit instance: ``reset(options={"instance": {"prompt": ..., "tests": [...], 
 a string of assert code (function); ``solution`` (the golden program) is optional and, when
 given, must pass every test (checked at reset).
 
-Version history: v0 (initial).
+Version history: v0 (initial); v1 (A.1.2 coder mask, ``coder_mask``; one tester test per turn
+by default, A.2.2; single mode single-turn by default, AT-GRPO 5.1, ``single_turns``).
 """
 
 from __future__ import annotations
@@ -144,17 +164,23 @@ class CodeRewards(RewardConfig):
     roles: ClassVar[tuple[str, ...]] = ("coder", "tester")
 
 
+CODER_MASKS = ("ran", "found", "always")
+
+
 @dataclass(frozen=True)
 class CodeConfig(ProgramConfig):
     """dataset: see the module docstring. wall_s / memory_mb: limits of one test run.
-    max_tester_tests: tests counted per tester answer. smoke_tests: golden tests in the smoke
-    subset when a problem has no public examples. max_mutants / mutant_seed / mutant_floor_s /
-    tau_mut: mutation analysis (mutants get max(mutant_floor_s, 5 x the golden run time)).
-    float_tol: numeric tolerance for stdin outputs (None: exact text after normalising)."""
+    max_tester_tests: tests counted per tester answer (A.2.2: one; more is a format violation).
+    smoke_tests: golden tests in the smoke subset when a problem has no public examples.
+    max_mutants / mutant_seed / mutant_floor_s / tau_mut: mutation analysis (mutants get
+    max(mutant_floor_s, 5 x the golden run time)). float_tol: numeric tolerance for stdin
+    outputs (None: exact text after normalising). coder_mask: when the coder's A.1.2 mask is 1
+    (``"ran"``, ``"found"`` or ``"always"``; see the module docstring)."""
 
     dataset: str = "humaneval"
     wall_s: float = 2.0
-    max_tester_tests: int = 5
+    max_tester_tests: int = 1
+    coder_mask: str = "ran"
     smoke_tests: int = 2
     max_mutants: int = 16
     mutant_seed: int = 0
@@ -174,6 +200,8 @@ class CodeConfig(ProgramConfig):
             raise ValueError("max_mutants must be an int >= 1")
         if not 0 < self.tau_mut <= 1:
             raise ValueError("tau_mut must lie in (0, 1]")
+        if self.coder_mask not in CODER_MASKS:
+            raise ValueError(f"coder_mask must be one of {CODER_MASKS}, got {self.coder_mask!r}")
 
 
 # ---------------------------------------------------------------------- data
@@ -588,8 +616,12 @@ class raw_env(ProgramEnv):
                 f"{len(prev - passed)} of {len(prev)} previously passing golden tests now fail"
             )
         infra = any(r.status == "sandbox_error" for r in (*golden_results, *public_results))
+        mask = 0.0 if infra else 1.0
         if infra:
             reasons["mask"] = "sandbox failure"
+        elif self._coder_logs_missing(program, build):
+            mask = 0.0
+            reasons["mask"] = self._coder_logs_missing(program, build)
         self._prev_passed = passed
         self.golden_passed = passed
         rec.public = tuple(zip(public, public_results))
@@ -601,9 +633,19 @@ class raw_env(ProgramEnv):
             elif self._is_last_step("coder"):
                 self._finish(end=False)
             self._close_turn()
-        return RewardParts.build(
-            "coder", comps, cfg.rewards, team=team, mask=0.0 if infra else 1.0, reasons=reasons
-        )
+        return RewardParts.build("coder", comps, cfg.rewards, team=team, mask=mask, reasons=reasons)
+
+    def _coder_logs_missing(self, program: str | None, build: Any) -> str:
+        """Why A.1.2's coder mask ``1{build/run logs and test diffs available at k}`` is 0
+        under ``coder_mask`` ("" when the logs are available)."""
+        rule = self.config.coder_mask
+        if rule == "always":
+            return ""
+        if program is None:
+            return "no program: no build/run logs or test diffs (A.1.2 mask)"
+        if rule == "ran" and not (build and build.ok):
+            return "the program does not compile, so it never ran: no run logs or test diffs"
+        return ""
 
     def _act_tester(self, completion: str) -> RewardParts:
         p = self.instance
@@ -774,18 +816,19 @@ class raw_env(ProgramEnv):
                 ]
             )
         n = cfg.max_tester_tests
+        count = "exactly one test case" if n == 1 else f"at most {n} test cases"
         if p.style == "stdin":
             fmt = (
                 "Answer in this format (each part in its own fenced block):\n"
                 "**Test Input:**\n```\n<the exact standard input>\n```\n"
                 "**Test Output:**\n```\n<the exact expected output>\n```\n"
-                f"Give one test case (at most {n} such pairs count)."
+                f"Give {count} (one such pair per test case)."
             )
         else:
             fmt = (
-                f"Give your test as assert statements that call `{p.entry_point}` directly, e.g. "
-                f"`assert {p.entry_point}(...) == <expected>`, in one ```python code block (at "
-                f"most {n} asserts count; other statements may only be imports, assignments and "
+                f"Give {count} as assert statements that call `{p.entry_point}` directly, e.g. "
+                f"`assert {p.entry_point}(...) == <expected>` (one assert per test case), in one "
+                "```python code block (other statements may only be imports, assignments and "
                 f"helper definitions; do not define `{p.entry_point}` yourself)."
             )
         if not hist:
@@ -804,7 +847,7 @@ class raw_env(ProgramEnv):
     def _render_text(self) -> str:
         p = self.instance
         lines = [
-            f"code [{p.id or self.instance_id}] ({p.style}) turn {self.turn}/{self.config.max_turns}, "
+            f"code [{p.id or self.instance_id}] ({p.style}) turn {self.turn}/{self.horizon}, "
             f"success={self.success}, current program passes {len(self.golden_passed)}/{len(p.tests)} "
             "golden tests"
         ]

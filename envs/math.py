@@ -5,7 +5,8 @@ id                 ``math``
 agents             ``reasoner``, ``tool`` (``mode="single"``: ``reasoner``)
 actions            completion text (``str``)
 observations       ``{"prompt": str}``
-horizon            ``max_turns`` turns (default 4); ends on agreement
+horizon            ``max_turns`` turns (default 4); ends on agreement;
+                   ``mode="single"``: ``single_turns`` (default 1)
 render modes       ``human``, ``ansi``
 =================  ==========================================================
 
@@ -23,13 +24,23 @@ answer of the last turn; success: it is correct.
 Rewards (``r = lam * team + (1 - lam) * mask * local``, ``lam = 0.70``; "correct" means
 equivalent to the reference answer under the same verifier):
 
-- team: 1 at the step that ends the episode when the final answer is correct, else 0
-  (A.1.1's sparse ``1{k = T, pass}``). The episode can end only after the tool's step (or the
-  reasoner's in single mode), so in multi mode the reasoner's team reward is 0 and the tool's
-  is 1 exactly when its step ends the episode with a correct final answer: agreeing with a
-  correct reasoner. Each step's reward is known right after the step and depends only on
-  that step's candidate, which is what tree sampling needs (K tool candidates from one state
-  earn different team rewards; the reasoner's candidates differ by their local rewards).
+- team: A.1.1's sparse ``1{k = T, CheckFinal = pass}`` for both agents of turn k. ``k = T``
+  means "turn k is the episode's final turn": the horizon turn, or the turn whose tool step
+  ends the episode by agreement (the env terminates there, so that turn is T). The final answer
+  is the reasoner's answer of that turn. So the tool earns 1 when its step ends the episode
+  with a correct final answer (agreeing with a correct reasoner, or any tool step of the
+  horizon turn after a correct reasoner), and so does the reasoner of that turn. The reasoner
+  acts first and cannot know whether the tool will agree: in the horizon turn its team reward
+  is known at once (that turn is final whatever the tool does) and comes with its step; in an
+  earlier turn its step returns team 0 and, when the tool's step then ends the episode with a
+  correct answer, its complete reward (team 1) arrives by ``award()`` in the tool's step
+  (``last_awards``; the base class replaces the provisional reward). Hand-computed (A.1.1): a
+  correct reasoner (fmt 1, step 1) with an agreeing tool earns ``0.7 * 1 + 0.3 * (0.2 + 0.8)
+  = 1.0``, and so does the tool (``0.7 + 0.3 * (0.1 + 0.1 + 0.8)``). Under tree sampling only
+  the kept reasoner candidate's episode reaches the tool's step, so only it can receive the
+  award. ``rewards={"team_credit": "ending_step"}`` restores the earlier reading (only the
+  step that ends the episode earns the team reward: the reasoner's is always 0 in multi mode;
+  no delayed reward, each reward depends only on its own candidate).
 - reasoner: fmt 0.20 (a ``\\boxed{}`` or ``####`` answer is present and non-empty),
   step 0.80 (its extracted answer is correct). The paper's tool weight for the reasoner is 0.
 - tool: fmt 0.10 (exactly one python code block that compiles, run within the time, memory and
@@ -38,11 +49,17 @@ equivalent to the reference answer under the same verifier):
   correct).
 - mask: 1 when the reference answer is available (always), except 0 for the tool when the
   sandbox itself failed.
+- mixing: A.1's convex form above is the default; the main text's Eq. 4 ``r = alpha * team +
+  local`` (no mask; AT-GRPO 5.1 uses alpha = 1) is ``rewards={"mixing": "additive"}``
+  (``"alpha"`` to change it). The two readings disagree in scale; A.1 gives lam per setting,
+  so it is the default.
 
-Single mode: only the reasoner acts; it sees its own earlier answers. The episode ends when its
-answer is equivalent to its answer of the previous turn (it stands by its answer, the
-single-agent counterpart of agreement; correctness plays no part), or at the horizon. Team: 1
-at the ending step when that answer is correct.
+Single mode (the single-agent baseline, AT-GRPO 5.1: "one agent performs reasoning ... in a
+single turn; single-turn termination"): only the reasoner acts, for ``single_turns`` turns
+(default 1: its first answer ends the episode). Team: 1 at the ending step when that answer is
+correct. With ``single_turns=None`` it gets ``max_turns`` turns, sees its own earlier answers,
+and the episode ends when its answer is equivalent to its answer of the previous turn (it
+stands by its answer; correctness plays no part) or at the horizon.
 
 Success ends an episode, so an episode that succeeds at the horizon is reported as terminated;
 one that fails there is truncated.
@@ -55,11 +72,13 @@ of the ``generators``, chosen and seeded per instance: GSM8K-style ``gsm_symboli
 ``data_split`` and ``data_options``. Splits are by the question's content hash. Explicit
 instance: ``reset(options={"instance": {"question": ..., "answer": ...}})``.
 
-Version history: v0 (initial).
+Version history: v0 (initial); v1 (A.1.1 team reward for the reasoner of the final turn,
+``team_credit``; single mode is single-turn by default, ``single_turns``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -81,15 +100,28 @@ __all__ = ["MathConfig", "MathRewards", "env", "raw_env", "reasoner_answer"]
 DATASETS = ("reasoning_gym", "gsm8k", "math", "polaris", "aime24", "aime25", "olympiadbench")
 
 
+TEAM_CREDITS = ("final_turn", "ending_step")
+
+
 @dataclass(frozen=True)
 class MathRewards(RewardConfig):
+    """A.1.1 weights. team_credit: who receives the team reward ``1{k = T, pass}``:
+    ``"final_turn"`` (A.1.1: both agents of the final turn) or ``"ending_step"`` (only the step
+    that ends the episode; no delayed award)."""
+
     lam: float = 0.70
     reasoner_fmt: float = 0.20
     reasoner_step: float = 0.80
     tool_fmt: float = 0.10
     tool_tool: float = 0.10
     tool_step: float = 0.80
+    team_credit: str = "final_turn"
     roles: ClassVar[tuple[str, ...]] = ("reasoner", "tool")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.team_credit not in TEAM_CREDITS:
+            raise ValueError(f"team_credit must be one of {TEAM_CREDITS}, got {self.team_credit!r}")
 
 
 @dataclass(frozen=True)
@@ -223,6 +255,8 @@ class raw_env(ProgramEnv):
         self._current = _Turn(0)
         self.final_answer: str | None = None
         self.final_correct = False
+        # the reasoner's step of the current turn, kept for its team award: (step, parts)
+        self._reasoner_step: tuple[int, RewardParts] | None = None
 
     # ------------------------------------------------------------------ grading
     def _equiv(self, answer: str | None, reference: str | None) -> tuple[bool, str]:
@@ -264,8 +298,12 @@ class raw_env(ProgramEnv):
             if same or self._is_last_step("reasoner"):
                 team = self._finish(end=bool(same))
             self._close_turn()
+        elif cfg.rewards.team_credit == "final_turn" and self.turn >= self.horizon - 1:
+            team = float(correct)  # the horizon turn is final whatever the tool does
         comps = {"fmt": float(ext.ok), "step": float(correct)}
-        return RewardParts.build("reasoner", comps, cfg.rewards, team=team, reasons=reasons)
+        parts = RewardParts.build("reasoner", comps, cfg.rewards, team=team, reasons=reasons)
+        self._reasoner_step = (self.num_steps, parts)
+        return parts
 
     def _act_tool(self, completion: str) -> RewardParts:
         cfg = self.config
@@ -312,6 +350,7 @@ class raw_env(ProgramEnv):
         team = 0.0
         if rec.agreed or self._is_last_step("tool"):
             team = self._finish(end=rec.agreed)
+            self._award_reasoner(team)
         self._close_turn()
         comps = {"fmt": float(fmt), "tool": float(ran_ok), "step": float(correct)}
         return RewardParts.build("tool", comps, cfg.rewards, team=team, mask=mask, reasons=reasons)
@@ -323,6 +362,19 @@ class raw_env(ProgramEnv):
         if end:
             self.end_episode()
         return float(self.success)
+
+    def _award_reasoner(self, team: float) -> None:
+        """A.1.1: the reasoner of the final turn earns the team reward too. Its step came
+        first with team 0 (it could not know that the tool would agree); when the tool's step
+        ends the episode with a correct final answer, the reasoner's complete reward arrives by
+        ``award()``. (At the horizon turn the reasoner already received it at its own step.)"""
+        if self.config.rewards.team_credit != "final_turn" or self._reasoner_step is None:
+            return
+        step, parts = self._reasoner_step
+        if parts.team != team:
+            why = "the tool's step ended the episode: this was the final turn (A.1.1)"
+            reasons = {**parts.reasons, "team": why}
+            self.award("reasoner", dataclasses.replace(parts, team=team, reasons=reasons), step)
 
     def _close_turn(self) -> None:
         self.history.append(self._current)
@@ -413,7 +465,7 @@ class raw_env(ProgramEnv):
     def _render_text(self) -> str:
         p = self.instance
         lines = [
-            f"math [{p.id or self.instance_id}] turn {self.turn}/{self.config.max_turns}, "
+            f"math [{p.id or self.instance_id}] turn {self.turn}/{self.horizon}, "
             f"success={self.success}, reference answer {clip_text(p.answer, 80)!r}",
             "question: " + clip_text(" ".join(p.question.split()), 200),
         ]

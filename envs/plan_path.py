@@ -32,6 +32,8 @@ to the goal, d0 = max(1, initial distance)):
   into a wall), sp 0.40 (the list is non-empty and every executed move lies on a shortest path).
 - tool: fmt 0.10 (printed output parses as a list of U/D/L/R), exec 0.40 (the program ran, the
   list is non-empty and no move is invalid), shape 0.50 (the potential -d does not decrease).
+- mixing: Appendix A.1's convex form above is the default; the main text's Eq. 4 ``r = alpha *
+  team + local`` (no mask; alpha = 1 in AT-GRPO 5.1) is ``rewards={"mixing": "additive"}``.
 
 Version history: v0 (initial).
 """

@@ -5,11 +5,16 @@ id (alias)         ``propose_solve_judge`` (``mae``)
 agents             ``proposer``, ``solver``, ``judge``
 actions            completion text (``str``)
 observations       ``{"prompt": str}``
-episode            proposer, judge (question), solver x N, judge x N; at most 2 + 2N steps
+episode            proposer, judge (question), solver x N, judge x N (difficulty, not
+                   trained), solver, judge (solver phase on a pool question); at most
+                   4 + 2N steps
 render modes       ``human``, ``ansi``
 =================  ==========================================================
 
-One backbone plays three roles (MAE Section 4). Each episode:
+One backbone plays three roles (MAE Section 4). Each episode is one round of MAE's training
+step (Section 4.4, Algorithm 1): a proposer phase, then a solver phase.
+
+Proposer phase.
 
 1. **proposer** writes a new question inside ``<question>...</question>``. With probability
    ``reference_prob`` (default 0.5, MAE's best "half reference" setting, Section 5) it is shown a
@@ -23,9 +28,31 @@ One backbone plays three roles (MAE Section 4). Each episode:
 4. **judge** rates each answer 1-10 (correctness first: any error 1-3, correct with small gaps
    4-7, flawless 8-10), in answer order; ``s_i = (s - 1) / 9`` clipped, 0.5 when unparsable.
 
-Schedule: the N answers come first, then the N judgements (MAE Section 4.4 has a solver phase
-followed by a judge phase). The judge sees the content of the solver's ``<answer>`` block, or the
-whole (clipped) response when there is none.
+Steps 3-4 exist only to measure the question's difficulty (MAE 4.1: "We sample answers from the
+Solver and collect their score as evaluated by the Judge"); the public MAE code samples them
+inside the proposer's reward function and never trains on them. So by default
+(``train_difficulty=False``) these 2N steps are not training samples: their infos say
+``trainable: False`` (with ``untrainable_reason``) and they return reward 0 (the judge's scores
+still make the difficulty; ``infos`` keep each answer's and score's format).
+``train_difficulty=True`` makes them training samples (solver ``0.5 s_i + 0.5 format`` by
+award, judge its format), as in this module's v0.
+
+Solver phase (MAE 4.4 (2): "The Solver samples from the valid dataset"; its answers are rated by
+the Judge, and the judge phase trains on those question-answer pairs):
+
+5. **solver** answers one question of the pool (``instance.task``: drawn at reset from the same
+   split as the reference, independently of it; the question just proposed joins the pool
+   only at the end of the episode), inside ``<answer>``;
+6. **judge** rates that answer as in step 4.
+
+These two steps are training samples. The solver phase runs whatever happened to the proposed
+question (filtered or missing: the solver still trains). ``solver_phase=False`` leaves it out
+(the episode ends after the proposer phase; with ``train_difficulty=False`` the solver then
+never trains: MAE's "no solver training" ablation, Table 2).
+
+Schedule: the N difficulty answers come first, then their N judgements (the order of MAE 4.4).
+The judge sees the content of the solver's ``<answer>`` block, or the whole (clipped) response
+when there is none.
 
 Rewards (``mixing="none"``: the reward is the weighted sum of the components, the papers'
 formulas; every weight is a field of :class:`MaeRewards`):
@@ -36,26 +63,28 @@ formulas; every weight is a field of :class:`MaeRewards`):
   it does not enter the pool and the difficulty term is dropped: ``quality/3 + format/3``
   (as in the public MAE code). With several ``<question>`` blocks the last one is used (format
   0). No usable ``<question>`` block (missing, empty, unclosed, or longer than
-  ``max_question_chars``) gives the proposer 0 and **ends the episode**: there is nothing to
-  judge or solve, so solver and judge do not act.
-- solver: ``0.5 * s_i + 0.5 * format`` (format = exactly one non-empty ``<answer>`` block).
+  ``max_question_chars``) gives the proposer 0 and ends the proposer phase: there is nothing to
+  judge, so the episode goes straight to the solver phase.
+- solver (solver phase): ``0.5 * s + 0.5 * format`` (s = the judge's normalised score of its
+  answer, format = exactly one non-empty ``<answer>`` block).
 - judge: ``format`` only: 1 when its output has exactly one ``<score>`` block holding a number
   in [1, 10], else 0 (a second score block, a missing block or prose make the score unparsable,
-  so it also counts 0.5 for the agent being judged).
+  so it also counts 0.5 for the agent being judged). Its rating of the solver-phase answer is a
+  training sample (MAE 4.4 (3): the judge trains on the solver phase's question-answer pairs),
+  and so is its question rating (MAE 4.3 gives the judge both evaluation tasks and the format
+  reward; the public MAE code trains only the answer ratings: ``train_question_judge=False``).
 
 Delayed rewards. The proposer's and the solver's rewards depend on later judge steps: their own
 steps return 0 (``reward_parts`` with no components and a ``pending`` reason) and the final
 reward arrives through ``award()`` (``last_awards``, ``infos[agent]["reward_parts"]["for_step"]``)
-in the judge step that settles it: the solver's answer i when the judge scores it, the
-proposer's when the last answer is judged, or right after the question is judged when it is
-filtered. Cumulative rewards equal the final rewards. Rollout engines should use parallel
-sampling (or attach awards) for this setting.
+in the judge step that settles it: the proposer's when the last difficulty answer is judged, or
+right after the question is judged when it is filtered; the solver's when the judge rates its
+solver-phase answer. Cumulative rewards equal the final rewards. Rollout engines should use
+parallel sampling (or attach awards) for this setting.
 
-Filtered questions. By default (``solve_filtered=False``) the episode ends after the judge scores
-a filtered question: its difficulty would be dropped anyway, and MAE's solver trains on questions
-from the valid set (Section 4.4, "The Solver samples from the valid dataset"). With
-``solve_filtered=True`` the solver and the judge still answer and score it (their rewards as
-above; the proposer's reward stays ``quality/3 + format/3``).
+Filtered questions. By default (``solve_filtered=False``) a filtered question gets no difficulty
+answers: its difficulty would be dropped anyway. With ``solve_filtered=True`` the solver and the
+judge still answer and score it N times (the proposer's reward stays ``quality/3 + format/3``).
 
 The question pool (:class:`envs.pools.QuestionPool`). An episode's *instance* is one pool item:
 the reference question (the seed or an earlier accepted question, with its answer when known),
@@ -74,18 +103,26 @@ Success (``infos[agent]["success"]``): the round's question was accepted (qualit
 
 Oracle (scripted, for tests and upper bounds): the proposer re-emits the instance's question
 (so the pool does not grow); the judge gives 9 to that question and 5 to any other, scores an
-answer to a question with a known reference 10 when the verifier accepts it (math-verify/NumEq,
+answer to a question with a known reference (the solver-phase question, or the proposed
+question when it restates the reference) 10 when the verifier accepts it (math-verify/NumEq,
 code tests, exact text) and 1 otherwise (code: ``1 + 9 * pass rate``), and 5 when the answer is
 unknown; the solver answers with the known reference (or says it does not know).
 
+Explicit instance: ``reset(options={"instance": {"question": ..., "answer": ..., "use_reference":
+bool, "solve": {...}}})``; ``solve`` is the solver phase's pool item (default: the reference
+item itself).
+
 Config (:class:`MaeConfig`): ``num_answers`` (5), ``reference_prob`` (0.5),
-``quality_threshold`` (0.7), ``solve_filtered`` (False), ``add_to_pool`` (True),
+``quality_threshold`` (0.7), ``solve_filtered`` (False), ``solver_phase`` (True),
+``train_difficulty`` (False), ``train_question_judge`` (True), ``add_to_pool`` (True),
 ``seed_sources`` (:data:`envs.pools.OFFLINE_SEEDS`), ``max_question_chars`` (4000),
 ``max_shown_chars`` (4000, how much of a question/answer other roles see), ``test_timeout_s``
 (5.0, oracle code grading), ``rewards`` (:class:`MaeRewards`). ``max_turns`` is not used (an
 episode is one round). ``mode="single"`` is not supported.
 
-Version history: v0 (initial).
+Version history: v0 (initial); v1 (solver phase on a pool question, MAE 4.4; the N difficulty
+answers and their scores are not training samples, ``trainable: False``; options
+``solver_phase``, ``train_difficulty``, ``train_question_judge``).
 """
 
 from __future__ import annotations
@@ -129,6 +166,9 @@ class MaeConfig(EnvConfig):
     reference_prob: float = 0.5
     quality_threshold: float = 0.7
     solve_filtered: bool = False
+    solver_phase: bool = True
+    train_difficulty: bool = False
+    train_question_judge: bool = True
     add_to_pool: bool = True
     seed_sources: tuple[str, ...] = OFFLINE_SEEDS
     max_question_chars: int = 4000
@@ -155,13 +195,21 @@ class MaeConfig(EnvConfig):
 
 @dataclass(frozen=True)
 class MaeInstance:
-    """The reference item of an episode and whether the proposer sees it."""
+    """The reference item of an episode, whether the proposer sees it, and the pool question of
+    the solver phase (drawn independently from the same split; ``None``: the reference item).
+    The split and ``instance_id`` are those of the reference item."""
 
     item: PoolItem
     use_reference: bool
+    solve_item: PoolItem | None = None
 
     def key(self) -> str:
         return canonical_text(self.item.question)
+
+    @property
+    def task(self) -> PoolItem:
+        """The question the solver phase answers."""
+        return self.solve_item if self.solve_item is not None else self.item
 
 
 @dataclass
@@ -178,6 +226,10 @@ class _State:
     answer_steps: list[int] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
     difficulty: float | None = None
+    task_answer: str | None = None
+    task_format: float = 0.0
+    task_step: int = -1
+    task_score: float | None = None
     proposer_reward: float | None = None
     pool_added: bool | None = None
     next_agent: str = "proposer"
@@ -241,7 +293,8 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
     def _sample_instance(self, split: str, seed: int) -> MaeInstance:
         rng = np.random.default_rng(seed)
         item = self.pool.sample(rng, split)
-        return MaeInstance(item, bool(rng.random() < self.config.reference_prob))
+        use_reference = bool(rng.random() < self.config.reference_prob)
+        return MaeInstance(item, use_reference, self.pool.sample(rng, split))
 
     def _instance_key(self, instance: MaeInstance) -> str:
         return instance.key()
@@ -254,13 +307,20 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         if not isinstance(data, dict) or "question" not in data:
             raise ValueError(
                 'an MAE instance is {"question": str, optional "answer", "kind", "tests", '
-                '"entry_point", "use_reference": bool (default True)}'
+                '"entry_point", "use_reference": bool (default True), "solve": the solver '
+                "phase's pool item (a dict like this one without use_reference; default: the "
+                "reference item)}"
             )
         d = dict(data)
         use_reference = d.pop("use_reference", True)
         if not isinstance(use_reference, bool):
             raise ValueError("use_reference must be a bool")
-        return MaeInstance(PoolItem.from_dict(d), use_reference)
+        solve = d.pop("solve", None)
+        if solve is not None and not isinstance(solve, PoolItem | dict):
+            raise ValueError("'solve' must be a PoolItem or its dict")
+        if isinstance(solve, dict):
+            solve = PoolItem.from_dict(solve)
+        return MaeInstance(PoolItem.from_dict(d), use_reference, solve)
 
     def _reset_state(self, instance: MaeInstance) -> None:
         self.state = _State()
@@ -279,7 +339,12 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
 
     def _act(self, agent: str, completion: str) -> RewardParts:
         st = self.state
-        expected = {"propose": "proposer", "judge_question": "judge", "solve": "solver"}
+        expected = {
+            "propose": "proposer",
+            "judge_question": "judge",
+            "solve": "solver",
+            "solve_pool": "solver",
+        }
         phase = st.phase
         if expected.get(phase, "judge") != agent:  # cannot happen through the AEC API
             raise RuntimeError(f"{agent!r} acted in phase {phase!r}")
@@ -289,6 +354,10 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
             return self._act_judge_question(completion)
         if phase == "solve":
             return self._act_solver(completion)
+        if phase == "solve_pool":
+            return self._act_task_solver(completion)
+        if phase == "judge_pool":
+            return self._act_task_judge(completion)
         return self._act_judge_answer(completion)
 
     def _act_proposer(self, text: str) -> RewardParts:
@@ -303,10 +372,9 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         st.proposer_step = self.num_steps
         st.last_info = {"phase": "propose"}
         if why:
-            st.phase, st.next_agent = "done", "solver"
             st.proposer_reward = 0.0
             st.last_info["question_ok"] = False
-            self.end_episode()
+            self._end_proposer_phase()
             zero = {"quality": 0.0, "difficulty": 0.0, "format": 0.0}
             return RewardParts.build("proposer", zero, cfg.rewards, reasons={"format": why})
         st.question = usable[-1]
@@ -329,12 +397,22 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         }
         if not st.accepted:
             self._award_proposer()
-            if not cfg.solve_filtered:
-                st.phase, st.next_agent = "done", "proposer"
-                self._finish()
-        if st.phase != "done":
+        if st.accepted or cfg.solve_filtered:
             st.phase, st.next_agent = "solve", "solver"
+        else:
+            self._end_proposer_phase()
+        if not cfg.train_question_judge:
+            st.last_info["format"] = fmt
+            return self._untrained("judge", f"a question rating (format {fmt:g}: {why})")
         return RewardParts.build("judge", {"format": fmt}, cfg.rewards, reasons={"format": why})
+
+    def _untrained(self, role: str, why: str) -> RewardParts:
+        """A step that is not a training sample (the difficulty samples of MAE 4.1 by default):
+        ``infos["trainable"] = False``, reward 0."""
+        self.mark_untrainable(why)
+        return RewardParts.build(
+            role, {}, self.config.rewards, coefficients={}, reasons={"untrained": why}
+        )
 
     def _act_solver(self, text: str) -> RewardParts:
         st = self.state
@@ -342,31 +420,68 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         st.answers.append(text)
         st.answer_formats.append(1.0 if fmt_ok else 0.0)
         st.answer_steps.append(self.num_steps)
-        st.last_info = {"phase": "solve", "answer_index": len(st.answers) - 1}
+        st.last_info = {"phase": "solve", "answer_index": len(st.answers) - 1, "format": fmt_ok}
         if len(st.answers) >= self.config.num_answers:
             st.phase, st.next_agent = "judge_answer", "judge"
+        if not self.config.train_difficulty:
+            return self._untrained("solver", "a difficulty sample for the proposer's reward")
         return self._pending("solver", "awarded when the judge scores this answer")
+
+    def _answer_parts(self, raw: float | None, why: str, fmt: float) -> RewardParts:
+        return RewardParts.build(
+            "solver",
+            {"judge": mae_norm(raw), "format": fmt},
+            self.config.rewards,
+            reasons={"judge": f"judge score {raw:g}" if raw is not None else f"{why}: 0.5"},
+        )
 
     def _act_judge_answer(self, text: str) -> RewardParts:
         st, cfg = self.state, self.config
         i = len(st.scores)
         raw, fmt, why = judge_score(text)
-        s = mae_norm(raw)
-        st.scores.append(s)
+        st.scores.append(mae_norm(raw))
         st.last_info = {"phase": "judge_answer", "answer_index": i, "score": raw}
-        solver_parts = RewardParts.build(
-            "solver",
-            {"judge": s, "format": st.answer_formats[i]},
-            cfg.rewards,
-            reasons={"judge": f"judge score {raw:g}" if raw is not None else f"{why}: 0.5"},
-        )
-        self.award("solver", solver_parts, st.answer_steps[i])
+        if cfg.train_difficulty:
+            self.award(
+                "solver", self._answer_parts(raw, why, st.answer_formats[i]), st.answer_steps[i]
+            )
         if len(st.scores) >= cfg.num_answers:
             st.difficulty = 1.0 - float(np.mean(st.scores))
             if st.accepted:
                 self._award_proposer()
+            self._end_proposer_phase()
+        if not cfg.train_difficulty:
+            st.last_info["format"] = fmt
+            return self._untrained("judge", f"scores a difficulty sample (format {fmt:g}: {why})")
+        return RewardParts.build("judge", {"format": fmt}, cfg.rewards, reasons={"format": why})
+
+    def _end_proposer_phase(self) -> None:
+        """After the proposer phase (MAE 4.4 (1)): the solver phase on a pool question, or the
+        end of the episode."""
+        st = self.state
+        if self.config.solver_phase:
+            st.phase, st.next_agent = "solve_pool", "solver"
+        else:
             st.phase, st.next_agent = "done", "proposer"
             self._finish()
+
+    def _act_task_solver(self, text: str) -> RewardParts:
+        st = self.state
+        st.task_answer = text
+        st.task_format = 1.0 if extract_tag(text, "answer").ok else 0.0
+        st.task_step = self.num_steps
+        st.last_info = {"phase": "solve_pool"}
+        st.phase, st.next_agent = "judge_pool", "judge"
+        return self._pending("solver", "awarded when the judge scores this answer")
+
+    def _act_task_judge(self, text: str) -> RewardParts:
+        st, cfg = self.state, self.config
+        raw, fmt, why = judge_score(text)
+        st.task_score = mae_norm(raw)
+        st.last_info = {"phase": "judge_pool", "score": raw}
+        self.award("solver", self._answer_parts(raw, why, st.task_format), st.task_step)
+        st.phase, st.next_agent = "done", "proposer"
+        self._finish()
         return RewardParts.build("judge", {"format": fmt}, cfg.rewards, reasons={"format": why})
 
     def _award_proposer(self) -> None:
@@ -415,8 +530,7 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
     def _clip(self, text: str) -> str:
         return clip_text(text, self.config.max_shown_chars)
 
-    def _shown_answer(self, i: int) -> str:
-        text = self.state.answers[i]
+    def _shown(self, text: str) -> str:
         ext = extract_tag(text, "answer", unique=False)
         return self._clip(ext.value if ext.ok else text)
 
@@ -428,8 +542,9 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
             )
         if st.phase == "propose":
             return self._proposer_prompt()
-        q = self._clip(st.question or "")
-        if st.phase == "solve":
+        on_task = st.phase in ("solve_pool", "judge_pool")
+        q = self._clip(self.instance.task.question if on_task else st.question or "")
+        if st.phase in ("solve", "solve_pool"):
             return (
                 "You are the Solver. Answer the question below as well as you can.\n\n"
                 f"Question:\n{q}\n\n"
@@ -448,10 +563,10 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
                 "Explain briefly inside <think></think>, then give only the number inside "
                 "<score></score>."
             )
-        i = len(st.scores)
+        answer = st.task_answer if on_task else st.answers[len(st.scores)]
         return (
             "You are the Judge. Rate the answer below from 1 to 10. Correctness comes first.\n\n"
-            f"Question:\n{q}\n\nAnswer:\n{self._shown_answer(i)}\n\n"
+            f"Question:\n{q}\n\nAnswer:\n{self._shown(answer or '')}\n\n"
             "Guide: any factual, logical or calculation error: 1-3; correct but with small "
             "omissions or formatting problems: 4-7; correct, complete and following the "
             "question's instructions: 8-10.\n"
@@ -497,6 +612,10 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
             lines.append("answer scores: " + ", ".join(f"{s:.2f}" for s in st.scores))
         if st.difficulty is not None:
             lines.append(f"difficulty: {st.difficulty:.3f}")
+        if st.phase in ("solve_pool", "judge_pool") or st.task_step >= 0:
+            lines.append(f"solver phase: {clip_text(inst.task.question, 200)}")
+        if st.task_score is not None:
+            lines.append(f"solver-phase answer score: {st.task_score:.3f}")
         if st.proposer_reward is not None:
             lines.append(f"proposer reward: {st.proposer_reward:.3f}")
         lines.append(f"pool: {len(self.pool)} questions")
@@ -507,27 +626,41 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         q = self.state.question
         return q is not None and canonical_text(q) == canonical_text(self.instance.item.question)
 
+    def _known_item(self) -> PoolItem | None:
+        """The item whose reference answer applies to the question in front of the solver or
+        the judge now: the solver phase's pool question, or the proposed question when it
+        restates the reference; ``None`` when its answer is unknown."""
+        st, inst = self.state, self.instance
+        if st.phase in ("solve_pool", "judge_pool"):
+            item = inst.task
+        elif self._question_is_reference():
+            item = inst.item
+        else:
+            return None
+        return item if (item.answer or item.tests) else None
+
     def oracle(self, agent: str) -> str:
         st, item = self.state, self.instance.item
         if agent == "proposer":
             return f"<think>I restate a known good question.</think>\n<question>{item.question}</question>"
-        known = self._question_is_reference() and (item.answer or item.tests)
+        known = self._known_item()
         if agent == "solver":
-            if not known or item.answer is None:
+            if known is None or known.answer is None:
                 return "<answer>I do not know.</answer>"
-            if item.kind == "code":
-                return f"<answer>\n```python\n{item.answer}\n```\n</answer>"
-            return f"<answer>{item.answer}</answer>"
+            if known.kind == "code":
+                return f"<answer>\n```python\n{known.answer}\n```\n</answer>"
+            return f"<answer>{known.answer}</answer>"
         if agent != "judge":
             raise ValueError(f"unknown agent {agent!r}; agents are {self.possible_agents}")
-        if st.phase != "judge_answer":
+        if st.phase not in ("judge_answer", "judge_pool"):
             score = 9 if self._question_is_reference() else 5
             return f"<think>Scripted rating.</think>\n<score>{score}</score>"
-        if not known:
+        if known is None:
             return "<think>The reference answer is unknown.</think>\n<score>5</score>"
-        ext = extract_tag(st.answers[len(st.scores)], "answer", unique=False)
+        answer = st.task_answer if st.phase == "judge_pool" else st.answers[len(st.scores)]
+        ext = extract_tag(answer or "", "answer", unique=False)
         v = verify_answer(
-            item, ext.value, sandbox=self._sandbox, timeout_s=self.config.test_timeout_s
+            known, ext.value, sandbox=self._sandbox, timeout_s=self.config.test_timeout_s
         )
         score = round(1 + 9 * v.score)
         return f"<think>Checked against the reference: {v.reason}.</think>\n<score>{score}</score>"

@@ -55,6 +55,8 @@ psi = -(sum over boxes of the Manhattan distance to the nearest goal)):
 - tool: fmt 0.10 (printed output parses as a list of U/D/L/R), exec 0.30 (the program ran, the
   list is non-empty and has no illegal push or wall/box collision), pot 0.60 (psi does not
   decrease).
+- mixing: Appendix A.1's convex form above is the default; the main text's Eq. 4 ``r = alpha *
+  team + local`` (no mask; alpha = 1 in AT-GRPO 5.1) is ``rewards={"mixing": "additive"}``.
 
 An empty list earns neither leg, dlk nor exec: doing nothing is not a legal step.
 

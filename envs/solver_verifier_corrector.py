@@ -6,7 +6,7 @@ agents             ``solver``, ``verifier``, ``corrector``
 actions            completion text (``str``)
 observations       ``{"prompt": str}``
 horizon            ``max_steps`` agent steps (default 5: Solver, V1, C1, V2, C2); ends early
-                   when the verifier accepts
+                   when the verifier accepts or its verdict does not parse
 render modes       ``human``, ``ansi``
 =================  ==========================================================
 
@@ -23,8 +23,17 @@ Verdicts are parsed by :func:`parse_verdict`: the last ``Verdict:`` (or ``Correc
 or ``\\boxed{correct|incorrect}`` decides; "incorrect", "not correct", "wrong", "has errors",
 "invalid", ... are rejections (the public MarsRL code tests ``"correct" in text``, which reads
 "incorrect" as acceptance); a missing or ambiguous verdict ("correct/incorrect", "partially
-correct") is a format failure. The episode then goes on as after a rejection (only an explicit
-acceptance accepts).
+correct") is a format failure (verifier reward 0).
+
+An unparsed verdict is not an error report, so it never reaches the corrector (MarsRL 3.3: "the
+Corrector exclusively samples outputs that contain identified errors from the Verifier. If no
+such outputs are available, the process terminates early"). By default
+(``unparsed_verdict="end"``) the episode terminates after it, the final answer chosen as below;
+under grouped rollouts the engine keeps only continuing candidates, so the corrector's inputs
+are exactly the verifier's rejections, the right ones first under adaptive sampling.
+``unparsed_verdict="retry"``: the verifier checks the same solution again (its prompt says that
+its previous report had no verdict); each retry is a step and counts toward ``max_steps``.
+Only an explicit acceptance accepts; only an explicit rejection goes to the corrector.
 
 Rewards (MarsRL section 3.2; ``mixing="none"``, every reward is 1 or 0, the paper's positive and
 negative samples):
@@ -48,7 +57,10 @@ Adaptive sampling (MarsRL section 3.4) with ``adapters.rollout`` (``keep="adapti
 verifier prefers wrong solutions (reward 0) from the solver and the corrector, and the corrector
 prefers reports with reward 1 (rightly found errors); :meth:`raw_env.adaptive_preference` says
 which candidates of the acting agent to keep: ``"low"`` for the solver and the corrector,
-``"high"`` for the verifier (accepting candidates end the episode, so only rejections go on).
+``"high"`` for the verifier (accepting and unparsed candidates end the episode, so only
+rejections go on). A trainer needs nothing else from the env: each step's reward is final at
+once (no ``award()``), ``done`` says which candidates can go on, and ``infos`` carry
+``verdict`` (True / False / None), ``correct`` and ``answer`` for logging.
 
 Instances: reasoning-gym math by default (``dataset``, ``dataset_size``, ``dataset_seed``), split by
 a hash of the question; ``problems=[...]`` to ``envs.make``; or
@@ -56,7 +68,8 @@ a hash of the question; ``problems=[...]`` to ``envs.make``; or
 ``max_turns`` counts correction cycles and truncates only if set low (default 1000).
 ``mode="single"`` does not exist: the setting is multi-agent by construction.
 
-Version history: v0 (initial).
+Version history: v0 (initial); v1 (an unparsed verdict ends the episode instead of reaching
+the corrector as an error report, MarsRL 3.3; ``unparsed_verdict="retry"``).
 """
 
 from __future__ import annotations
@@ -228,6 +241,7 @@ class SolverVerifierCorrectorConfig(EnvConfig):
     dataset_size: int = 2000
     dataset_seed: int = 0
     max_entry_chars: int = 20_000
+    unparsed_verdict: Literal["end", "retry"] = "end"
     max_turns: int = 1000
     rewards: SolverVerifierCorrectorRewards = field(default_factory=SolverVerifierCorrectorRewards)
 
@@ -244,6 +258,8 @@ class SolverVerifierCorrectorConfig(EnvConfig):
             raise ValueError("accept_after must be a positive int")
         if self.dataset_size < 1 or self.max_entry_chars < 100:
             raise ValueError("dataset_size must be >= 1 and max_entry_chars >= 100")
+        if self.unparsed_verdict not in ("end", "retry"):
+            raise ValueError("unparsed_verdict must be 'end' or 'retry'")
 
 
 # ---------------------------------------------------------------------- state
@@ -378,7 +394,18 @@ class raw_env(TurnBasedEnv):
             )
         current = self._solutions[-1]
         if agent == "verifier":
-            return (
+            last = self._reports[-1] if self._reports else None
+            again = ""
+            if (
+                last is not None
+                and last.verdict is None
+                and last.solution == len(self._solutions) - 1
+            ):
+                again = (
+                    "Your previous report on this solution ended without a verdict line; check "
+                    "it again and finish with the verdict line.\n\n"
+                )
+            return again + (
                 "You are the VERIFIER of a team that solves, verifies and corrects solutions.\n\n"
                 f"Problem:\n{question}\n\nSolution to check (by the {current.author}):\n"
                 f"{self._clip(current.text)}\n\n"
@@ -430,6 +457,10 @@ class raw_env(TurnBasedEnv):
             self._accepted = idx
             self._role = "verifier"
             self._finish()
+        elif v.value is None:  # not an error report: never sent to the corrector (MarsRL 3.3)
+            self._role = "verifier"
+            if self.config.unparsed_verdict == "end":
+                self._finish()
         else:
             self._role = "verifier" if v.value else "corrector"
         self._last_info.update(verdict=v.value, verdict_reason=v.reason, solution=idx)

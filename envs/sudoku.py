@@ -47,15 +47,24 @@ the state itself is unchanged):
 
 - team: 1 if G_k is solved, else 0 (the episode terminates when solved).
 - planner: fmt 0.15 (the answer after ``####`` parses as a grid or steps, values in range),
-  legal 0.55 (no row/column/box duplicate in G_k and no edit of a given rejected),
-  prog 0.30 (cells blank in G_{k-1} and filled in G_k, divided by size**2).
+  legal 0.55 (A.1.3 read literally: ``1{no row/column/subgrid duplicates in G_k}``; a rejected
+  edit of a given is not applied, so it does not make G_k illegal; it costs the tool its
+  ``exec``), prog 0.30 (cells blank in G_{k-1} and filled in G_k, divided by size**2).
+  ``legal_counts_givens=True``: legal also needs no rejected edit of a given (the stricter
+  earlier reading).
 - tool: fmt 0.10 (the printed output parses: schema valid, values in range, indices in bounds),
   exec 0.20 (the program exited cleanly within its limits and every edit applied, none touching
-  a given), san 0.70 (at least one cell changes and every digit written is free of duplicates
-  in its row, column and box of G_k).
+  a given), san 0.70 (A.1.3 read literally: "all applied edits satisfy local Sudoku
+  constraints": every digit that the proposal writes into a cell (a changed cell) is free of
+  duplicates in its row, column and box of G_k; a proposal that applies no edit, such as
+  re-printing the grid, satisfies it vacuously: 1). ``san_needs_change=True``: 0 for a proposal
+  that changes no cell (the stricter earlier reading).
 - mask: 0 only when the sandbox itself failed (tool), else 1.
+- mixing: A.1.3's convex form (lam = 0.60) is the default; the main text's Eq. 4 ``r = alpha *
+  team + local`` (no mask; alpha = 1 in AT-GRPO 5.1) is ``rewards={"mixing": "additive"}``.
 
-Version history: v0 (initial).
+Version history: v0 (initial); v1 (``legal`` and ``san`` read literally as in A.1.3, the
+stricter readings behind ``legal_counts_givens`` and ``san_needs_change``).
 """
 
 from __future__ import annotations
@@ -111,10 +120,16 @@ class SudokuRewards(RewardConfig):
 
 @dataclass(frozen=True)
 class SudokuConfig(ToolPlannerConfig):
-    """size: 4, 6 or 9. blanks: blank cells per generated puzzle (None: 10 / 20 / 45)."""
+    """size: 4, 6 or 9. blanks: blank cells per generated puzzle (None: 10 / 20 / 45).
+    legal_counts_givens: the planner's ``legal`` also needs no rejected edit of a given (the
+    stricter reading; A.1.3 counts only duplicates in G_k). san_needs_change: the tool's ``san``
+    is 0 for a proposal that changes no cell (the stricter reading; A.1.3's "all applied edits
+    satisfy local constraints" holds vacuously when there is none)."""
 
     size: int = 4
     blanks: int | None = None
+    legal_counts_givens: bool = False
+    san_needs_change: bool = False
     rewards: SudokuRewards = field(default_factory=SudokuRewards)
 
     def __post_init__(self) -> None:
@@ -369,13 +384,17 @@ class raw_env(ToolPlannerEnv):
         if sim is None:
             return {"legal": 0.0, "prog": 0.0}
         n = self._n()
-        legal = sim.info["consistent"] and sim.info["rejected"] == 0
+        legal = sim.info["consistent"]
+        if self.config.legal_counts_givens:
+            legal = legal and sim.info["rejected"] == 0
         return {"legal": float(legal), "prog": sim.info["newly_filled"] / (n * n)}
 
     def _tool_components(self, sim: Sim | None, ran_ok: bool) -> dict[str, float]:
         if sim is None:
             return {"exec": 0.0, "san": 0.0}
-        san = sim.info["changed"] > 0 and sim.info["written_ok"]
+        san = sim.info["written_ok"]
+        if self.config.san_needs_change:
+            san = san and sim.info["changed"] > 0
         return {"exec": float(ran_ok and sim.ok), "san": float(san)}
 
     def _format_proposal(self, value: Any) -> str:

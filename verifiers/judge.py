@@ -130,14 +130,20 @@ def parse_score(text: object, *, scale_max: float = 10, fallback: bool = True) -
     return ScoreParse(value, "fallback", "no <score> block; used the last number")
 
 
-def sage_norm(s: float | None) -> float:
-    """SAGE's Norm: ``s`` on [0, 1], ``(s-1)/9`` on (1, 10], else 0.5.
+def sage_norm(s: float | None, *, one_is_low: bool = False) -> float:
+    """SAGE's Norm (Eq. 2): ``s`` on [0, 1], ``(s-1)/9`` on (1, 10], else 0.5. As written,
+    Norm(1) = 1; ``one_is_low=True`` reads a score of exactly 1 as the bottom of the 1-10 scale
+    (0), i.e. ``s`` on [0, 1), ``(s-1)/9`` on [1, 10].
 
     >>> sage_norm(0.3), sage_norm(1), sage_norm(10), sage_norm(5.5), sage_norm(11), sage_norm(None)
     (0.3, 1.0, 1.0, 0.5, 0.5, 0.5)
+    >>> sage_norm(1, one_is_low=True), sage_norm(0.3, one_is_low=True)
+    (0.0, 0.3)
     """
     if s is None or not math.isfinite(s):
         return 0.5
+    if one_is_low and s == 1.0:
+        return 0.0
     if 0.0 <= s <= 1.0:
         return float(s)
     if 1.0 < s <= 10.0:

@@ -24,8 +24,30 @@ A setting subclasses :class:`TurnBasedEnv` and supplies only what is specific to
 
 The base class handles agent selection, rewards and cumulative rewards, terminations and
 truncations (termination on ``end_episode()``, truncation at ``max_turns``), dead steps, infos
-(``reward_parts``, ``success``, ``turn``, ``instance_id``), seeding and splits, spaces, clone and
-rendering.
+(``reward_parts``, ``success``, ``turn``, ``instance_id``, ``trainable``), seeding and splits,
+spaces, clone and rendering.
+
+Step infos. After each step the acting agent's ``infos[agent]`` holds ``reward_parts`` (see
+:mod:`envs.core.rewards`), ``success``, ``turn`` (the turn of that step), ``instance_id``,
+``trainable`` and whatever the setting adds (``_step_info``).
+
+``trainable`` (a bool, always present in the acting agent's info after a step; absent means
+``True``, e.g. in the infos ``reset()`` writes): whether the sample of this step is a training
+sample of its role. A setting calls :meth:`TurnBasedEnv.mark_untrainable` in ``_act`` for steps
+that the paper samples only to compute someone else's reward (MAE's N difficulty answers and
+their judge scores, SAGE's N_s difficulty samples): the step still acts and is scored for the
+record, its info says ``trainable: False`` with ``untrainable_reason``, and a trainer must drop
+its sample (the rollout engine does). Such steps return reward 0, so cumulative rewards are the
+sum over training samples.
+
+Delayed rewards. ``award(agent, parts, step)`` delivers the final reward of an earlier step (see
+its docstring). It replaces that step's provisional reward: ``rewards[agent]`` receives the
+difference (final minus what the step returned), so cumulative rewards equal the final rewards
+whether the provisional reward was 0 (MAE, SAGE, CoMAS) or a partial value (the math reasoner's
+team reward, AT-GRPO A.1.1).
+
+Version history: v0 (initial); v1 (``trainable`` infos and ``mark_untrainable``; awards replace
+a non-zero provisional reward instead of adding to it).
 """
 
 from __future__ import annotations
@@ -102,6 +124,8 @@ class TurnBasedEnv(AECEnv):
         self._ended = False
         self.last_awards: list[dict[str, Any]] = []
         self._pending_awards: list[tuple[str, RewardParts, int]] = []
+        self._step_rewards: dict[int, float] = {}  # env step -> the reward it has now
+        self._untrainable: str | None = None
 
     # ------------------------------------------------------------------ setting hooks
     def _generate_instance(self, rng: np.random.Generator) -> Any:
@@ -166,13 +190,21 @@ class TurnBasedEnv(AECEnv):
         (the one it took at env step ``step``, i.e. ``self.num_steps`` at that time).
 
         For settings whose rewards depend on later agents (MAE's proposer is scored by the
-        judge's scores of later answers; CoMAS's solution by a later score): the earlier step
-        returns a provisional reward (usually 0) and the final one arrives here. It is added to
-        ``rewards[agent]`` (so cumulative rewards equal the final rewards), written to
-        ``infos[agent]["reward_parts"]`` with ``"for_step"``, and listed in ``last_awards`` so
-        rollout engines can attach it to the sample of that step.
+        judge's scores of later answers; CoMAS's solution by a later score; the math reasoner's
+        team reward by the tool's step that ends the episode): the earlier step returns a
+        provisional reward (usually 0) and the final one arrives here. ``parts`` is the complete
+        final reward of that step, not an increment: ``rewards[agent]`` receives final minus
+        the step's current reward (so cumulative rewards equal the final rewards), the parts go
+        to ``infos[agent]["reward_parts"]`` with ``"for_step"``, and to ``last_awards`` so
+        rollout engines can replace the reward of the sample of that step.
         """
         self._pending_awards.append((agent, parts, int(step)))
+
+    def mark_untrainable(self, reason: str) -> None:
+        """Called by a setting from ``_act``: the current step's sample is not a training sample
+        (``infos[agent]["trainable"] = False`` with ``untrainable_reason``); see the module
+        docstring."""
+        self._untrainable = str(reason) or "not a training sample"
 
     def end_episode(self) -> None:
         """Called by a setting from ``_act`` to terminate the episode after this step."""
@@ -224,6 +256,8 @@ class TurnBasedEnv(AECEnv):
         self.success = False
         self._ended = False
         self.last_awards = []
+        self._step_rewards = {}
+        self._untrainable = None
         self._reset_state(instance)
         self.infos = {a: self._base_info() for a in self.agents}
         self.agent_selection = self.agents[0]
@@ -264,13 +298,18 @@ class TurnBasedEnv(AECEnv):
             )
         self._cumulative_rewards[agent] = 0.0
         self._pending_awards = []
+        self._untrainable = None
+        this_step = self.num_steps
         parts = self._act(agent, action)
         self.num_steps += 1
         self.rewards = {a: 0.0 for a in self.agents}
         self.rewards[agent] = parts.reward
+        self._step_rewards[this_step] = parts.reward
         self.last_awards = []
         for who, awarded, for_step in self._pending_awards:
-            self.rewards[who] = self.rewards.get(who, 0.0) + awarded.reward
+            before = self._step_rewards.get(for_step, 0.0)
+            self._step_rewards[for_step] = awarded.reward
+            self.rewards[who] = self.rewards.get(who, 0.0) + awarded.reward - before
             record = {**awarded.to_dict(), "for_step": for_step}
             self.last_awards.append({"agent": who, "step": for_step, "reward_parts": record})
         turn_of_step = self.turn
@@ -281,6 +320,9 @@ class TurnBasedEnv(AECEnv):
         info = self._base_info()
         info["turn"] = turn_of_step
         info["reward_parts"] = parts.to_dict()
+        info["trainable"] = self._untrainable is None
+        if self._untrainable is not None:
+            info["untrainable_reason"] = self._untrainable
         info.update(self._step_info(agent))
         self.infos[agent] = info
         for award in self.last_awards:

@@ -90,9 +90,12 @@ def test_accepted_math_round_hand_computed():
         {"quality": s_q, "difficulty": r_d, "format": 1.0}
     )
     assert aw["reward_parts"]["reward"] == pytest.approx((s_q + r_d + 1) / 3)
-    # difficulty samples: 0.5 s_gt + 0.5 r_f, immediately
+    # difficulty samples (Algorithm 1 line 8): for r_d only, not training samples: reward 0
     rf = [1.0, 1.0, 0.5, 0.0]
-    assert [e[1] for e in log[2:6]] == pytest.approx([0.5 * g + 0.5 * f for g, f in zip(s_gt, rf)])
+    assert [e[1] for e in log[2:6]] == [0.0] * 4
+    assert [(e[2]["s_gt"], e[2]["r_f"]) for e in log[2:6]] == list(zip(s_gt, rf))
+    assert [e[2]["trainable"] for e in log] == [True, True] + [False] * 4 + [True] * 3
+    assert "untrained" in log[2][2]["reward_parts"]["reasons"]
     assert [e[2]["phase"] for e in log[2:6]] == ["difficulty"] * 4
     assert "What is 17 * 3?" in log[2][4] and "plan" not in log[2][4].lower()
     # critic: r_f each time
@@ -131,7 +134,7 @@ def test_cumulative_rewards_in_the_aec_loop():
     totals = play(env, lambda e, a: next(script), options={"instance": REF})["rewards"]
     assert totals["challenger"] == pytest.approx((1.0 + 0.5 + 1.0) / 3)
     assert totals["planner"] == pytest.approx(0.5 * 6 / 9 + 0.5)
-    assert totals["solver"] == pytest.approx(1.0 + 0.5 + (0.2 * 6 / 9 + 0.0 + 0.2))
+    assert totals["solver"] == pytest.approx(0.2 * 6 / 9 + 0.0 + 0.2)  # difficulty: untrained
     assert totals["critic"] == pytest.approx(2.0)
 
 
@@ -254,7 +257,7 @@ def test_critic_format_and_norm():
         ("<score>8</score><score>9</score>", 0.5, 8 / 9),
         ("", 0.5, 0.5),
         ("<score>0.8</score>", 1.0, 0.8),  # Norm: [0, 1] taken as is
-        ("<score>1</score>", 1.0, 1.0),  # Norm(1) = 1 as written in the paper
+        ("<score>1</score>", 1.0, 0.0),  # the bottom of the 1-10 scale (critic_norm="scale")
         ("<score>12</score>", 1.0, 0.5),  # outside (1, 10]: 0.5
     ]
     for text, rf, s_q in cases:
@@ -265,6 +268,24 @@ def test_critic_format_and_norm():
     lin = _raw(critic_norm="linear")
     lin.reset(options={"instance": REF})
     assert _drive(lin, [NEW_MATH, "<score>1</score>"])[1][2]["s_q"] == 0.0
+    lin.reset(options={"instance": REF})
+    assert _drive(lin, [NEW_MATH, "<score>0.8</score>"])[1][2]["s_q"] == 0.0
+
+
+def test_eq2_norm_of_one_default_and_literal_option():
+    """SAGE Eq. 2: Norm(s) = s on [0, 1], (s - 1)/9 on (1, 10]: literally Norm(1) = 1, the top
+    mark for the lowest rating of the 1-10 scale (4.1). Default (critic_norm="scale"):
+    Norm(1) = 0, so a question rated 1 gets r_c = (0 + r_f)/2 = 0.5 and is filtered;
+    critic_norm="sage" (Eq. 2 as written): s_q = 1 >= alpha, accepted."""
+    raw = _raw(num_samples=1)
+    raw.reset(options={"instance": REF})
+    log = _drive(raw, [NEW_MATH, "<score>1</score>"])
+    assert log[1][2]["s_q"] == 0.0 and not log[1][2]["eligible"]
+    assert _award(log[1], "challenger")["reward_parts"]["reward"] == pytest.approx(0.5)
+    lit = _raw(num_samples=1, critic_norm="sage")
+    lit.reset(options={"instance": REF})
+    log = _drive(lit, [NEW_MATH, "<score>1</score>"])
+    assert log[1][2]["s_q"] == 1.0 and log[1][2]["eligible"]
 
 
 # ---------------------------------------------------------------- code, verified in the sandbox
@@ -315,6 +336,40 @@ def test_code_challenge_verified_by_tests():
 # ---------------------------------------------------------------- sources, oracle, pool
 
 
+def test_alg1_plan_solve_item_is_drawn_independently_of_the_reference():
+    """SAGE Algorithm 1: line 5 samples (q_ref, v_ref) ~ D for the challenger, line 16 samples
+    (q, v) ~ D again for the plan-solve phase: an independent draw from the same split."""
+    raw = _raw(num_samples=1)
+    differ = 0
+    for seed in range(40):
+        inst = raw.sample_instance("val", seed)
+        assert inst.item.split == inst.task.split == "val"
+        differ += inst.task.key != inst.item.key
+    assert differ >= 35
+    raw.reset(seed=7)
+    ref, task = raw.instance.item, raw.instance.task
+    assert ref.key != task.key
+    log = _drive(raw, [NEW_MATH, "<score>2</score>", "<plan>p</plan>"])
+    assert task.question in log[-1][4] and ref.question not in log[-1][4]
+    old = _raw(num_samples=1, plan_source="reference")
+    old.reset(seed=7)
+    log = _drive(old, [NEW_MATH, "<score>2</score>", "<plan>p</plan>"])
+    assert ref.question in log[-1][4]
+    task = {"question": "What is 2 + 2?", "kind": "math", "answer": "4"}
+    raw.reset(options={"instance": {**REF, "task": task}})
+    log = _drive(raw, [NEW_MATH, "<score>2</score>", "<plan>p</plan>", "<score>5</score>"])
+    assert "What is 2 + 2?" in raw.observe("solver")["prompt"]
+    assert _drive(raw, ["<answer>4</answer>"])[0][2]["s_gt"] == 1.0
+
+
+def test_train_difficulty_option_trains_the_difficulty_samples():
+    raw = _raw(num_samples=2, train_difficulty=True)
+    raw.reset(options={"instance": REF})
+    log = _drive(raw, [NEW_MATH, "<score>9</score>", "<answer>51</answer>", "51"])
+    assert [e[1] for e in log[2:4]] == pytest.approx([0.5 + 0.5, 0.0])  # 0.5 s_gt + 0.5 r_f
+    assert all(e[2]["trainable"] for e in log)
+
+
 def test_plan_source_accepted_uses_the_new_question():
     raw = _raw(plan_source="accepted", num_samples=1)
     raw.reset(options={"instance": REF})
@@ -335,7 +390,7 @@ def test_oracle_round(ref):
     r = res["rewards"]
     assert r["challenger"] == pytest.approx((8 / 9 + 0.0 + 1) / 3)  # solved every time: r_d 0
     assert r["planner"] == pytest.approx(0.5 * 7 / 9 + 0.5)
-    assert r["solver"] == pytest.approx(4 * 1.0 + (0.2 * 7 / 9 + 0.8))
+    assert r["solver"] == pytest.approx(0.2 * 7 / 9 + 0.8)  # the difficulty samples: untrained
     assert r["critic"] == pytest.approx(2.0) and res["success"] and res["steps"] == 9
     assert env.unwrapped.pool.state_dict()["items"] == before["items"]
 
@@ -343,7 +398,8 @@ def test_oracle_round(ref):
 def test_instances_sampling_and_config():
     raw = _raw()
     for s in range(40):
-        assert raw.sample_instance("train", s).verifiable
+        inst = raw.sample_instance("train", s)
+        assert inst.item.verifiable and inst.task.verifiable
     with pytest.raises(ValueError, match="SAGE instance"):
         raw.reset(options={"instance": {"question": "Why is the sky blue?"}})
     with pytest.raises(ValueError, match="SAGE instance"):

@@ -71,14 +71,20 @@ def mixed(team, local, mask=1.0):
 
 
 # ---------------------------------------------------------------------- coder rewards
-def test_coder_syntax_error():
+def test_coder_syntax_error_a12_mask():
+    """AT-GRPO A.1.2: m = 1{build/run logs and test diffs available}: a program that does not
+    compile never runs (no run logs, no test diffs): mask 0, team p = 0, reward 0."""
     env = make(CLIP)
     env.step(py("def clip(x lo, hi):\n    return x"))
     p = parts(env, "coder")
     # build 0, run 0, nr 1 (no previously passing tests at turn 0): local = 0.8; team p = 0
     assert p["components"] == {"build": 0.0, "run": 0.0, "nr": 1.0}
-    assert p["team"] == 0.0 and p["reward"] == pytest.approx(mixed(0.0, 0.8))  # 0.4
-    assert "does not compile" in p["reasons"]["build"]
+    assert p["team"] == 0.0 and p["mask"] == 0.0 and p["reward"] == 0.0
+    assert "does not compile" in p["reasons"]["build"] and "never ran" in p["reasons"]["mask"]
+    # coder_mask="found": a found program is masked in: 0.5 * 0 + 0.5 * 0.8 = 0.4
+    env = make(CLIP, coder_mask="found")
+    env.step(py("def clip(x lo, hi):\n    return x"))
+    assert parts(env, "coder")["reward"] == pytest.approx(mixed(0.0, 0.8))
 
 
 def test_coder_crash_and_no_code_block():
@@ -93,7 +99,20 @@ def test_coder_crash_and_no_code_block():
     env.step("I would clip it, but I will not write code.")
     p = parts(env, "coder")
     assert p["components"] == {"build": 0.0, "run": 0.0, "nr": 1.0}
-    assert p["reasons"]["build"] == "no code block found"
+    assert p["reasons"]["build"] == "no code block found" and p["mask"] == 0.0
+
+
+@pytest.mark.parametrize("coder_mask, reward", [("ran", 0.0), ("found", 0.0), ("always", 0.4)])
+def test_a12_refusing_coder_earns_zero(coder_mask, reward):
+    """AT-GRPO A.1.2: a coder that writes no program has no build/run logs or test diffs:
+    m = 0, and p_k = 0, so r = 0.5 * 0 + 0.5 * 0 * 0.8 = 0 (it was 0.4: mask 1, nr = 1).
+    The earlier reading stays available as coder_mask="always"."""
+    env = make(CLIP, coder_mask=coder_mask)
+    env.step("I refuse to write code.")
+    p = parts(env, "coder")
+    assert p["team"] == 0.0 and p["local"] == pytest.approx(0.8)
+    assert p["reward"] == pytest.approx(reward)
+    assert env.rewards["coder"] == pytest.approx(reward)
 
 
 def test_coder_timeout():
@@ -105,7 +124,7 @@ def test_coder_timeout():
 
 
 def test_coder_partial_pass_then_regression():
-    env = make(CLIP, mode="single")
+    env = make(CLIP, mode="single", single_turns=None)
     env.step(py("def clip(x, lo, hi):\n    return max(x, lo)"))
     p = parts(env, "coder")
     # passes tests 1, 2, 4 (clip(12, 0, 10) gives 12): p = 3/4; smoke (tests 1-2) runs: run 1
@@ -164,7 +183,7 @@ def test_tester_kills_some_mutants():
 
 
 def test_tester_strong_tests_reach_full_coverage():
-    env = make(CLIP)
+    env = make(CLIP, max_tester_tests=3)
     env.step(py(CLIP_SOLUTION))
     env.step(
         py("assert clip(5, 0, 10) == 5\nassert clip(-1, 0, 10) == 0\nassert clip(11, 0, 10) == 10")
@@ -226,7 +245,7 @@ def test_tester_stdin_rewards():
     assert p["components"] == {"valid": 1.0, "cov": 0.0}
     assert p["reward"] == pytest.approx(mixed(0.25, 0.2))
     assert env.terminations["tester"] and not env.infos["tester"]["success"]  # print(0) agreed
-    env = make(SUM)
+    env = make(SUM, max_tester_tests=2)
     env.step(py("print(0)"))
     env.step(io_test("0 0", "0") + "\n" + io_test("2 2", "4"))
     # the second test kills the mutant the first lets through: 1/1, cov 1, valid 1
@@ -287,12 +306,13 @@ def test_horizon_truncates_without_agreement():
     assert env.infos["tester"]["success"] and all(env.terminations.values())
 
 
-def test_single_mode_ends_when_the_program_repeats():
-    env = make(CLIP, mode="single")
+def test_single_mode_multi_turn_option_ends_when_the_program_repeats():
+    # single_turns=None: the multi-turn single agent (not AT-GRPO 5.1's baseline)
+    env = make(CLIP, mode="single", single_turns=None)
     env.step(py("def clip(x, lo, hi):\n    return x"))
     env.step(py("def clip(x, lo, hi):\n    # same program, other comment\n    return x"))
     assert all(env.terminations.values()) and not env.infos["coder"]["success"]
-    env = make(SUM, mode="single")
+    env = make(SUM, mode="single", single_turns=None)
     env.step(py("print(7)"))
     prompt = env.observe("coder")["prompt"]
     assert "Example 1: passed" in prompt and "5 5" not in prompt
@@ -383,3 +403,39 @@ def test_render_ansi_mentions_progress():
     env.step(py("assert clip(5, 0, 10) == 5"))
     text = env.render()
     assert "4/4 golden tests" in text and "agreed" in text
+
+
+# ---------------------------------------------------------------------- AT-GRPO A.2.2 / 5.1
+def test_a22_one_tester_test_per_turn_extra_tests_are_a_format_violation():
+    """AT-GRPO A.2.2: the tester "provides one new high-quality test case" per turn. Two tests:
+    a format violation (valid 0) and only the first counts: the mutant a - b survives "0 0",
+    cov 0; team = p of print(0) = 1/4: r = 0.5 * 0.25 + 0.5 * 0 = 0.125."""
+    env = make(SUM)
+    assert "exactly one test case" in env.observe("tester")["prompt"]
+    env.step(py("print(0)"))
+    env.step(io_test("0 0", "0") + "\n" + io_test("2 2", "4"))
+    p = parts(env, "tester")
+    assert p["components"] == {"valid": 0.0, "cov": 0.0}
+    assert p["reasons"]["valid"] == "2 tests; at most 1 count"
+    assert p["reward"] == pytest.approx(0.125)
+    assert env.infos["tester"]["num_tests"] == 1 and env.infos["tester"]["agreed"]
+    # one test: valid, and it kills the mutant: 0.5 * 0.25 + 0.5 * 1.0 = 0.625
+    env = make(SUM)
+    env.step(py("print(0)"))
+    env.step(io_test("2 2", "4"))
+    assert parts(env, "tester")["reward"] == pytest.approx(0.625)
+
+
+@pytest.mark.parametrize(
+    "program, success", [(CLIP_SOLUTION, True), ("def clip(x, lo, hi):\n    return x", False)]
+)
+def test_51_single_agent_baseline_is_single_turn(program, success):
+    """AT-GRPO 5.1, Code SA: "one agent emits code; single-turn termination (no verification
+    loop)". The first program ends the episode: golden 0.5 * 1 + 0.5 * 1 = 1.0; return x
+    passes tests 1 and 4 (p = 1/2), smoke runs: 0.5 * 0.5 + 0.5 * 1 = 0.75."""
+    env = make(CLIP, mode="single")
+    env.step(py(program))
+    p = parts(env, "coder")
+    assert p["reward"] == pytest.approx(1.0 if success else 0.75)
+    ended = env.terminations if success else env.truncations
+    assert all(ended.values()) and env.infos["coder"]["success"] is success

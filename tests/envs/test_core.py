@@ -113,3 +113,29 @@ def test_dead_steps_and_step_after_end():
     # The PettingZoo wrapper only logs a warning here; the raw env refuses clearly.
     with pytest.raises(RuntimeError, match="reset"):
         env.unwrapped.step(None)
+
+
+def test_trainable_info_contract():
+    """``infos[agent]["trainable"]``: absent after reset (means True), a bool after each step
+    (False only for steps a setting marks with ``mark_untrainable``)."""
+    env = envs.make("plan_path")
+    env.reset(seed=0)
+    agent = env.agent_selection
+    assert "trainable" not in env.infos[agent]
+    env.step("no idea")
+    assert env.infos[agent]["trainable"] is True and "untrainable_reason" not in env.infos[agent]
+
+
+@pytest.mark.parametrize("env_id", ["sudoku", "sokoban", "plan_path", "code", "math"])
+def test_eq4_additive_mixing_is_one_option_away_in_every_atgrpo_setting(env_id):
+    """AT-GRPO Eq. 4 (main text): r = alpha * r_team + r_local with alpha = 1 (Section 5.1),
+    versus Appendix A.1's convex lam mixing (the default): rewards={"mixing": "additive"}."""
+    extra = {"max_mutants": 2} if env_id == "code" else {}
+    env = envs.make(env_id, rewards={"mixing": "additive"}, **extra)
+    env.reset(seed=0)
+    agent = env.agent_selection
+    env.step(env.unwrapped.oracle(agent))
+    p = env.infos[agent]["reward_parts"]
+    assert p["mixing"] == "additive" and p["alpha"] == 1.0
+    assert p["reward"] == pytest.approx(p["team"] + p["local"])
+    assert envs.make(env_id).unwrapped.config.rewards.mixing == "convex"

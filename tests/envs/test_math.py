@@ -140,10 +140,13 @@ def test_horizon():
     p = parts(env, "tool")
     assert p["team"] == 1.0 and env.infos["tool"]["success"]
     assert p["reward"] == pytest.approx(mixed(1.0, 0.2))  # fmt + tool, step 0
+    # ... and for the reasoner of that (final) turn, at its own step (A.1.1)
+    assert parts(env, "reasoner")["team"] == 1.0 and "for_step" not in parts(env, "reasoner")
 
 
-def test_single_mode_ends_when_the_answer_repeats():
-    env = make(mode="single")
+def test_single_mode_multi_turn_option_ends_when_the_answer_repeats():
+    # single_turns=None: the multi-turn single agent (not AT-GRPO 5.1's baseline)
+    env = make(mode="single", single_turns=None)
     env.step("\\boxed{14}")
     p = parts(env, "reasoner")
     assert p["team"] == 0.0 and not any(env.terminations.values())
@@ -186,11 +189,11 @@ def test_reasoner_answer_extraction():
 
 # ---------------------------------------------------------------------- oracle and data
 def test_oracle_100_instances_both_modes():
-    for mode in ("multi", "single"):
+    for mode, steps in (("multi", 2), ("single", 1)):
         env = envs.make("math", mode=mode)
         results = [play(env, oracle_policy, seed=s) for s in range(100)]
         assert all(r["success"] for r in results)
-        assert all(r["steps"] == 2 for r in results)  # agreement (multi), repeat (single)
+        assert all(r["steps"] == steps for r in results)  # agreement (multi), one turn (single)
 
 
 def test_generated_instances_mix_generators_and_are_deterministic():
@@ -239,3 +242,87 @@ def test_render_ansi():
     env.step(py("print(10)"))
     text = env.render()
     assert "reasoner 10, tool 10, agreed" in text and "success=True" in text
+
+
+# ---------------------------------------------------------------------- AT-GRPO A.1.1 / 5.1
+def _run(env, completions):
+    """Step the completions; return the sum of ``env.rewards`` per agent over the steps."""
+    total: dict[str, float] = {}
+    for c in completions:
+        env.step(c)
+        for a, r in env.rewards.items():
+            total[a] = total.get(a, 0.0) + r
+    return total
+
+
+def test_a11_team_reward_reaches_the_reasoner_of_the_final_turn():
+    """AT-GRPO A.1.1: r_team = 1{k = T, CheckFinal = pass} for the agents of the final turn;
+    the turn whose tool step ends the episode by agreement is the final turn. A correct
+    reasoner with an agreeing tool: 0.7 * 1 + 0.3 * (0.2 * 1 + 0.8 * 1) = 1.0 (was 0.3)."""
+    env = make()
+    env.step("#### 10")
+    first = parts(env, "reasoner")
+    assert first["team"] == 0.0 and first["reward"] == pytest.approx(0.3)  # provisional
+    assert env.infos["reasoner"]["trainable"] is True
+    env.step(py("print(3 * 4 - 2)"))
+    assert all(env.terminations.values())
+    final = parts(env, "reasoner")
+    assert final["for_step"] == 0 and final["team"] == 1.0
+    assert final["reward"] == pytest.approx(LAM * 1 + (1 - LAM) * (0.2 + 0.8)) == 1.0
+    raw = env.unwrapped
+    assert [(a["agent"], a["step"]) for a in raw.last_awards] == [("reasoner", 0)]
+    # the award replaces the provisional 0.3: this step pays the reasoner the difference
+    assert env.rewards["reasoner"] == pytest.approx(0.7)
+    assert parts(env, "tool")["reward"] == pytest.approx(1.0)
+
+
+def test_a11_episode_returns_equal_final_rewards():
+    env = make()
+    totals = _run(env, ["\\boxed{14}", py("print(10)"), "\\boxed{10}", py("print(10)")])
+    # turn 1: reasoner wrong (0.3 * 0.2 = 0.06), tool right but no agreement (0.3);
+    # turn 2 is final: reasoner 1.0, tool 1.0
+    assert totals["reasoner"] == pytest.approx(0.06 + 1.0)
+    assert totals["tool"] == pytest.approx(0.3 + 1.0)
+
+
+def test_a11_no_team_award_when_the_agreed_answer_is_wrong():
+    env = make()
+    env.step("\\boxed{14}")
+    env.step(py("print(14)"))
+    assert all(env.terminations.values()) and not env.unwrapped.last_awards
+    assert parts(env, "reasoner")["reward"] == pytest.approx(mixed(0.0, 0.2))
+
+
+def test_a11_horizon_turn_reasoner_gets_team_at_its_own_step():
+    env = make(max_turns=1)
+    env.step("\\boxed{10}")
+    p = parts(env, "reasoner")
+    assert p["team"] == 1.0 and p["reward"] == pytest.approx(1.0)
+    env.step(py("print(11)"))  # the tool disagrees: truncated at the horizon, still final
+    assert not env.unwrapped.last_awards and env.infos["tool"]["success"]
+
+
+def test_a11_team_credit_ending_step_option():
+    env = make(rewards={"team_credit": "ending_step"})
+    env.step("#### 10")
+    env.step(py("print(10)"))
+    assert not env.unwrapped.last_awards
+    assert parts(env, "reasoner")["reward"] == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="team_credit"):
+        make(rewards={"team_credit": "everyone"})
+
+
+@pytest.mark.parametrize("answer, success", [("\\boxed{10}", True), ("\\boxed{9}", False)])
+def test_51_single_agent_baseline_is_single_turn(answer, success):
+    """AT-GRPO 5.1, Math SA: "one agent performs reasoning ... in a single turn; single-turn
+    termination". The first answer ends the episode: correct 0.7 + 0.3 * 1 = 1.0,
+    wrong (formatted) 0.3 * 0.2 = 0.06."""
+    env = make(mode="single")
+    env.step(answer)
+    p = parts(env, "reasoner")
+    assert p["team"] == float(success)
+    assert p["reward"] == pytest.approx(1.0 if success else 0.06)
+    ended = env.terminations if success else env.truncations
+    assert all(ended.values()) and env.infos["reasoner"]["success"] is success
+    with pytest.raises(ValueError, match="single_turns"):
+        make(mode="single", single_turns=0)

@@ -49,53 +49,62 @@ def _totals(env, actions, options):
 # ---------------------------------------------------------------- accepted question
 
 
+ANSWERS = [
+    "<answer>51</answer>",
+    "<think>hm</think><answer>50</answer>",
+    "51",  # no tag: format 0
+    "<answer>51</answer>",
+    "<answer>1</answer><answer>2</answer>",  # not unique: format 0
+]
+JUDGEMENTS = [
+    "<score>10</score>",
+    "<think>wrong</think><score>1</score>",
+    "<score>5</score>",
+    "I would say 6",  # no <score>: unparsable, 0.5
+    "<score>7</score><score>9</score>",  # two scores: unparsable, 0.5
+]
+QUESTION = "<think>idea</think><question>What is 17 * 3?</question>"
+S = [1.0, 0.0, 4 / 9, 0.5, 0.5]
+FMT = [1, 1, 0, 1, 0]
+
+
 def test_accepted_question_rewards_hand_computed():
+    """MAE 4.1 (proposer: (quality + difficulty + format) / 3, difficulty = 1 - mean of the N
+    judge scores), 4.2 (solver: 0.5 judge + 0.5 format) and 4.4 (the solver phase answers a
+    pool question; the N difficulty answers are for the proposer's reward only)."""
     raw = _raw()
     raw.reset(options={"instance": REF})
     before = len(raw.pool)
-    answers = [
-        "<answer>51</answer>",
-        "<think>hm</think><answer>50</answer>",
-        "51",  # no tag: format 0
-        "<answer>51</answer>",
-        "<answer>1</answer><answer>2</answer>",  # not unique: format 0
-    ]
-    judgements = [
-        "<score>10</score>",
-        "<think>wrong</think><score>1</score>",
-        "<score>5</score>",
-        "I would say 6",  # no <score>: unparsable, 0.5
-        "<score>7</score><score>9</score>",  # two scores: unparsable, 0.5
-    ]
     log = _drive(
         raw,
         [
-            "<think>idea</think><question>What is 17 * 3?</question>",
+            QUESTION,
             "<score>8</score>",
-            *answers,
-            *judgements,
+            *ANSWERS,
+            *JUDGEMENTS,
+            "<answer>42</answer>",
+            "<score>8</score>",
         ],
     )
-    assert [a for a, *_ in log] == ["proposer", "judge"] + ["solver"] * 5 + ["judge"] * 5
+    roles = ["proposer", "judge"] + ["solver"] * 5 + ["judge"] * 5 + ["solver", "judge"]
+    assert [a for a, *_ in log] == roles
     assert all(raw.terminations.values())
 
     quality = 7 / 9
-    s = [1.0, 0.0, 4 / 9, 0.5, 0.5]
-    fmt = [1, 1, 0, 1, 0]
-    difficulty = 1 - sum(s) / 5
+    difficulty = 1 - sum(S) / 5
     proposer = (quality + difficulty + 1) / 3
-    # own steps: proposer and solver get 0 now (pending); judges get their format
+    # own steps: the proposer and the solver-phase answer get 0 now (pending)
     assert log[0][1] == 0.0 and "pending" in log[0][2]["reward_parts"]["reasons"]
-    assert [r for a, r, *_ in log if a == "solver"] == [0.0] * 5
-    judge_rewards = [log[i][1] for i in (1, 7, 8, 9, 10, 11)]
-    assert judge_rewards == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
-    # delayed awards: solver answer i when judged, proposer with the last judgement
-    for k, i in enumerate(range(7, 12)):
-        solver_awards = [x for x in log[i][3] if x["agent"] == "solver"]
-        assert len(solver_awards) == 1 and solver_awards[0]["step"] == 2 + k
-        assert solver_awards[0]["reward_parts"]["reward"] == pytest.approx(
-            0.5 * s[k] + 0.5 * fmt[k]
-        )
+    assert log[12][1] == 0.0 and "pending" in log[12][2]["reward_parts"]["reasons"]
+    # the 2N difficulty steps are not training samples: reward 0, no solver award
+    for k in range(2, 12):
+        info = log[k][2]
+        assert info["trainable"] is False and log[k][1] == 0.0
+        assert "untrained" in info["reward_parts"]["reasons"]
+        assert not [x for x in log[k][3] if x["agent"] == "solver"]
+    assert [log[k][2]["format"] for k in range(2, 7)] == [bool(f) for f in FMT]
+    assert [log[k][2]["trainable"] for k in (0, 1, 12, 13)] == [True] * 4
+    assert [log[k][1] for k in (1, 13)] == [1.0, 1.0]  # the trained judge steps: format
     prop = [x for x in log[11][3] if x["agent"] == "proposer"]
     assert len(prop) == 1 and prop[0]["step"] == 0
     parts = prop[0]["reward_parts"]
@@ -104,6 +113,10 @@ def test_accepted_question_rewards_hand_computed():
     )
     assert parts["reward"] == pytest.approx(proposer) and parts["for_step"] == 0
     assert raw.infos["proposer"]["reward_parts"]["reward"] == pytest.approx(proposer)
+    # the solver phase: judged 8 -> 0.5 * 7/9 + 0.5 * 1 = 0.8889, awarded to step 12
+    solver = [x for x in log[13][3] if x["agent"] == "solver"]
+    assert len(solver) == 1 and solver[0]["step"] == 12
+    assert solver[0]["reward_parts"]["reward"] == pytest.approx(0.5 * 7 / 9 + 0.5)
     # the accepted question entered the pool, once, with its scores
     assert len(raw.pool) == before + 1 and log[-1][2]["pool_added"] is True
     item = raw.pool.get("What is 17 * 3?")
@@ -111,6 +124,23 @@ def test_accepted_question_rewards_hand_computed():
     assert item.metadata["quality"] == pytest.approx(quality)
     assert item.metadata["difficulty"] == pytest.approx(difficulty)
     assert item.metadata["reference"] == PoolItem(REF["question"]).key
+
+
+def test_train_difficulty_option_restores_trained_difficulty_answers():
+    raw = _raw(train_difficulty=True, solver_phase=False)
+    raw.reset(options={"instance": REF})
+    log = _drive(raw, [QUESTION, "<score>8</score>", *ANSWERS, *JUDGEMENTS])
+    assert all(raw.terminations.values()) and len(log) == 12
+    assert [r for a, r, *_ in log if a == "solver"] == [0.0] * 5  # pending
+    judge_rewards = [log[i][1] for i in (1, 7, 8, 9, 10, 11)]
+    assert judge_rewards == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    assert all(info["trainable"] for _, _, info, _ in log)
+    for k, i in enumerate(range(7, 12)):
+        solver_awards = [x for x in log[i][3] if x["agent"] == "solver"]
+        assert len(solver_awards) == 1 and solver_awards[0]["step"] == 2 + k
+        assert solver_awards[0]["reward_parts"]["reward"] == pytest.approx(
+            0.5 * S[k] + 0.5 * FMT[k]
+        )
 
 
 def test_delayed_rewards_add_up_in_the_aec_loop():
@@ -122,23 +152,61 @@ def test_delayed_rewards_add_up_in_the_aec_loop():
         "101",
         "<score>4</score>",
         "<score>10</score>",
+        "<answer>42</answer>",
+        "<score>10</score>",
     ]
     totals = _totals(env, actions, {"instance": REF})
     q, s = 8.1 / 9, [3 / 9, 1.0]
     assert totals["proposer"] == pytest.approx((q + (1 - sum(s) / 2) + 1) / 3)
+    assert totals["solver"] == pytest.approx(1.0)  # the solver phase only
+    assert totals["judge"] == pytest.approx(2.0)  # the question and the solver-phase answer
+    env = envs.make("mae", pool=_pool(), num_answers=2, train_difficulty=True, solver_phase=False)
+    totals = _totals(env, actions[:6], {"instance": REF})
     assert totals["solver"] == pytest.approx((0.5 * s[0] + 0.5) + (0.5 * s[1] + 0.0))
     assert totals["judge"] == pytest.approx(3.0)
+
+
+def test_44_solver_phase_question_is_an_independent_pool_draw():
+    """MAE 4.4 (2): "The Solver samples from the valid dataset": the solver-phase question is
+    a pool item of the instance's split drawn independently of the proposer's reference."""
+    raw = _raw()
+    differ = 0
+    for seed in range(40):
+        inst = raw.sample_instance("train", seed)
+        assert inst.task.split == inst.item.split == "train" and inst.task in raw.pool
+        differ += inst.task.key != inst.item.key
+    assert differ >= 35
+    raw.reset(seed=3)
+    task = raw.instance.task
+    _drive(raw, ["no question here"])
+    assert raw.state.phase == "solve_pool"
+    assert task.question in raw.observe("solver")["prompt"]
+    solve = {"question": "What is 2 + 2?", "kind": "math", "answer": "4"}
+    raw.reset(options={"instance": {**REF, "solve": solve}})
+    assert (
+        raw.instance.task.question == "What is 2 + 2?"
+        and raw.instance.item.question == REF["question"]
+    )
+    with pytest.raises(ValueError, match="solve"):
+        raw.reset(options={"instance": {**REF, "solve": "What?"}})
+
+
+def test_train_question_judge_option():
+    raw = _raw(train_question_judge=False)
+    raw.reset(options={"instance": REF})
+    log = _drive(raw, ["<question>Is 7 odd?</question>", "<score>3</score>"])
+    assert log[1][2]["trainable"] is False and log[1][1] == 0.0 and log[1][2]["format"] == 1.0
 
 
 # ---------------------------------------------------------------- filtered questions
 
 
-def test_filtered_question_drops_difficulty_and_ends():
+def test_filtered_question_drops_difficulty_and_goes_to_the_solver_phase():
     raw = _raw()
     raw.reset(options={"instance": REF})
     n = len(raw.pool)
     log = _drive(raw, ["<question>a</question><question>Is 7 odd?</question>", "<score>7</score>"])
-    assert all(raw.terminations.values()) and len(log) == 2
+    assert not any(raw.terminations.values()) and raw.state.phase == "solve_pool"
     award = log[1][3][0]
     assert award["agent"] == "proposer" and award["step"] == 0
     parts = award["reward_parts"]
@@ -148,8 +216,14 @@ def test_filtered_question_drops_difficulty_and_ends():
     assert parts["reward"] == pytest.approx((6 / 9) / 3)
     assert "filtered" in parts["reasons"]["difficulty"]
     assert log[1][1] == 1.0  # the judge's format
-    assert len(raw.pool) == n and log[1][2]["pool_added"] is None
     assert raw.state.question == "Is 7 odd?"
+    log = _drive(raw, ["<answer>42</answer>", "<score>10</score>"])
+    assert all(raw.terminations.values()) and log[-1][1] == 1.0
+    assert len(raw.pool) == n and log[-1][2]["pool_added"] is None
+    raw = _raw(solver_phase=False)  # no solver phase: the episode ends at once
+    raw.reset(options={"instance": REF})
+    _drive(raw, ["<question>Is 7 odd?</question>", "<score>7</score>"])
+    assert all(raw.terminations.values())
 
 
 def test_filtered_question_solved_when_configured():
@@ -161,11 +235,13 @@ def test_filtered_question_solved_when_configured():
         "<answer>yes</answer>",
         "<score>10</score>",
         "<score>9</score>",
+        "<answer>42</answer>",
+        "<score>9</score>",
     ]
     totals = _totals(env, actions, {"instance": REF})
     assert totals["proposer"] == pytest.approx((2 / 9 + 1) / 3)
-    assert totals["solver"] == pytest.approx(1.0 + (0.5 * 8 / 9 + 0.5))
-    assert totals["judge"] == 3.0
+    assert totals["solver"] == pytest.approx(0.5 * 8 / 9 + 0.5)  # the solver phase only
+    assert totals["judge"] == 2.0
     assert "Is 7 odd?" not in env.unwrapped.pool
 
 
@@ -189,17 +265,23 @@ def test_judge_score_parsing_rules():
     "text",
     ["", "Here is a question: what is 2+2?", "<question></question>", "<question>unclosed", None],
 )
-def test_missing_question_gives_zero_and_ends(text):
+def test_missing_question_gives_zero_and_skips_to_the_solver_phase(text):
     raw = _raw(max_question_chars=50)
     raw.reset(options={"instance": REF})
     text = "<question>" + "x" * 51 + "</question>" if text is None else text
     raw.step(text)
     parts = raw.infos["proposer"]["reward_parts"]
     assert parts["reward"] == 0.0 and parts["reasons"]["format"]
-    assert all(raw.terminations.values()) and raw.infos["proposer"]["question_ok"] is False
+    assert raw.infos["proposer"]["question_ok"] is False and raw.agent_selection == "solver"
+    _drive(raw, ["<answer>42</answer>", "<score>10</score>"])
+    assert all(raw.terminations.values())
     while raw.agents:
         raw.step(None)
-    assert raw.num_steps == 1
+    assert raw.num_steps == 3
+    raw = _raw(max_question_chars=50, solver_phase=False)
+    raw.reset(options={"instance": REF})
+    raw.step(text)
+    assert all(raw.terminations.values())
 
 
 # ---------------------------------------------------------------- schedule, prompts, instances
@@ -215,16 +297,21 @@ def test_schedule_and_prompts():
     script = ["<question>What is 2 ** 10?</question>", "<score>9</score>"]
     script += [f"<answer>{1000 + i}</answer>" for i in range(3)]
     script += ["<score>2</score>"] * 3
+    script += ["<answer>42</answer>", "<score>9</score>"]
     for k, text in enumerate(script):
         agent = raw.agent_selection
         prompt = raw.observe(agent)["prompt"]
-        if agent != "proposer":
+        if agent != "proposer" and k < 8:
             assert "What is 2 ** 10?" in prompt
-        if k >= 5:
+        if 5 <= k < 8:
             assert f"{1000 + k - 5}" in prompt and "<answer>" not in prompt
+        if k >= 8:  # the solver phase: the pool question (here the reference)
+            assert "What is 6 * 7?" in prompt and "2 ** 10" not in prompt
+        if k == 9:
+            assert "Answer:\n42" in prompt
         order.append(agent)
         raw.step(text)
-    assert order == ["proposer", "judge", "solver", "solver", "solver", "judge", "judge", "judge"]
+    assert order == ["proposer", "judge"] + ["solver"] * 3 + ["judge"] * 3 + ["solver", "judge"]
     assert not raw.agents or all(raw.terminations.values())
 
     raw.reset(options={"instance": {**REF, "use_reference": False}})
@@ -277,8 +364,8 @@ def test_oracle_episode():
     res = play(env, oracle_policy, options={"instance": REF})
     # judge 9 -> quality 8/9; five correct answers judged 10 -> difficulty 0
     assert res["rewards"]["proposer"] == pytest.approx((8 / 9 + 0 + 1) / 3)
-    assert res["rewards"]["solver"] == pytest.approx(5.0)
-    assert res["rewards"]["judge"] == pytest.approx(6.0) and res["steps"] == 12
+    assert res["rewards"]["solver"] == pytest.approx(1.0)  # the solver phase: judged 10
+    assert res["rewards"]["judge"] == pytest.approx(2.0) and res["steps"] == 14
     assert env.unwrapped.pool.state_dict()["items"] == before["items"]  # re-emitted: duplicate
     raw = env.unwrapped
     raw.reset(options={"instance": REF})
@@ -287,10 +374,11 @@ def test_oracle_episode():
     assert raw.oracle("judge").endswith("<score>1</score>")
     raw.reset(options={"instance": REF})
     _drive(raw, ["<question>Something else?</question>", raw.oracle("judge")])
-    assert (
-        raw.state.question_score == 5.0
-        and raw.oracle("solver") == "<answer>I do not know.</answer>"
-    )
+    assert raw.state.question_score == 5.0 and raw.state.phase == "solve_pool"
+    assert raw.oracle("solver") == "<answer>42</answer>"  # the pool question's answer
+    raw.reset(options={"instance": REF})
+    _drive(raw, ["<question>Something else?</question>", "<score>9</score>"])
+    assert raw.oracle("solver") == "<answer>I do not know.</answer>"
 
 
 def test_clone_shares_pool_and_questions_enter_at_episode_end():
@@ -298,7 +386,14 @@ def test_clone_shares_pool_and_questions_enter_at_episode_end():
     raw.reset(options={"instance": REF})
     n = len(raw.pool)
     _drive(
-        raw, ["<question>What is 12 * 12?</question>", "<score>10</score>", "<answer>144</answer>"]
+        raw,
+        [
+            "<question>What is 12 * 12?</question>",
+            "<score>10</score>",
+            "<answer>144</answer>",
+            "<score>10</score>",
+            "<answer>42</answer>",
+        ],
     )
     assert len(raw.pool) == n  # accepted but the episode is not over
     clone = raw.clone()
@@ -317,6 +412,8 @@ def test_clone_shares_pool_and_questions_enter_at_episode_end():
             "<question>New?</question>",
             "<score>10</score>",
             "<answer>1</answer>",
+            "<score>5</score>",
+            "<answer>42</answer>",
             "<score>5</score>",
         ],
     )

@@ -104,23 +104,67 @@ def test_incorrect_is_never_read_as_correct():
     assert raw.agent_selection == "verifier" and not raw.terminations["verifier"]
 
 
-def test_full_chain_with_unparsable_verdict_and_step_limit():
-    # S wrong, V1 rejects (right: 1), C1 wrong (0), V2 unparsable (0), C2 right (1): 5 steps
-    steps, raw = run([WRONG, REJECT, WRONG, "Looks fine to me.", RIGHT])
+def test_full_chain_and_step_limit():
+    # S wrong, V1 rejects (right: 1), C1 wrong (0), V2 rejects (right: 1), C2 right (1): 5 steps
+    steps, raw = run([WRONG, REJECT, WRONG, REJECT, RIGHT])
+    assert [(a, r) for a, r, _, _ in steps] == [
+        ("solver", 0.0),
+        ("verifier", 1.0),
+        ("corrector", 0.0),
+        ("verifier", 1.0),
+        ("corrector", 1.0),
+    ]
+    assert [t for *_, t in steps] == [0, 0, 1, 1, 2]  # turn = correction cycle
+    assert all(raw.terminations.values())
+    # no acceptance: passes all 0, the two wrong solutions were rejected: C2 wins
+    assert steps[-1][2]["final_index"] == 2 and steps[-1][2]["final_answer"] == "42"
+    assert raw.success is True
+
+
+def test_33_unparsed_verdict_never_reaches_the_corrector():
+    """MarsRL 3.3: "the Corrector exclusively samples outputs that contain identified errors
+    from the Verifier. If no such outputs are available, the process terminates early." V2's
+    report has no verdict: reward 0 (format failure) and the episode ends there; the final
+    answer is C1's (never rejected, latest): 48, wrong."""
+    steps, raw = run([WRONG, REJECT, WRONG, "Looks fine to me."])
     assert [(a, r) for a, r, _, _ in steps] == [
         ("solver", 0.0),
         ("verifier", 1.0),
         ("corrector", 0.0),
         ("verifier", 0.0),
-        ("corrector", 1.0),
     ]
     v2 = steps[3][2]
     assert v2["verdict"] is None and "no verdict line" in v2["reward_parts"]["reasons"]["judgment"]
-    assert [t for *_, t in steps] == [0, 0, 1, 1, 2]  # turn = correction cycle
-    assert all(raw.terminations.values())
-    # no acceptance: passes all 0; the rejected solver loses the tie; latest (C2) wins
-    assert steps[-1][2]["final_index"] == 2 and steps[-1][2]["final_answer"] == "42"
-    assert raw.success is True
+    assert all(raw.terminations.values()) and raw.success is False
+    assert v2["final_index"] == 1 and v2["final_answer"] == "48"
+    # already at V1: no corrector step at all
+    steps, raw = run([RIGHT, "Seems right."])
+    assert [a for a, *_ in steps] == ["solver", "verifier"] and all(raw.terminations.values())
+    assert raw.success is True  # the only solution is the final answer
+
+
+def test_33_unparsed_verdict_retry_option():
+    """unparsed_verdict="retry": the verifier checks the same solution again (a step of the 5);
+    the corrector still sees only the rejection."""
+    steps, raw = run([WRONG, "Hmm.", REJECT, RIGHT, ACCEPT], unparsed_verdict="retry")
+    assert [(a, r) for a, r, _, _ in steps] == [
+        ("solver", 0.0),
+        ("verifier", 0.0),
+        ("verifier", 1.0),
+        ("corrector", 1.0),
+        ("verifier", 1.0),
+    ]
+    assert all(raw.terminations.values()) and raw.success is True
+    env = envs.make("marsrl", unparsed_verdict="retry")
+    env.reset(seed=0, options={"instance": Q})
+    env.step(WRONG)
+    env.step("Hmm.")
+    assert "without a verdict line" in env.observe("verifier")["prompt"]
+    env.step(REJECT)
+    prompt = env.observe("corrector")["prompt"]
+    assert REJECT in prompt and "Hmm." not in prompt
+    with pytest.raises(ValueError, match="unparsed_verdict"):
+        envs.make("marsrl", unparsed_verdict="corrector")
 
 
 def test_most_verified_solution_is_the_final_answer():
@@ -226,11 +270,14 @@ def test_rollout_engine_adaptive_keeps_follow_the_rule():
         others = [s.reward for s in live if not s.kept]
         assert all(s in live for s in samples if s.kept)  # only continuing candidates are kept
         assert len(kept) == min(2, len(live))
-        if role == "verifier":  # the corrector prefers rightly found errors (reward 1)
-            assert not others or min(kept) >= max(others)
+        if role == "verifier":
+            # MarsRL 3.3: the corrector receives only reports that identified errors; the
+            # acceptances and the unparsed report end their episodes
+            assert all(s.completion == REJECT for s in live)
+            assert all(s.done for s in samples if s.completion != REJECT)
         else:  # the verifier prefers wrong solutions (reward 0)
             assert not others or max(kept) <= min(others)
         if others and set(kept + others) == {0.0, 1.0}:
             informative[role] += 1
-    assert informative["solver"] and informative["verifier"] and informative["corrector"]
+    assert informative["solver"] and informative["corrector"]
     assert len(result.episodes) > 3

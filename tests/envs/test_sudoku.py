@@ -210,13 +210,20 @@ def test_planner_steps_progress_conflicts_and_overwrites():
 
 
 def test_planner_given_edit_rejected_rest_applied():
+    """A.1.3 legal = 1{no row/column/subgrid duplicates in G_k}: the rejected edit of a given
+    is not in G_k (row 1 = 2 . 3 1, no duplicate): legal 1; local = 0.15 + 0.55 + 0.30 / 16.
+    legal_counts_givens=True (the stricter reading): legal 0."""
     env = _fresh(mode="single")
     env.step("#### [[1,3,2],[1,1,2],[1,4,1]]")  # (1,3) is the given 3; (1,4) restates its 1
     p = _parts(env, "planner")
-    assert p["components"] == {"fmt": 1.0, "legal": 0.0, "prog": pytest.approx(1 / 16)}
+    assert p["components"] == {"fmt": 1.0, "legal": 1.0, "prog": pytest.approx(1 / 16)}
+    assert p["reward"] == pytest.approx((1 - LAM) * (0.15 + 0.55 + 0.30 / 16))
     assert "(1,3): write 2 over the given 3" in p["reasons"]["apply"]
     assert "(1,4)" not in p["reasons"]["apply"]
     assert _grid(env)[0] == [2, 0, 3, 1]
+    env = _fresh(mode="single", legal_counts_givens=True)
+    env.step("#### [[1,3,2],[1,1,2],[1,4,1]]")
+    assert _parts(env, "planner")["components"]["legal"] == 0.0
 
 
 def test_planner_grid_with_zeros_erases_fills():
@@ -232,7 +239,8 @@ def test_planner_grid_with_zeros_erases_fills():
     partial[0][2] = 0  # blanking a given is an edit of a given
     env.step("#### " + json.dumps(partial))
     p = _parts(env, "planner")
-    assert p["components"]["legal"] == 0.0 and "erase the given 3" in p["reasons"]["apply"]
+    # the erasure of the given is rejected; G_k (the puzzle) has no duplicate: legal 1
+    assert p["components"]["legal"] == 1.0 and "erase the given 3" in p["reasons"]["apply"]
     assert _grid(env) == PUZZLE
 
 
@@ -284,10 +292,11 @@ def test_tool_prints_solution():
     [
         ([[1, 1, 2]], {"fmt": 1.0, "exec": 1.0, "san": 1.0}),  # a correct fill, not solved
         ([[1, 1, 3]], {"fmt": 1.0, "exec": 1.0, "san": 0.0}),  # 3 twice in row 1
-        ([[1, 3, 2]], {"fmt": 1.0, "exec": 0.0, "san": 0.0}),  # over a given: nothing applied
+        # over a given: rejected, nothing applied: "all applied edits" holds vacuously
+        ([[1, 3, 2]], {"fmt": 1.0, "exec": 0.0, "san": 1.0}),
         ([[1, 3, 2], [1, 1, 2]], {"fmt": 1.0, "exec": 0.0, "san": 1.0}),  # one rejected
-        ([[1, 3, 3]], {"fmt": 1.0, "exec": 1.0, "san": 0.0}),  # restates a given: no change
-        (PUZZLE, {"fmt": 1.0, "exec": 1.0, "san": 0.0}),  # the grid as it is: no change
+        ([[1, 3, 3]], {"fmt": 1.0, "exec": 1.0, "san": 1.0}),  # restates a given: no edit
+        (PUZZLE, {"fmt": 1.0, "exec": 1.0, "san": 1.0}),  # the grid as it is: no edit
         (VALID_BUT_WRONG, {"fmt": 1.0, "exec": 0.0, "san": 0.0}),  # rejected + duplicates
         ([[1, 1, 5]], {"fmt": 0.0, "exec": 0.0, "san": 0.0}),  # digit out of range
         ([[0, 1, 2]], {"fmt": 0.0, "exec": 0.0, "san": 0.0}),  # row index out of bounds
@@ -457,7 +466,8 @@ def test_random_proposals_match_independent_checks():
             )
             newly = sum(1 for r in range(9) for c in range(9) if before[r][c] == 0 and after[r][c])
             assert p["components"]["fmt"] == 1.0
-            assert p["components"]["legal"] == float(is_consistent(after) and not touched_given)
+            assert p["components"]["legal"] == float(is_consistent(after))
+            assert touched_given or not p["reasons"].get("apply")
             assert p["components"]["prog"] == pytest.approx(newly / 81)
             assert p["team"] == float(is_solution(inst.puzzle, after))
             assert env.infos["planner"]["success"] == (p["team"] == 1.0)
@@ -478,3 +488,26 @@ def test_fuzzed_planner_answers_on_6x6_and_9x9():
             env.step(completion)
             p = _parts(env, "planner")
             assert np.isfinite(p["reward"]) and 0.0 <= p["reward"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("printed", "default", "strict"),
+    [(PUZZLE, 1.0, 0.0), ([[1, 3, 3]], 1.0, 0.0), ([[1, 1, 2]], 1.0, 1.0), ([[1, 1, 3]], 0.0, 0.0)],
+)
+def test_a13_san_no_op_proposal_satisfies_all_applied_edits(printed, default, strict):
+    """AT-GRPO A.1.3: s_san = 1 "if all applied edits satisfy local Sudoku constraints". A
+    proposal that applies no edit satisfies it vacuously: fmt 1, exec 1, san 1 -> local 1.0,
+    reward 0.4 * 1.0 = 0.40 (team 0). san_needs_change=True (the stricter reading): san 0,
+    local 0.3, reward 0.12."""
+    env = _fresh()
+    env.step(tool_code(printed))
+    p = _parts(env, "tool")
+    assert p["components"]["san"] == default
+    assert p["reward"] == pytest.approx(
+        (1 - LAM) * (0.1 + 0.2 * p["components"]["exec"] + 0.7 * default)
+    )
+    env = _fresh(san_needs_change=True)
+    env.step(tool_code(printed))
+    assert _parts(env, "tool")["components"]["san"] == strict
+    if printed is PUZZLE:
+        assert _parts(env, "tool")["reward"] == pytest.approx(0.12)
