@@ -37,8 +37,10 @@ equivalent to the reference answer under the same verifier):
   (``last_awards``; the base class replaces the provisional reward). Hand-computed (A.1.1): a
   correct reasoner (fmt 1, step 1) with an agreeing tool earns ``0.7 * 1 + 0.3 * (0.2 + 0.8)
   = 1.0``, and so does the tool (``0.7 + 0.3 * (0.1 + 0.1 + 0.8)``). Under tree sampling only
-  the kept reasoner candidate's episode reaches the tool's step, so only it can receive the
-  award. ``rewards={"team_credit": "ending_step"}`` restores the earlier reading (only the
+  the kept reasoner candidate's episode reaches the tool's step; ``award_lookahead() = 1`` tells
+  the rollout engine to let every unkept reasoner candidate play the tool's K completions of the
+  kept branch too (the tool does not see the reasoner's answer of the same turn, so that is the
+  award each candidate would have earned), so all K reasoner candidates are credited alike. ``rewards={"team_credit": "ending_step"}`` restores the earlier reading (only the
   step that ends the episode earns the team reward: the reasoner's is always 0 in multi mode;
   no delayed reward, each reward depends only on its own candidate).
 - reasoner: fmt 0.20 (a ``\\boxed{}`` or ``####`` answer is present and non-empty),
@@ -205,6 +207,7 @@ class raw_env(ProgramEnv):
     }
     AGENTS: ClassVar[tuple[str, ...]] = ("reasoner", "tool")
     SINGLE_AGENTS: ClassVar[tuple[str, ...]] = ("reasoner",)
+    AWARD_LOOKAHEAD = 1  # the reasoner's team reward comes with the tool's agreeing step
     config_cls = MathConfig
     config: MathConfig
     _shared_attrs: ClassVar[tuple[str, ...]] = ("instance",)
@@ -362,6 +365,11 @@ class raw_env(ProgramEnv):
         if end:
             self.end_episode()
         return float(self.success)
+
+    def award_lookahead(self) -> int:
+        """1 when the reasoner's team reward can arrive with the tool's step, else 0."""
+        multi = self.config.mode == "multi"
+        return 1 if multi and self.config.rewards.team_credit == "final_turn" else 0
 
     def _award_reasoner(self, team: float) -> None:
         """A.1.1: the reasoner of the final turn earns the team reward too. Its step came

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from adapters.policies.base import Completion, Policy, SamplingParams
 from adapters.rollout.envpool import BranchView, EpisodeSpec, LocalEnvPool, StepOutcome
-from adapters.rollout.episodes import delayed_rewards
+from adapters.rollout.episodes import award_lookahead, delayed_rewards
 from adapters.rollout.keep import KEEP_RULES, KeepRule, select_candidates
 from adapters.rollout.records import Episode, RolloutResult, Sample
 
@@ -96,6 +96,9 @@ class _Branch:
     returns: dict[str, float] = field(default_factory=dict)
     last_team: float = 0.0
     sample_at_step: dict[int, int] = field(default_factory=dict)  # env step -> kept sample index
+    # unkept candidates of the step that led here, waiting for a one-step award lookahead:
+    # (sample index, branch id)
+    siblings: list[tuple[int, int]] = field(default_factory=list)
 
 
 class RolloutEngine:
@@ -123,6 +126,15 @@ class RolloutEngine:
             raise ValueError("at least one policy is required")
         self.role_policy = dict(role_policy or {})
         self.config = config or RolloutConfig()
+        self._lookahead = False
+        if self.config.sampling == "tree":
+            lookahead = award_lookahead(env_id, self.env_config)
+            if lookahead > 1 or (lookahead == 1 and self.config.keep_n > 1):
+                raise ValueError(
+                    f"{env_id!r} pays awards up to {lookahead} steps later; tree sampling "
+                    "supports a one-step lookahead with keep_n = 1 only"
+                )
+            self._lookahead = lookahead == 1
         if self.config.sampling == "tree" and delayed_rewards(env_id, self.env_config):
             raise ValueError(
                 f"{env_id!r} pays some rewards later (env.award(): a step's reward is known only "
@@ -181,13 +193,21 @@ class RolloutEngine:
         samples: list[Sample] = []
         episodes: list[Episode] = []
         wave = 0
+        sibling_rng = random.Random(seed * 31 + 7)  # keeps the main keep-rule stream unchanged
         live = self._retire_done(live, episodes)
         while live:
             n = 1 if parallel else cfg.candidates
             completions = self._generate(live, n, seed=seed * 7919 + wave)
-            outcomes = self.pool.expand(
-                [(b.view.branch_id, [c.text for c in comps]) for b, comps in zip(live, completions)]
-            )
+            requests = [
+                (b.view.branch_id, [c.text for c in comps]) for b, comps in zip(live, completions)
+            ]
+            # one-step award lookahead: the previous step's unkept candidates play this step's
+            # K completions too (see _award_siblings)
+            sib = [(i, idx, bid) for i, b in enumerate(live) for idx, bid in b.siblings]
+            requests += [(bid, requests[i][1]) for i, _, bid in sib]
+            expanded = self.pool.expand(requests)
+            outcomes = expanded[: len(live)]
+            self._award_siblings(live, sib, expanded[len(live) :], samples, sibling_rng)
             next_live: list[_Branch] = []
             per_instance: dict[int, int] = defaultdict(int)
             keeps, leaf_of = self._keep(live, outcomes, parallel, rng)
@@ -198,7 +218,16 @@ class RolloutEngine:
                 for c, (comp, out) in enumerate(zip(comps, outs)):
                     samples.append(self._sample(b, group, c, c in keep, comp, out))
                 self._apply_awards(b, [outs[c] for c in keep], samples)
-                released = [outs[c].branch.branch_id for c in range(len(outs)) if c not in keep]
+                waiting = [
+                    (first + c, outs[c].branch.branch_id)
+                    for c in range(len(outs))
+                    if c not in keep and self._lookahead and not outs[c].branch.done
+                ]
+                released = [
+                    outs[c].branch.branch_id
+                    for c in range(len(outs))
+                    if c not in keep and (first + c, outs[c].branch.branch_id) not in waiting
+                ]
                 for c in keep:
                     out = outs[c]
                     if (
@@ -212,7 +241,9 @@ class RolloutEngine:
                     per_instance[b.instance] += 1
                     child = self._child(b, c, out, parallel)
                     child.sample_at_step[b.view.step] = first + c
+                    child.siblings, waiting = waiting, []
                     next_live.append(child)
+                released += [bid for _, bid in waiting]  # no child waits for them
                 if i in leaf_of:  # nothing of its pool goes on: the best candidate is the leaf
                     best = leaf_of[i]
                     episodes.append(self._episode(self._child(b, best, outs[best], parallel)))
@@ -304,12 +335,46 @@ class RolloutEngine:
                     "averaged_over": len(parts_list),
                 }
 
+    def _award_siblings(
+        self,
+        live: list[_Branch],
+        sib: list[tuple[int, int, int]],
+        outcomes: list[list[StepOutcome]],
+        samples: list[Sample],
+        rng: random.Random,
+    ) -> None:
+        """Counterfactual awards for the candidates tree sampling did not keep.
+
+        In a setting whose awards arrive one step later (``AWARD_LOOKAHEAD = 1``: the math
+        reasoner's team reward comes with the tool's agreeing step), only the kept candidate's
+        episode reaches that step. Each unkept candidate therefore also plays the K completions
+        the next agent wrote on the kept branch; the same keep rule picks one of them, and its
+        award (if any) becomes the candidate's reward. When the next agent does not see the
+        previous agent's answer of the same turn (AT-GRPO's math), this is exactly the award the
+        candidate would have earned had it been kept, so the K candidates' rewards stay
+        comparable (otherwise only the kept one could ever be credited)."""
+        cfg = self.config
+        for (i, idx, bid), outs in zip(sib, outcomes):
+            pref = live[i].view.preference
+            rewards, done = [o.reward for o in outs], [o.branch.done for o in outs]
+            chosen = select_candidates(rewards, done, cfg.keep, 1, rng, pref) or (
+                select_candidates(rewards, [True] * len(outs), "best", 1, rng)
+            )
+            step = samples[idx].step
+            parts = [a["reward_parts"] for a in outs[chosen[0]].awards if int(a["step"]) == step]
+            if parts:
+                samples[idx].reward = float(parts[-1]["reward"])
+                samples[idx].reward_parts = {**parts[-1], "counterfactual": True}
+            self.pool.release([bid, *(o.branch.branch_id for o in outs)])
+        for b in live:
+            b.siblings = []
+
     def _retire_done(self, branches: list[_Branch], episodes: list[Episode]) -> list[_Branch]:
         live = []
         for b in branches:
             if b.view.done:
                 episodes.append(self._episode(b))
-                self.pool.release([b.view.branch_id])
+                self.pool.release([b.view.branch_id, *(bid for _, bid in b.siblings)])
             else:
                 live.append(b)
         return live

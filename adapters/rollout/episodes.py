@@ -24,6 +24,7 @@ from typing import Any
 from adapters.rollout.envpool import EpisodeSpec, flush_dead_steps
 
 __all__ = [
+    "award_lookahead",
     "create_shared_objects",
     "delayed_rewards",
     "derive_seed",
@@ -59,6 +60,12 @@ def _raw_env(env_id: str, env_config: Mapping[str, Any]) -> Any:
 def delayed_rewards(env_id: str, env_config: Mapping[str, Any] | None = None) -> bool:
     """Whether the setting pays some step rewards later (``award()``; ``DELAYED_REWARDS``)."""
     return bool(getattr(_raw_env(env_id, env_config or {}), "DELAYED_REWARDS", False))
+
+
+def award_lookahead(env_id: str, env_config: Mapping[str, Any] | None = None) -> int:
+    """How many steps after a step its award can arrive (``AWARD_LOOKAHEAD``; 0: never)."""
+    raw = _raw_env(env_id, env_config or {})
+    return int(raw.award_lookahead()) if hasattr(raw, "award_lookahead") else 0
 
 
 def env_roles(env_id: str, env_config: Mapping[str, Any] | None = None) -> list[str]:

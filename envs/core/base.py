@@ -86,6 +86,9 @@ class TurnBasedEnv(AECEnv):
     # True when some steps' rewards are paid later by award(): their immediate reward is only a
     # placeholder, so a trainer must not rank candidates on it (tree sampling refuses such envs)
     DELAYED_REWARDS: ClassVar[bool] = False
+    # awards arrive at most this many steps after the step they reward (0: no awards). With 1,
+    # tree sampling replays the next step on the unkept candidates to credit them too
+    AWARD_LOOKAHEAD: ClassVar[int] = 0
 
     def __init__(
         self,
@@ -199,6 +202,11 @@ class TurnBasedEnv(AECEnv):
         rollout engines can replace the reward of the sample of that step.
         """
         self._pending_awards.append((agent, parts, int(step)))
+
+    def award_lookahead(self) -> int:
+        """At most how many steps after a step its :meth:`award` arrives (0: this
+        configuration pays no awards); rollout engines use it for tree sampling."""
+        return self.AWARD_LOOKAHEAD
 
     def mark_untrainable(self, reason: str) -> None:
         """Called by a setting from ``_act``: the current step's sample is not a training sample

@@ -301,3 +301,31 @@ def _sample(role: str) -> Sample:
         completion_ids=[3], logprobs=[-1.0], reward=0.0, reward_parts={}, success=False,
         done=False,
     )  # fmt: skip
+
+
+def test_math_reasoner_candidates_are_all_credited_under_tree_sampling():
+    """AT-GRPO A.1.1: a correct reasoner whose answer the tool agrees with earns
+    0.7 * 1 + 0.3 * (0.2 + 0.8) = 1.0. Under tree sampling the award comes with the tool's step on
+    the kept branch only; the engine replays that step for the unkept candidates, so two equally
+    correct reasoner answers both get 1.0 (not 1.0 for the kept one and 0.3 for the other)."""
+    raw = envs.make("math").unwrapped
+    raw.reset(seed=0, options={"split": "train"})
+    answer = raw.oracle("reasoner")
+    tool = raw.oracle("tool")
+    texts = iter([answer, answer + "\n", "I cannot solve this.", answer])
+
+    def policy(prompt: str) -> str:
+        if "```python" in prompt or "Python" in prompt and "program" in prompt.lower():
+            return tool
+        return next(texts)
+
+    engine = RolloutEngine(
+        "math", ScriptedPolicy(policy), RolloutConfig(candidates=4, keep="best", keep_n=1)
+    )
+    result = engine.run([EpisodeSpec("math", seed=0, options={"split": "train"})], seed=0)
+    engine.close()
+    reasoner = [s for s in result.samples if s.role == "reasoner" and s.step == 0]
+    assert len(reasoner) == 4
+    rewards = sorted(round(s.reward, 6) for s in reasoner)
+    assert rewards == [0.0, 1.0, 1.0, 1.0], rewards
+    assert sum(1 for s in reasoner if s.reward_parts.get("counterfactual")) == 2
