@@ -16,8 +16,10 @@ exactly what a trainer needs:
   differences between batch shapes). With ``seed=None`` the streams are seeded from torch's global
   generator, so ``torch.manual_seed`` still makes runs repeatable.
 * **Left padding with explicit position ids** (cumulative sum of the attention mask), so a padded
-  row computes the same thing as the unpadded sequence, and the prompt is prefilled once for all
-  ``n`` samples (the KV cache is then expanded per sample).
+  row computes the same thing as the unpadded sequence. Each distinct prompt is prefilled once
+  for all ``n`` samples, and the tokens all prompts of a batch start with (system message,
+  demonstrations, task preamble) are prefilled once for the whole batch (:func:`prompt_batch`);
+  the KV cache is then expanded per sample.
 * **Early exit per row.** Rows that emit EOS or a stop string leave the batch (the cache is
   compacted), so one long completion does not make the others pay for padding steps.
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from adapters.policies.base import Completion, Policy, SamplingParams, truncate_stop
@@ -54,28 +57,91 @@ def row_seed(seed: int, prompt_index: int, sample_index: int) -> int:
     return x & _MASK63
 
 
-def distinct_prompt_batch(
-    prompts: Sequence[Sequence[int]], pad_id: int, device: Any
-) -> tuple[list[int], Any, Any, Any]:
-    """Each distinct prompt once, left-padded: ``(row -> distinct index, input_ids,
-    attention_mask, position_ids)``, the tensors ``(distinct, width)`` on ``device``.
+@dataclass
+class PromptBatch:
+    """Prompts laid out for one prefill: each distinct prompt once, their common prefix once.
 
-    >>> index, ids, attn, pos = distinct_prompt_batch([[5, 6], [7], [5, 6]], pad_id=0, device="cpu")
-    >>> index, ids.tolist(), attn.tolist(), pos.tolist()
-    ([0, 1, 0], [[5, 6], [0, 7]], [[1, 1], [0, 1]], [[0, 1], [0, 0]])
+    ``index`` maps each row to its distinct prompt. ``prefix`` (1, P) holds the tokens every
+    distinct prompt starts with (``None`` when that is shorter than ``min_shared``); ``ids``
+    (D, W) holds the rest of each distinct prompt, left-padded; ``attn`` (D, P + W) is the
+    attention mask over prefix and rest; ``positions`` (D, W) are the rest's position ids (they
+    continue after the prefix, padding excluded), so every row computes exactly what its
+    unpadded prompt would.
+    """
+
+    index: list[int]
+    prefix: Any
+    ids: Any
+    attn: Any
+    positions: Any
+
+    @property
+    def prefix_len(self) -> int:
+        return 0 if self.prefix is None else int(self.prefix.shape[1])
+
+    def prefill(self, forward: Any, cache: Any) -> Any:
+        """Run ``forward(input_ids, attention_mask, position_ids, cache)`` over the prefix (once,
+        then its cache is copied to every distinct prompt) and the rests; returns the rests'
+        output. The cache then holds (D, P + W) positions."""
+        import torch
+
+        if self.prefix is not None:
+            p = self.prefix_len
+            dev = self.prefix.device
+            forward(
+                self.prefix,
+                torch.ones((1, p), dtype=torch.long, device=dev),
+                torch.arange(p, device=dev)[None],
+                cache,
+            )
+            cache.reorder_cache(torch.zeros(self.ids.shape[0], dtype=torch.long, device=dev))
+        return forward(self.ids, self.attn, self.positions, cache)
+
+
+def prompt_batch(
+    prompts: Sequence[Sequence[int]], pad_id: int, device: Any, min_shared: int = 32
+) -> PromptBatch:
+    """Lay out ``prompts`` for one prefill (see :class:`PromptBatch`).
+
+    The K candidates of a tree-sampling group share their whole prompt, and the prompts of one
+    role share their system message, demonstrations and task preamble; both are computed once.
+
+    >>> b = prompt_batch([[5, 6], [7], [5, 6]], pad_id=0, device="cpu")
+    >>> b.index, b.prefix, b.ids.tolist(), b.attn.tolist(), b.positions.tolist()
+    ([0, 1, 0], None, [[5, 6], [0, 7]], [[1, 1], [0, 1]], [[0, 1], [0, 0]])
+    >>> b = prompt_batch([[1, 2, 3, 4], [1, 2, 3, 9, 9]], pad_id=0, device="cpu", min_shared=2)
+    >>> b.prefix.tolist(), b.ids.tolist(), b.attn.tolist(), b.positions.tolist()
+    ([[1, 2, 3]], [[0, 4], [9, 9]], [[1, 1, 1, 0, 1], [1, 1, 1, 1, 1]], [[3, 3], [3, 4]])
     """
     import torch
 
     unique: dict[tuple[int, ...], int] = {}
     index = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
-    width = max(len(p) for p in unique)
-    ids = torch.full((len(unique), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(unique), width), dtype=torch.long)
-    for i, p in enumerate(unique):
-        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-        attn[i, width - len(p) :] = 1
-    ids, attn = ids.to(device), attn.to(device)
-    return index, ids, attn, (attn.cumsum(-1) - 1).clamp_(min=0)
+    distinct = list(unique)
+    shared = 0
+    if len(distinct) > 1:
+        first, shortest = distinct[0], min(len(p) for p in distinct)
+        while shared < shortest - 1 and all(p[shared] == first[shared] for p in distinct):
+            shared += 1
+    if shared < min_shared:
+        shared = 0
+    rests = [p[shared:] for p in distinct]
+    width = max(len(r) for r in rests)
+    ids = torch.full((len(rests), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rests), width), dtype=torch.long)
+    for i, r in enumerate(rests):
+        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r) :] = 1
+    positions = shared + (mask.cumsum(-1) - 1).clamp_(min=0)
+    attn = torch.cat([torch.ones((len(rests), shared), dtype=torch.long), mask], dim=1)
+    prefix = torch.tensor([list(distinct[0][:shared])], dtype=torch.long) if shared else None
+    return PromptBatch(
+        index=index,
+        prefix=prefix.to(device) if prefix is not None else None,
+        ids=ids.to(device),
+        attn=attn.to(device),
+        positions=positions.to(device),
+    )
 
 
 def sample_next(logits: Any, uniforms: Any, params: SamplingParams) -> tuple[Any, Any]:
@@ -262,13 +328,14 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
         from transformers import DynamicCache
 
         dev = self.device
-        row_prompt, input_ids, attn, positions = distinct_prompt_batch(prompts, self.pad_id, dev)
-        n_unique = input_ids.shape[0]
+        batch = prompt_batch(prompts, self.pad_id, dev)
+        row_prompt, attn, positions = batch.index, batch.attn, batch.positions
+        n_unique = batch.ids.shape[0]
         cache = DynamicCache(config=self.model.config)
         max_new = params.max_new_tokens
         stop_window = 4 * max((len(s) for s in params.stop), default=0) + 4
         with torch.inference_mode():
-            logits = self._forward(input_ids, attn, positions, cache)
+            logits = batch.prefill(self._forward, cache)
             expand = torch.tensor(row_prompt, device=dev)
             if n_unique != len(prompts) or row_prompt != list(range(len(prompts))):
                 cache.reorder_cache(expand)

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from adapters.policies.transformers_policy import distinct_prompt_batch
+from adapters.policies.transformers_policy import prompt_batch
 from adapters.training.batch import TrainItem, micro_batches
 from adapters.training.config import TrainConfig
 from adapters.training.masking import length_mask
@@ -294,17 +294,22 @@ def _completion_hidden(
     head = model.get_output_embeddings()
     lengths = [len(c) for c in completions]
     width = max(lengths)
-    index, ids, attn, positions = distinct_prompt_batch(prompts, pad_id, dev)
+    batch = prompt_batch(prompts, pad_id, dev)
+    index, attn = batch.index, batch.attn
     cache = DynamicCache(config=model.config)
-    h_prompt = decoder(
-        input_ids=ids,
-        attention_mask=attn,
-        position_ids=positions,
-        past_key_values=cache,
-        use_cache=True,
-    ).last_hidden_state[:, -1]
+
+    def forward(input_ids: Any, attention_mask: Any, position_ids: Any, past: Any) -> Any:
+        return decoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past,
+            use_cache=True,
+        ).last_hidden_state
+
+    h_prompt = batch.prefill(forward, cache)[:, -1]
     idx = torch.tensor(index, device=dev)
-    if index != list(range(ids.shape[0])):
+    if index != list(range(batch.ids.shape[0])):
         cache.reorder_cache(idx)  # type: ignore[arg-type]
     cids = torch.full((len(completions), width), pad_id, dtype=torch.long)
     for i, c in enumerate(completions):

@@ -315,7 +315,7 @@ def test_math_reasoner_candidates_are_all_credited_under_tree_sampling():
     texts = iter([answer, answer + "\n", "I cannot solve this.", answer])
 
     def policy(prompt: str) -> str:
-        if "```python" in prompt or "Python" in prompt and "program" in prompt.lower():
+        if "You are the tool agent" in prompt:
             return tool
         return next(texts)
 

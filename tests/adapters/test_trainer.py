@@ -273,7 +273,8 @@ def test_oracle_demos_from_the_oracle():
 
 
 def test_oracle_demonstrations_prefix_the_prompts(tmp_path):
-    tr = trainer(tmp_path, demos=1, max_new_tokens=64)
+    env_config = {**SMALL, "oracle_tool": "search"}  # the search program, not the one-liner
+    tr = trainer(tmp_path, demos=1, max_new_tokens=64, env_config=env_config)
     assert set(tr.demos) == {"planner"}  # the tool's oracle program exceeds 64 tokens
     assert tr.role_policy == {"tool": "shared/tool", "planner": "shared/planner"}
     samples = tr.rollout(1).samples
@@ -386,3 +387,48 @@ def test_resume_refuses_changes_that_break_exactness(tmp_path):
     longer = Trainer.resume(tmp_path / "run", models=char_models(), steps=2)
     assert longer.cfg.steps == 2 and longer.step == 1
     longer.close()
+
+
+def test_a_shared_prefix_is_computed_once_and_changes_nothing():
+    """Prompts that start alike (system message, demonstrations, task preamble) share one
+    prefill of their common prefix, in generation and in the training forward; values and
+    gradients equal a forward of each whole sequence."""
+    from adapters.policies import SamplingParams, TransformersPolicy
+    from adapters.policies.transformers_policy import prompt_batch
+
+    model, tok = make_char_model(seed=3)
+    enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    preamble = "<|system|>Solve the puzzle and answer after ####, e.g. #### [U,D].\n<|user|>"
+    prompts = [enc(preamble + t + "\n<|assistant|>") for t in ("map A", "the map B here", "C")]
+    assert prompt_batch(prompts, tok.pad_token_id, "cpu").prefix_len > 32
+    comps = [enc("abc"), enc("hello!"), enc("x")]
+    weights = torch.randn(3, 6)
+
+    def run(share):
+        model.zero_grad()
+        lp = completion_logprobs(
+            model, prompts, comps, pad_id=tok.pad_token_id, temperature=0.9, share_prompt=share
+        )
+        (lp * weights).sum().backward()
+        return lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    shared, g_shared = run(True)
+    full, g_full = run(False)
+    assert torch.allclose(shared, full, atol=1e-5)
+    for n in g_full:
+        err = (g_shared[n] - g_full[n]).norm() / g_full[n].norm().clamp(min=1e-12)
+        assert err < 1e-4, (n, float(err))
+    # generation: batched with the shared prefix == each prompt alone (greedy), and the first
+    # prompt's seeded samples (its row seeds do not depend on the batch) are the same
+    policy = TransformersPolicy(model, tok, device="cpu", batch_size=8)
+    chats = [[{"role": "user", "content": tok.decode(p)}] for p in prompts]
+    for params in (
+        SamplingParams(n=1, temperature=0.0, max_new_tokens=6),
+        SamplingParams(n=2, temperature=0.8, max_new_tokens=6, seed=11),
+    ):
+        together = policy.generate(chats, params)
+        for i, chat in enumerate(chats if params.greedy else chats[:1]):
+            alone = policy.generate([chat], params)[0]
+            for a, b in zip(together[i], alone):
+                assert a.token_ids == b.token_ids
+                assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
