@@ -50,7 +50,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from .base import ExecResult, Job, Limits, Sandbox, SandboxError, as_job
-from .local import BubblewrapNotFound, LocalSandbox
+from .local import BubblewrapNotFound, LocalSandbox, SandboxDegradedWarning
 
 if TYPE_CHECKING:
     from .docker_backend import DockerSandbox
@@ -63,6 +63,7 @@ __all__ = [
     "Limits",
     "LocalSandbox",
     "Sandbox",
+    "SandboxDegradedWarning",
     "SandboxError",
     "as_job",
     "default",

@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -53,7 +54,9 @@ from .base import (
     PooledSandbox,
     SandboxError,
     Worker,
+    allocate_uid,
     default_workers,
+    release_uid,
     server_command,
 )
 
@@ -67,7 +70,6 @@ _ETC_FILES = (
     "/etc/alternatives",
     "/etc/mime.types",
 )
-_UID_BASE = 2_000_000
 _BWRAP_HINT = (
     "\n(bubblewrap could not set up its namespaces. Inside a container this usually means the"
     " container lacks CAP_SYS_ADMIN/CAP_NET_ADMIN or a seccomp/AppArmor profile blocks"
@@ -100,8 +102,23 @@ def _popen(args: list[str], **kw) -> subprocess.Popen:
     return _spawner().submit(spawn).result()
 
 
-def _next_uid() -> int:
-    return _UID_BASE + ((os.getpid() & 0xFFFF) << 6) + (next(_uid_counter) & 63)
+class SandboxDegradedWarning(RuntimeWarning):
+    """The local sandbox runs with weaker isolation than its full mode (see LocalSandbox)."""
+
+
+_warned: set[str] = set()
+
+
+def _warn_degraded(what: str) -> None:
+    if what in _warned:
+        return
+    _warned.add(what)
+    log.warning("sandboxes: LocalSandbox runs in a DEGRADED mode: %s", what)
+    warnings.warn(
+        f"LocalSandbox runs in a degraded mode: {what} (LocalSandbox(strict=True) refuses)",
+        SandboxDegradedWarning,
+        stacklevel=4,
+    )
 
 
 class BubblewrapNotFound(SandboxError):
@@ -265,7 +282,7 @@ class _LocalWorker(Worker):
         self.stderr_file: IO[bytes] | None = None
         self.cgroup: _CgroupV1 | None = None
         self.workdir: str | None = None
-        self.uid = _next_uid() if os.geteuid() == 0 else None
+        self.uid: int | None = None  # a uid of its own per server (root only), see _start
 
     def _start(self) -> Channel:
         sb = self.sb
@@ -284,7 +301,8 @@ class _LocalWorker(Worker):
         if self.cgroup is not None and "cpu" in self.cgroup.dirs:
             config["job_nice"] = 10  # below the server, within the worker's own cpu group
         if sb.isolated:
-            if self.uid is not None:
+            if os.geteuid() == 0:
+                self.uid = allocate_uid()
                 config.update(drop_uid=self.uid, drop_gid=self.uid)
             config.update(work_root="/tmp", wipe=["/tmp", "/dev/shm"], kill_mode="pidns")
             program = build_filter() if sb.seccomp else None
@@ -349,8 +367,8 @@ class _LocalWorker(Worker):
         return text
 
     def _detach(self, graceful: bool) -> Callable[[], None]:
-        if self.uid is not None and self.proc is not None:
-            self.uid = _next_uid()  # the next server gets a fresh uid; this one may linger
+        # the next server gets a fresh uid; this one is given back once its server is gone
+        old_uid, self.uid = self.uid, None
         proc, self.proc = self.proc, None
         err, self.stderr_file = self.stderr_file, None
         cgroup, self.cgroup = self.cgroup, None
@@ -365,6 +383,7 @@ class _LocalWorker(Worker):
                 cgroup.remove()
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
+            release_uid(old_uid)
 
         return finish
 
@@ -397,6 +416,13 @@ class LocalSandbox(PooledSandbox):
             namespaces, mounts, ptrace, bpf, io_uring, keyrings, ...).
         allow_unisolated: when bubblewrap is missing, run code *without isolation* (rlimits
             and process-tree cleanup only) instead of raising; logs a warning.
+        strict: refuse (``SandboxError``) to run in a degraded mode instead of warning. The
+            full mode needs root (a uid of its own per worker, so RLIMIT_NPROC counts one
+            worker's processes and jobs of different workers cannot touch each other's files)
+            and writable cgroup v1 memory/pids controllers (a memory backstop: without it a
+            job may use ``max_procs`` times ``memory_mb``). Without them the sandbox still
+            isolates, and says what is missing with a :class:`SandboxDegradedWarning` (once per
+            process) unless the caller chose it (``cgroups=False``, ``allow_unisolated=True``).
     """
 
     def __init__(
@@ -412,6 +438,7 @@ class LocalSandbox(PooledSandbox):
         cgroups: bool | str = "auto",
         seccomp: bool = True,
         allow_unisolated: bool = False,
+        strict: bool = False,
     ) -> None:
         super().__init__(workers if workers is not None else default_workers(), limits)
         if not isinstance(tmp_size_mb, int) or isinstance(tmp_size_mb, bool) or tmp_size_mb < 1:
@@ -452,7 +479,29 @@ class LocalSandbox(PooledSandbox):
         if self.use_cgroups and not _stale_cgroups_checked:
             _stale_cgroups_checked = True
             _CgroupV1.remove_stale()
+        self.degraded = self._degraded(cgroups)
+        if self.degraded:
+            what = "; ".join(self.degraded)
+            if strict:
+                raise SandboxError(f"LocalSandbox(strict=True) refuses a degraded mode: {what}")
+            _warn_degraded(what)
         self._start_workers()
+
+    def _degraded(self, cgroups: bool | str) -> list[str]:
+        """What this sandbox lacks of the full isolation (empty in the full mode)."""
+        out = []
+        if self.isolated and os.geteuid() != 0:
+            out.append(
+                "not running as root: every worker runs jobs under your own uid (in a user "
+                "namespace), so RLIMIT_NPROC counts all your processes and there is no uid "
+                "per worker"
+            )
+        if self.isolated and not self.use_cgroups and cgroups == "auto":
+            out.append(
+                "no writable cgroup v1 memory/pids controllers: no memory backstop (a job may "
+                "use max_procs x memory_mb of memory) and no CPU group per worker"
+            )
+        return out
 
     # -- configuration ---------------------------------------------------------------------------
     @staticmethod
@@ -542,6 +591,9 @@ class LocalSandbox(PooledSandbox):
         a += ["--proc", "/proc", "--dev", "/dev"]
         a += ["--size", str(16 << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
         a += ["--size", str(self.tmp_size_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
+        # Nothing but /tmp and /dev/shm stays writable (without root the root directory is a
+        # tmpfs of the sandbox user's; it is never wiped and has no size limit).
+        a += ["--remount-ro", "/", "--remount-ro", "/dev"]
         a += ["--chdir", "/tmp", "--clearenv"]
         for k, v in self.env().items():
             a += ["--setenv", k, v]
