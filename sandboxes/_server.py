@@ -14,8 +14,9 @@ Lifecycle
    pointed at /dev/null. When started as root (bubblewrap run by root), it drops the
    capability bounding set and switches to the unprivileged uid named in the config, then
    sets its parent-death signal again (a uid change clears it), so it dies with its parent.
-2. It reads one more frame, the helper modules (JSON ``{name: source}``; the host sends
-   ``sandboxes/plain.py`` as ``_mas_plain``) and installs them in ``sys.modules``. It marks
+2. Before that drop it reads one more frame, the helper modules (JSON ``{name: source}``: the
+   host sends ``sandboxes/plain.py`` as ``_mas_plain`` and ``sandboxes/privileges.py`` as
+   ``_mas_privileges``) and installs them in ``sys.modules``. It marks
    itself non-dumpable (so jobs running under the same uid cannot ptrace it or open its
    /proc/<pid>/fd entries), pre-imports common modules, freezes the GC and sends ``ready``.
 3. For every request it forks one child. The child starts a new session, puts stdin (a memfd),
@@ -208,32 +209,9 @@ CODE, STDIN, OUT, ERR, RES, SCRATCH = _Buf(), _Buf(), _Buf(), _Buf(), _Buf(), _B
 # ----------------------------------------------------------------------------------------------
 
 
-_PRCTL: list = []
-
-
 def _prctl(option, arg2=0):
-    """prctl(2) through ctypes; the library is loaded once, before any fork."""
-    try:
-        if not _PRCTL:
-            import ctypes
-
-            _PRCTL.append(ctypes.CDLL(None, use_errno=True).prctl)
-        return _PRCTL[0](option, arg2, 0, 0, 0)
-    except Exception:
-        return -1
-
-
-def _drop_privileges(uid, gid):
-    # Empty the capability bounding set while CAP_SETPCAP is still effective, then switch
-    # uid/gid; leaving uid 0 clears the permitted and effective sets.
-    for cap in range(64):
-        if _prctl(24, cap) != 0:  # PR_CAPBSET_DROP; fails past the last valid capability
-            break
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    if os.getuid() != uid or os.geteuid() != uid:
-        raise RuntimeError("failed to drop privileges")
+    """prctl(2), through the ``_mas_privileges`` helper module (``sandboxes/privileges.py``)."""
+    return sys.modules["_mas_privileges"].prctl(option, arg2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -981,12 +959,17 @@ def main():
     os.dup2(NULL_FD, 0)
     os.dup2(NULL_FD, 1)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    modules = _read_frame(CTRL_IN)
+    if modules is None:
+        sys.exit(0)
+    _install_modules(modules)
+    privileges = sys.modules["_mas_privileges"]
     if CONFIG.get("drop_uid") is not None:
-        _drop_privileges(int(CONFIG["drop_uid"]), int(CONFIG["drop_gid"]))
-    # PR_SET_PDEATHSIG: die with the parent (bwrap, or the host when unisolated). A uid change
-    # clears it, so it is set here, after the drop; the control channel's hang-up covers the
-    # moment in between (and the Docker backend, whose parent is the container runtime).
-    _prctl(1, signal.SIGKILL)
+        privileges.drop_privileges(int(CONFIG["drop_uid"]), int(CONFIG["drop_gid"]))
+    # Die with the parent (bwrap, or the host when unisolated). A uid change clears the
+    # parent-death signal, so it is set here, after the drop; the control channel's hang-up
+    # covers the moment in between (and the Docker backend, whose parent is the runtime).
+    privileges.die_with_parent()
     if os.getpid() != 1:
         CONFIG["kill_mode"] = "tree"  # kill(-1) is only safe as PID 1 of a namespace
     if CONFIG.get("kill_mode") == "tree":
@@ -995,10 +978,6 @@ def main():
     os.umask(0o077)
     if os.path.isdir(_MQUEUE_DIR):
         CONFIG["mqueue_dir"] = _MQUEUE_DIR
-    modules = _read_frame(CTRL_IN)
-    if modules is None:
-        sys.exit(0)
-    _install_modules(modules)
     import site
 
     try:  # -S skips these; programs expect exit()/quit() to exist

@@ -374,7 +374,10 @@ BOOTSTRAP = (
     "del b,c,g,n\n"
     "os._exit(j())"
 )
-HELPER_MODULES = {"_mas_plain": Path(plain.__file__)}
+HELPER_MODULES = {
+    "_mas_plain": Path(plain.__file__),
+    "_mas_privileges": Path(__file__).with_name("privileges.py"),
+}
 """Modules the fork server installs for jobs (name -> source file)."""
 
 

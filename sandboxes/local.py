@@ -392,6 +392,158 @@ class _LocalWorker(Worker):
 
 
 # ----------------------------------------------------------------------------------------------
+# the bubblewrap command line
+# ----------------------------------------------------------------------------------------------
+
+
+def bwrap_command(
+    bwrap: str,
+    python: str,
+    python_prefix: str,
+    *,
+    env: dict[str, str],
+    site_packages: bool = False,
+    extra_ro: Sequence[str] = (),
+    tmp_size_mb: int = 256,
+    seccomp_fd: int | None = None,
+) -> list[str]:
+    """The bubblewrap command line (without the command) of the isolation described in the
+    module docstring; ``extra_ro``: more host paths made visible, read-only, at the same place.
+    As root the command keeps CAP_SETUID/SETGID/SETPCAP only, to drop to its own uid."""
+    a = [
+        bwrap,
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--as-pid-1",
+        "--hostname",
+        "sandbox",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        p = "/" + name
+        if os.path.islink(p):
+            a += ["--symlink", os.readlink(p), p]
+        elif os.path.isdir(p):
+            a += ["--ro-bind", p, p]
+    a += ["--perms", "0755", "--dir", "/etc"]
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for f in (*_ETC_FILES, "/etc/python3", f"/etc/python{version}"):
+        if os.path.exists(f):
+            a += ["--ro-bind", f, f]
+    prefix = python_prefix
+    made: set[str] = set()
+
+    def bind(path: str) -> list[str]:
+        # parents that bwrap creates itself would be 0700 root: unusable after the uid drop
+        out = []
+        for parent in reversed(Path(path).parents[:-1]):
+            if str(parent) not in made:
+                made.add(str(parent))
+                out += ["--perms", "0755", "--dir", str(parent)]
+        return [*out, "--ro-bind", path, path]
+
+    if not (prefix == "/usr" or prefix.startswith("/usr/")):
+        a += bind(prefix)
+        if not site_packages:
+            for sp in Path(prefix).glob("lib/python3*/site-packages"):
+                a += ["--tmpfs", str(sp)]
+    exe_dir = os.path.dirname(python)
+    if not (exe_dir.startswith(("/usr/", prefix + "/")) or exe_dir in ("/bin", "/sbin")):
+        a += ["--ro-bind", python, python]
+    for path in extra_ro:
+        a += bind(path)
+    a += ["--proc", "/proc", "--dev", "/dev"]
+    a += ["--size", str(16 << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
+    a += ["--size", str(tmp_size_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
+    # Nothing but /tmp and /dev/shm stays writable (without root the root directory is a
+    # tmpfs of the sandbox user's; it is never wiped and has no size limit).
+    a += ["--remount-ro", "/", "--remount-ro", "/dev"]
+    a += ["--chdir", "/tmp", "--clearenv"]
+    for k, v in env.items():
+        a += ["--setenv", k, v]
+    if seccomp_fd is not None:
+        a += ["--seccomp", str(seccomp_fd)]
+    if os.geteuid() == 0:
+        a += ["--cap-drop", "ALL"]
+        a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    else:
+        a += ["--unshare-user"]
+    return a
+
+
+def spawn_isolated(
+    argv: list[str],
+    *,
+    extra_ro: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    site_packages: bool = True,
+    **popen: object,
+) -> tuple[subprocess.Popen, int | None]:
+    """Start a helper process (e.g. a grader) under the same isolation as the sandbox's
+    servers, from the long-lived spawner thread (so ``--die-with-parent`` ties it to this
+    process). ``argv[0]`` is the interpreter (its installation is visible, site-packages
+    included unless ``site_packages=False``); the process gets ``extra_ro`` read-only (a virtual
+    environment's directory, say), ``env`` and nothing else of this process. As root it also gets a uid of its own (returned: give
+    it back with :func:`sandboxes.base.release_uid` once the process is gone), which it must
+    switch to itself (see :mod:`sandboxes.privileges`); it finds it in ``$MAS_DROP_UID``.
+    Without bubblewrap the helper runs unisolated, with a warning."""
+    env = dict(env or {})
+    uid = allocate_uid() if os.geteuid() == 0 else None
+    if uid is not None:
+        env["MAS_DROP_UID"] = str(uid)
+    bwrap = shutil.which("bwrap")
+    seccomp_fd = None
+    if bwrap is None:
+        log.warning(
+            "sandboxes: bubblewrap not found; %s runs UNISOLATED", os.path.basename(argv[-1])
+        )
+        args = list(argv)
+        popen_env = env
+    else:
+        program = build_filter()
+        if program is not None:
+            seccomp_fd = os.memfd_create("mas-helper-seccomp")
+            os.write(seccomp_fd, program)
+            os.lseek(seccomp_fd, 0, os.SEEK_SET)
+        exe = argv[0]
+        prefix = os.path.realpath(sys.base_prefix)
+        args = bwrap_command(
+            bwrap,
+            os.path.realpath(exe),
+            prefix,
+            env=env,
+            site_packages=site_packages,
+            extra_ro=extra_ro,
+            seccomp_fd=seccomp_fd,
+            tmp_size_mb=64,
+        ) + list(argv)
+        popen_env = {"PATH": "/usr/bin:/bin"}
+    try:
+        proc = _popen(
+            args,
+            env=popen_env,
+            close_fds=True,
+            pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+            start_new_session=True,
+            **popen,
+        )
+    except BaseException:
+        release_uid(uid)
+        raise
+    finally:
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
+    return proc, uid
+
+
+# ----------------------------------------------------------------------------------------------
 # the sandbox
 # ----------------------------------------------------------------------------------------------
 
@@ -549,62 +701,15 @@ class LocalSandbox(PooledSandbox):
     def bwrap_args(self, seccomp_fd: int | None = None) -> list[str]:
         """The bubblewrap command line (without the interpreter)."""
         assert self.bwrap is not None
-        a = [
+        return bwrap_command(
             self.bwrap,
-            "--unshare-pid",
-            "--unshare-net",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--die-with-parent",
-            "--new-session",
-            "--as-pid-1",
-            "--hostname",
-            "sandbox",
-            "--ro-bind",
-            "/usr",
-            "/usr",
-        ]
-        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-            p = "/" + name
-            if os.path.islink(p):
-                a += ["--symlink", os.readlink(p), p]
-            elif os.path.isdir(p):
-                a += ["--ro-bind", p, p]
-        a += ["--perms", "0755", "--dir", "/etc"]
-        version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        for f in (*_ETC_FILES, "/etc/python3", f"/etc/python{version}"):
-            if os.path.exists(f):
-                a += ["--ro-bind", f, f]
-        prefix = self.python_prefix
-        if not (prefix == "/usr" or prefix.startswith("/usr/")):
-            # parents that bwrap creates itself would be 0700 root: unusable after the uid drop
-            for parent in reversed(Path(prefix).parents[:-1]):
-                a += ["--perms", "0755", "--dir", str(parent)]
-            a += ["--ro-bind", prefix, prefix]
-            if not self.site_packages:
-                for sp in Path(prefix).glob("lib/python3*/site-packages"):
-                    a += ["--tmpfs", str(sp)]
-        exe_dir = os.path.dirname(self.python)
-        if not (exe_dir.startswith(("/usr/", prefix + "/")) or exe_dir in ("/bin", "/sbin")):
-            a += ["--ro-bind", self.python, self.python]
-        a += ["--proc", "/proc", "--dev", "/dev"]
-        a += ["--size", str(16 << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
-        a += ["--size", str(self.tmp_size_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
-        # Nothing but /tmp and /dev/shm stays writable (without root the root directory is a
-        # tmpfs of the sandbox user's; it is never wiped and has no size limit).
-        a += ["--remount-ro", "/", "--remount-ro", "/dev"]
-        a += ["--chdir", "/tmp", "--clearenv"]
-        for k, v in self.env().items():
-            a += ["--setenv", k, v]
-        if seccomp_fd is not None:
-            a += ["--seccomp", str(seccomp_fd)]
-        if os.geteuid() == 0:
-            a += ["--cap-drop", "ALL"]
-            a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
-        else:
-            a += ["--unshare-user"]
-        return a
+            self.python,
+            self.python_prefix,
+            env=self.env(),
+            site_packages=self.site_packages,
+            tmp_size_mb=self.tmp_size_mb,
+            seccomp_fd=seccomp_fd,
+        )
 
     def _make_worker(self, index: int) -> Worker:
         return _LocalWorker(index, self)

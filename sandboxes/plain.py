@@ -24,6 +24,7 @@ other iterators        ``["it", [...]]`` (consumed: generators, map, zip, dict v
 anything else          ``["o", type name]``: an :class:`Opaque` placeholder
 =====================  =====================================================================
 
+Sets are encoded in a canonical order (the same set gives the same text in any process).
 Subclasses of the built-in types (``Counter``, ``namedtuple``, ``IntEnum``, a ``str`` subclass
 with its own ``__eq__``) are encoded through the base type's own methods, i.e. as the plain value
 they hold. On the host an iterator comes back as an :class:`Iterated` (iterable, equal to nothing)
@@ -179,6 +180,7 @@ def _enc(v: Any, depth: int, budget: list) -> Any:
         base2: Any = set if isinstance(v, set) else frozenset
         _count(budget, base2.__len__(v))
         items = [_enc(x, depth + 1, budget) for x in base2.__iter__(v)]
+        items.sort(key=dumps)  # canonical: the same set gives the same text in any process
         return ["s" if base2 is set else "fs", items]
     if isinstance(v, bytes):
         return ["b", bytes.hex(v)]
@@ -198,6 +200,10 @@ def _enc(v: Any, depth: int, budget: list) -> Any:
             _enc(r.stop, depth, budget),
             _enc(r.step, depth, budget),
         ]
+    if t is Iterated:
+        return ["it", [_enc(x, depth + 1, budget) for x in _limited(v.items, budget)]]
+    if t is Opaque:
+        return ["o", v.type_name]
     if t is _KEYS_TYPE or t is _ITEMS_TYPE:
         tag = "dk" if t is _KEYS_TYPE else "di"
         return [tag, [_enc(x, depth + 1, budget) for x in _limited(v, budget)]]
