@@ -36,15 +36,14 @@ from typing import Any
 
 from sandboxes import plain
 from sandboxes.calls import Call, CallResult
+from verifiers.code_tests import bounded_parse, check_compiles
 from verifiers.host_eval import (
-    MAX_DEPTH,
     PENDING,
     AssertFailed,
     Evaluator,
     Remote,
     TooExpensive,
     Unsupported,
-    max_depth,
 )
 
 __all__ = [
@@ -57,7 +56,6 @@ __all__ = [
     "replay_code",
     "parse_replay",
     "prelude_names",
-    "bounded_parse",
 ]
 
 MAX_CALLS = 2000
@@ -92,29 +90,6 @@ class Outcome:
     passed: bool
     status: str
     reason: str
-
-
-def bounded_parse(source: str, filename: str = "<test>", limit: int = MAX_DEPTH) -> ast.Module:
-    """``ast.parse`` that raises ``SyntaxError`` instead of ``RecursionError`` / ``MemoryError``
-    and refuses trees deeper than ``limit`` (which would break recursive tools like
-    ``ast.unparse``).
-
-    >>> bounded_parse("assert f([]) == " + "-" * 400 + "1")
-    Traceback (most recent call last):
-    ...
-    SyntaxError: the code is nested deeper than 60 levels
-    """
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SyntaxWarning)
-            tree = ast.parse(source, filename)
-    except (RecursionError, MemoryError, ValueError, OverflowError) as exc:
-        raise SyntaxError(f"the code does not parse ({type(exc).__name__})") from None
-    if max_depth(tree, limit) > limit:
-        raise SyntaxError(f"the code is nested deeper than {limit} levels")
-    return tree
 
 
 @functools.lru_cache(maxsize=256)
@@ -207,8 +182,6 @@ def _stubs(tree: ast.Module, known: frozenset[str]) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=4096)
 def plan_test(code: str, entry_point: str | None = None, prelude: str = "") -> Plan:
     """The :class:`Plan` of one assert test (cached)."""
-    from verifiers.code_tests import check_compiles
-
     if len(code) > MAX_TEST_CHARS:
         return Plan(code, error=f"the test is longer than {MAX_TEST_CHARS} characters")
     built = check_compiles(code, "<test>")

@@ -69,6 +69,7 @@ from verifiers.extract import clip_text
 
 __all__ = [
     "MAX_ROUNDS",
+    "bounded_parse",
     "TestCase",
     "TestResult",
     "TestReport",
@@ -211,6 +212,29 @@ def quiet_parse(source: str, filename: str = "<unknown>") -> ast.Module:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
         return ast.parse(source, filename)
+
+
+def bounded_parse(source: str, filename: str = "<test>", limit: int = 60) -> ast.Module:
+    """``ast.parse`` that raises ``SyntaxError`` instead of ``RecursionError`` / ``MemoryError``
+    and refuses trees deeper than ``limit`` (which would break recursive tools like
+    ``ast.unparse``).
+
+    >>> bounded_parse("assert f([]) == " + "-" * 400 + "1")
+    Traceback (most recent call last):
+    ...
+    SyntaxError: the code is nested deeper than 60 levels
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(source, filename)
+    except (RecursionError, MemoryError, ValueError, OverflowError) as exc:
+        raise SyntaxError(f"the code does not parse ({type(exc).__name__})") from None
+    from verifiers.host_eval import max_depth
+
+    if max_depth(tree, limit) > limit:
+        raise SyntaxError(f"the code is nested deeper than {limit} levels")
+    return tree
 
 
 def check_compiles(source: object, filename: str = "<solution>") -> Check:
