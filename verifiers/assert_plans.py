@@ -269,7 +269,7 @@ def static_verdict(plan: Plan, results: Sequence[CallResult | None]) -> Outcome:
 
     ev = Evaluator(remote, bound=_remotes(dict(plan.bound)))
     try:
-        ev.run(plan.module)
+        ev.run(plan.module, checked=True)
     except AssertFailed as exc:
         src = _clip(ast.unparse(exc.node.test), 200)
         msg = exc.node.msg

@@ -411,8 +411,9 @@ class Evaluator:
         self.shown: list[str] = []
 
     # -- statements ----------------------------------------------------------------------------
-    def run(self, module: ast.Module) -> None:
-        if max_depth(module) > MAX_DEPTH:
+    def run(self, module: ast.Module, *, checked: bool = False) -> None:
+        """Run the statements (``checked``: the tree's depth was checked already)."""
+        if not checked and max_depth(module) > MAX_DEPTH:
             raise TooExpensive("the test is nested too deeply")
         self._block(module.body)
 
@@ -547,6 +548,10 @@ class Evaluator:
 
     def _expr(self, e: ast.expr) -> Any:
         self._tick()
+        if isinstance(e, ast.List | ast.Tuple | ast.Set | ast.Dict):
+            code = _literal_code(e)
+            if code is not None:  # a display of constants only: built at C speed, fresh
+                return eval(code, {"__builtins__": {}})
         method = getattr(self, "_e_" + type(e).__name__, None)
         if method is None:
             raise Unsupported(f"a {type(e).__name__} expression")
@@ -831,6 +836,31 @@ class Evaluator:
         if key is not None and id(key) not in _BUILTIN_FUNCS:
             raise Unsupported("a key function")
         return _check_size(_GUARDED.get(id(func), func)(*args, **kwargs))
+
+
+_LITERALS: dict[int, tuple[ast.expr, Any]] = {}
+
+
+def _literal_code(e: ast.expr) -> Any:
+    """Compiled code of a container display made of constants only (None otherwise); cached
+    per node. Evaluating it can do nothing but build the value, as large as the source."""
+    hit = _LITERALS.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    code = None
+    if all(isinstance(n, _LITERAL_NODES) for n in ast.walk(e)) and all(
+        isinstance(n.operand, ast.Constant) for n in ast.walk(e) if isinstance(n, ast.UnaryOp)
+    ):
+        code = compile(ast.Expression(e), "<literal>", "eval")
+    if len(_LITERALS) > 50_000:
+        _LITERALS.clear()
+    _LITERALS[id(e)] = (e, code)
+    return code
+
+
+_LITERAL_NODES = (
+    ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Constant, ast.Load, ast.UnaryOp, ast.USub, ast.UAdd,
+)  # fmt: skip
 
 
 def _pending(values: Any) -> bool:
