@@ -15,8 +15,8 @@ Lifecycle
    capability bounding set and switches to the unprivileged uid named in the config, then
    sets its parent-death signal again (a uid change clears it), so it dies with its parent.
 2. Before that drop it reads one more frame, the helper modules (JSON ``{name: source}``: the
-   host sends ``sandboxes/plain.py`` as ``_mas_plain`` and ``sandboxes/privileges.py`` as
-   ``_mas_privileges``) and installs them in ``sys.modules``. It marks
+   host sends ``sandboxes/plain.py`` as ``_mas_plain`` and ``sandboxes/inside.py`` as
+   ``_mas_inside``) and installs them in ``sys.modules``. It marks
    itself non-dumpable (so jobs running under the same uid cannot ptrace it or open its
    /proc/<pid>/fd entries), pre-imports common modules, freezes the GC and sends ``ready``.
 3. For every request it forks one child. The child starts a new session, puts stdin (a memfd),
@@ -210,8 +210,8 @@ CODE, STDIN, OUT, ERR, RES, SCRATCH = _Buf(), _Buf(), _Buf(), _Buf(), _Buf(), _B
 
 
 def _prctl(option, arg2=0):
-    """prctl(2), through the ``_mas_privileges`` helper module (``sandboxes/privileges.py``)."""
-    return sys.modules["_mas_privileges"].prctl(option, arg2)
+    """prctl(2), through the ``_mas_inside`` helper module (``sandboxes/inside.py``)."""
+    return sys.modules["_mas_inside"].prctl(option, arg2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -564,6 +564,7 @@ def _run_calls(namespace, calls):
     arguments in the plain encoding. A line is ``<nonce> <index> <json>`` with ``["ok",
     value]``, ``["exc", type name, message]`` or ``["big", reason]`` (no plain encoding).
     """
+    import _mas_inside as inside
     import _mas_plain as plain
 
     nonce = calls["nonce"]
@@ -595,14 +596,9 @@ def _run_calls(namespace, calls):
                 message = ""
             record = ["exc", _exc_name(exc), message]
         line = "%s %d %s\n" % (nonce, index, plain.dumps(record))
-        _write_fd3(line.encode("utf-8", "replace"))
-    _write_fd3(("%s end\n" % nonce).encode())
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:
-            pass
-    os._exit(0)
+        inside.write_results(line.encode("utf-8", "replace"))
+    inside.write_results(("%s end\n" % nonce).encode())
+    inside.finish()
 
 
 def _exc_name(exc):
@@ -610,18 +606,6 @@ def _exc_name(exc):
         if klass.__module__ == "builtins":
             return klass.__name__
     return "Exception"
-
-
-def _write_fd3(data):
-    view = memoryview(data)
-    while view:
-        try:
-            k = os.write(3, view)
-        except InterruptedError:
-            continue
-        except OSError:
-            return
-        view = view[k:]
 
 
 def _exit_status(exc):
@@ -651,7 +635,7 @@ def _make_runner():
     import builtins
 
     _RUNNER_NS.update({"__builtins__": builtins, "os": os, "sys": sys, "signal": signal})
-    for fn in (_run_main, _run_calls, _exc_name, _write_fd3, _exit_status):
+    for fn in (_run_main, _run_calls, _exc_name, _exit_status):
         _RUNNER_NS[fn.__name__] = _clean_function(fn, _RUNNER_NS)
     return _RUNNER_NS["_run_main"]
 
@@ -963,7 +947,7 @@ def main():
     if modules is None:
         sys.exit(0)
     _install_modules(modules)
-    privileges = sys.modules["_mas_privileges"]
+    privileges = sys.modules["_mas_inside"]
     if CONFIG.get("drop_uid") is not None:
         privileges.drop_privileges(int(CONFIG["drop_uid"]), int(CONFIG["drop_gid"]))
     # Die with the parent (bwrap, or the host when unisolated). A uid change clears the

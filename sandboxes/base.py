@@ -376,7 +376,7 @@ BOOTSTRAP = (
 )
 HELPER_MODULES = {
     "_mas_plain": Path(plain.__file__),
-    "_mas_privileges": Path(__file__).with_name("privileges.py"),
+    "_mas_inside": Path(__file__).with_name("inside.py"),
 }
 """Modules the fork server installs for jobs (name -> source file)."""
 

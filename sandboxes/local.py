@@ -492,7 +492,7 @@ def spawn_isolated(
     included unless ``site_packages=False``); the process gets ``extra_ro`` read-only (a virtual
     environment's directory, say), ``env`` and nothing else of this process. As root it also gets a uid of its own (returned: give
     it back with :func:`sandboxes.base.release_uid` once the process is gone), which it must
-    switch to itself (see :mod:`sandboxes.privileges`); it finds it in ``$MAS_DROP_UID``.
+    switch to itself (see :mod:`sandboxes.inside`); it finds it in ``$MAS_DROP_UID``.
     Without bubblewrap the helper runs unisolated, with a warning."""
     env = dict(env or {})
     uid = allocate_uid() if os.geteuid() == 0 else None

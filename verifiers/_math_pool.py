@@ -1,6 +1,6 @@
 """A small persistent pool of math-grading worker processes with per-grading deadlines.
 
-Each worker runs ``verifiers/_math_worker.py`` (with :mod:`sandboxes.privileges`), talking JSON
+Each worker runs ``verifiers/_math_worker.py`` (with :mod:`sandboxes.inside`), talking JSON
 lines over pipes. It parses model-written LaTeX with sympy, so it is isolated like a sandbox
 server (:func:`sandboxes.local.spawn_isolated`: bubblewrap, no network, a read-only view of the
 interpreter and its packages only, a clean environment, a uid of its own when the host is root,
@@ -48,10 +48,10 @@ _BOOT = "import sys;n=int(sys.argv[1]);exec(compile(sys.stdin.buffer.read(n),'ma
 
 
 def _worker_source() -> str:
-    from sandboxes import privileges
+    from sandboxes import inside
 
     here = os.path.dirname(os.path.abspath(__file__))
-    with open(privileges.__file__, encoding="utf-8") as f:
+    with open(inside.__file__, encoding="utf-8") as f:
         head = f.read()
     with open(os.path.join(here, "_math_worker.py"), encoding="utf-8") as f:
         return head + "\n\n" + f.read()

@@ -11,7 +11,7 @@ Protocol (one JSON object per line): after importing math-verify the worker writ
 "m": method}``. End of input ends the worker. The protocol stream is a private duplicate of the
 original stdout; fd 1 and fd 2 point to /dev/null so library prints and log spam go nowhere.
 
-The pool runs this source after that of ``sandboxes/privileges.py`` (``drop_privileges``,
+The pool runs this source after that of ``sandboxes/inside.py`` (``drop_privileges``,
 ``die_with_parent``), isolated by bubblewrap: given ``$MAS_DROP_UID`` (the host is root), the
 worker first switches to that uid for good; it always dies with its parent.
 """
@@ -104,7 +104,7 @@ def _limit_memory(mb: int) -> None:
 
 def _isolate() -> None:
     """Drop to ``$MAS_DROP_UID`` (if set) and die with the parent (functions of
-    ``sandboxes/privileges.py``, which the pool puts before this source)."""
+    ``sandboxes/inside.py``, which the pool puts before this source)."""
     parent = os.getppid()
     uid = os.environ.pop("MAS_DROP_UID", "")
     if uid:

@@ -13,18 +13,18 @@ Modes: ``discover`` (no table yet) and ``verdict``. A call missing from the tabl
 names every call it makes; the host then runs the program on them and tries again (a call whose
 arguments are pending waits for a later round). One line
 goes to fd 3: ``<nonce> R <json>`` with the status (``pass``, ``fail``, ``error``,
-``unresolved``, ``missing``, ``discovered``), a reason and the needed calls. Standard library
-and ``_mas_plain`` only.
+``unresolved``, ``missing``, ``discovered``), a reason and the needed calls. Standard library,
+``_mas_plain`` and ``_mas_inside`` only.
 """
-# ruff: noqa: SIM105, UP031, SIM905  (plain try/except and %-formatting, as in the sandbox server)
+# ruff: noqa: UP031, SIM905  (plain try/except and %-formatting, as in the sandbox server)
 
 import builtins
-import os
-import sys
 
-try:
-    import _mas_plain as _P  # installed by the sandbox's fork server
+try:  # installed by the sandbox's fork server
+    import _mas_inside as _I
+    import _mas_plain as _P
 except ImportError:  # read on the host (tools, doctest collection)
+    from sandboxes import inside as _I
     from sandboxes import plain as _P
 
 
@@ -240,19 +240,8 @@ def _mas_main(nonce, mode, table_json, stubs, prelude, test):
     out["n"] = calls.needed
     if calls.missing:
         out["m"] = calls.missing
-    line = "%s R %s\n" % (nonce, _P.dumps(out))
-    data = line.encode("utf-8", "replace")
-    while data:
-        try:
-            data = data[os.write(3, data) :]
-        except OSError:
-            break
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:
-            pass
-    os._exit(0)
+    _I.write_results(("%s R %s\n" % (nonce, _P.dumps(out))).encode("utf-8", "replace"))
+    _I.finish()
 
 
 def _where(exc):

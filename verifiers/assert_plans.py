@@ -272,9 +272,9 @@ def static_verdict(plan: Plan, results: Sequence[CallResult | None]) -> Outcome:
         ev.run(plan.module, checked=True)
     except AssertFailed as exc:
         src = _clip(ast.unparse(exc.node.test), 200)
-        msg = exc.node.msg
-        if isinstance(msg, ast.Constant) and isinstance(msg.value, str) and msg.value:
-            src += f" ({_clip(msg.value, 100)})"
+        msg = ev.message(exc.node)
+        if msg:
+            src += f" ({_clip(msg, 200)})"
         got = f"; the program returned {', '.join(exc.shown[-3:])}" if exc.shown else ""
         return Outcome(False, "wrong_answer", f"assertion failed: assert {src}{got}")
     except _Missing:

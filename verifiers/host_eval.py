@@ -465,6 +465,17 @@ class Evaluator:
         else:
             raise Unsupported(f"a {type(s).__name__} statement")
 
+    def message(self, node: ast.Assert) -> str:
+        """The text of a failed assert's message ("" when it has none or it cannot be
+        evaluated here)."""
+        if node.msg is None:
+            return ""
+        try:
+            text = str(self._value(node.msg))
+        except Exception:
+            return ""
+        return text if len(text) <= 300 else text[:299] + "…"
+
     def _skip_pending(self, node: ast.AST) -> None:
         """A branch or loop decided by a pending value: fine while it calls nothing remote."""
         if not self.discover:  # pragma: no cover - values are never pending then

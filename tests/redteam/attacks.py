@@ -20,35 +20,10 @@ from typing import Any
 
 import envs
 from envs.pools import PoolItem, QuestionPool
+from tests.envs.test_code import CLIP, SUM
 
 # ---------------------------------------------------------------- problems
 
-CLIP = {
-    "prompt": "Write clip(x, lo, hi): x limited to the interval [lo, hi] (lo <= hi).",
-    "style": "function",
-    "entry_point": "clip",
-    "solution": (
-        "def clip(x, lo, hi):\n    if x < lo:\n        return lo\n    if x > hi:\n"
-        "        return hi\n    return x\n"
-    ),
-    "tests": [
-        "assert clip(5, 0, 10) == 5",
-        "assert clip(-3, 0, 10) == 0",
-        "assert clip(12, 0, 10) == 10",
-        "assert clip(0, 0, 10) == 0",
-    ],
-}
-SUM = {
-    "prompt": "Read two integers a and b on one line and print a + b.",
-    "style": "stdin",
-    "solution": "a, b = map(int, input().split())\nprint(a + b)\n",
-    "tests": [
-        {"input": "1 2\n", "output": "3"},
-        {"input": "10 -3\n", "output": "7"},
-        {"input": "0 0\n", "output": "0"},
-        {"input": "5 5\n", "output": "10"},
-    ],
-}
 INC = {
     "question": "Write inc(x) that returns x + 1.",
     "kind": "code",
@@ -74,18 +49,19 @@ def _make(env_id: str, sandbox: Any, **cfg: Any) -> Any:
     return envs.make(env_id, sandbox=sandbox, **cfg).unwrapped
 
 
-def coder_reward(completion: str, sandbox: Any) -> float:
-    env = _make("code", sandbox, mode="single")
-    env.reset(options={"instance": CLIP})
-    env.step(completion)
-    return env.infos["coder"]["reward_parts"]["reward"]
+def _single_coder(instance: dict) -> Callable[[str, Any], float]:
+    def play(completion: str, sandbox: Any) -> float:
+        env = _make("code", sandbox, mode="single")
+        env.reset(options={"instance": instance})
+        env.step(completion)
+        return env.infos["coder"]["reward_parts"]["reward"]
+
+    play.__name__ = f"coder_reward_{instance['style']}"
+    return play
 
 
-def stdin_coder_reward(completion: str, sandbox: Any) -> float:
-    env = _make("code", sandbox, mode="single")
-    env.reset(options={"instance": SUM})
-    env.step(completion)
-    return env.infos["coder"]["reward_parts"]["reward"]
+coder_reward = _single_coder(CLIP)
+stdin_coder_reward = _single_coder(SUM)
 
 
 def tester_reward(completion: str, sandbox: Any) -> float:

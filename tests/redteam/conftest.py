@@ -1,32 +1,13 @@
-"""Fixtures of the red-team suite: one sandbox per backend (module scope), fresh caches.
-
-Docker tests are marked ``docker`` and need the Docker Engine and the sandbox image (skipped
-without, unless ``MAS_REQUIRE_DOCKER=1``, as in tests/sandboxes).
-"""
+"""Fixtures of the red-team suite: the sandboxes of tests/sandboxes (one per backend, module
+scope; Docker tests are marked ``docker``) and fresh result caches for every test."""
 
 from __future__ import annotations
 
 import pytest
 
-import sandboxes
-from tests.sandboxes.conftest import _docker_or_skip
+from tests.sandboxes.conftest import docker_sandbox, local_sandbox
 
-LIMITS = sandboxes.Limits(wall_s=5, cpu_s=5, memory_mb=512, max_output_bytes=256 * 1024)
-
-
-@pytest.fixture(scope="module")
-def local_sb():
-    with sandboxes.LocalSandbox(workers=2, limits=LIMITS) as sb:
-        yield sb
-
-
-@pytest.fixture(scope="module")
-def docker_sb():
-    sb = _docker_or_skip()
-    try:
-        yield sb
-    finally:
-        sb.close()
+__all__ = ["docker_sandbox", "local_sandbox"]
 
 
 @pytest.fixture(autouse=True)

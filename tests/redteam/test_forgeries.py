@@ -29,14 +29,14 @@ def _check(forgery: Forgery, sb) -> None:
 
 
 @pytest.mark.parametrize("forgery", SANDBOXED, ids=str)
-def test_forgery_local(forgery, local_sb):
-    _check(forgery, local_sb)
+def test_forgery_local(forgery, local_sandbox):
+    _check(forgery, local_sandbox)
 
 
 @pytest.mark.docker
 @pytest.mark.parametrize("forgery", SANDBOXED, ids=str)
-def test_forgery_docker(forgery, docker_sb):
-    _check(forgery, docker_sb)
+def test_forgery_docker(forgery, docker_sandbox):
+    _check(forgery, docker_sandbox)
 
 
 @pytest.mark.parametrize("forgery", PURE, ids=str)
@@ -48,5 +48,5 @@ def test_forgery_without_code(forgery):
 @pytest.mark.parametrize("control", CONTROLS, ids=lambda c: c[0].__name__)
 def test_correct_answers_still_beat_honest_wrong_ones(control, backend, request):
     play, correct, honest = control
-    sb = request.getfixturevalue(f"{backend}_sb")
+    sb = request.getfixturevalue(f"{backend}_sandbox")
     assert play(correct, sb) > play(honest, sb)

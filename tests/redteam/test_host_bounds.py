@@ -73,10 +73,9 @@ def _env(name: str, sb):
     return env
 
 
-@pytest.fixture(scope="module")
-def sb():
-    with sandboxes.LocalSandbox(workers=2) as box:
-        yield box
+@pytest.fixture
+def sb(local_sandbox):
+    return local_sandbox
 
 
 @pytest.mark.parametrize(

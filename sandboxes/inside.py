@@ -1,19 +1,26 @@
-"""Giving up root and dying with the parent, for processes started inside an isolation boundary.
+"""Helpers for processes inside an isolation boundary: giving up root, dying with the parent,
+ending a job right after its results.
 
-Used by the sandbox's fork server (which receives this source as the module ``_mas_privileges``)
-and by helper processes such as the math grader (:mod:`verifiers._math_pool`), which get it with
-their own source. Standard library only (``ctypes`` for ``prctl(2)``).
+Used by the sandbox's fork server (which receives this source as the module ``_mas_inside``, so
+jobs can import it too) and by helper processes such as the math grader
+(:mod:`verifiers._math_pool`), which get it with their own source. Standard library only
+(``ctypes`` for ``prctl(2)``).
 
 * :func:`drop_privileges` empties the capability bounding set while ``CAP_SETPCAP`` is still
   effective, then switches to ``uid``/``gid`` with no supplementary groups (leaving uid 0 clears
   the permitted and effective capabilities);
 * :func:`die_with_parent` sets the parent-death signal to SIGKILL. Any change of credentials
   clears it, so it is called *after* the drop; then, if the parent is already gone (the process
-  was re-parented meanwhile), it exits at once.
+  was re-parented meanwhile), it exits at once;
+* :func:`write_results` writes to a job's results channel (fd 3) and :func:`finish` ends the job
+  process at once (``os._exit(0)``, after flushing the standard streams): nothing the program
+  registered (``atexit``, threads, ``__del__``) runs after its results.
 """
+# ruff: noqa: SIM105  (plain try/except: importing contextlib costs every job that ends here)
 
 import os
 import signal
+import sys
 
 _PRCTL: list = []
 
@@ -53,3 +60,25 @@ def die_with_parent(parent=None):
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if parent is not None and parent > 0 and os.getppid() != parent:
         os._exit(1)
+
+
+def write_results(data):
+    """Write ``data`` (bytes) to the results channel, fd 3 (silently: a closed one loses it)."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(3, view) :]
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+
+
+def finish():
+    """End the job process now: flush stdout/stderr, then ``os._exit(0)``."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(0)
