@@ -13,7 +13,11 @@ Lifecycle
    fds 0 (requests) and 1 (responses); they are moved to private descriptors and 0/1 are
    pointed at /dev/null. When started as root (bubblewrap run by root), it drops the
    capability bounding set and switches to the unprivileged uid named in the config, then
-   sets its parent-death signal again (a uid change clears it), so it dies with its parent.
+   sets its parent-death signal again (a uid change clears it). That signal takes an
+   unisolated server with the host; PID 1 of a namespace does not get it, so the server also
+   watches its control channel: when the host goes away, the channel hangs up, and the server
+   kills its job and exits (at once, even in the middle of a job; then the kernel kills every
+   process left in the namespace).
 2. Before that drop it reads one more frame, the helper modules (JSON ``{name: source}``: the
    host sends ``sandboxes/plain.py`` as ``_mas_plain`` and ``sandboxes/inside.py`` as
    ``_mas_inside``) and installs them in ``sys.modules``. It marks
@@ -950,9 +954,9 @@ def main():
     privileges = sys.modules["_mas_inside"]
     if CONFIG.get("drop_uid") is not None:
         privileges.drop_privileges(int(CONFIG["drop_uid"]), int(CONFIG["drop_gid"]))
-    # Die with the parent (bwrap, or the host when unisolated). A uid change clears the
-    # parent-death signal, so it is set here, after the drop; the control channel's hang-up
-    # covers the moment in between (and the Docker backend, whose parent is the runtime).
+    # Die with the parent (the host when unisolated). A uid change clears the parent-death
+    # signal, so it is set here, after the drop. As PID 1 of a namespace (bubblewrap, Docker)
+    # the kernel does not deliver it: there the control channel's hang-up is what ends us.
     privileges.die_with_parent()
     if os.getpid() != 1:
         CONFIG["kill_mode"] = "tree"  # kill(-1) is only safe as PID 1 of a namespace

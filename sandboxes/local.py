@@ -406,10 +406,14 @@ def bwrap_command(
     extra_ro: Sequence[str] = (),
     tmp_size_mb: int = 256,
     seccomp_fd: int | None = None,
+    as_pid_1: bool = True,
 ) -> list[str]:
     """The bubblewrap command line (without the command) of the isolation described in the
     module docstring; ``extra_ro``: more host paths made visible, read-only, at the same place.
-    As root the command keeps CAP_SETUID/SETGID/SETPCAP only, to drop to its own uid."""
+    As root the command keeps CAP_SETUID/SETGID/SETPCAP only, to drop to its own uid.
+    ``as_pid_1``: the command is PID 1 of its namespace (the fork server, which kills with
+    ``kill(-1)``); otherwise bubblewrap's own init is, and takes the command with it when this
+    process dies (a PID 1 ignores its parent-death signal)."""
     a = [
         bwrap,
         "--unshare-pid",
@@ -419,7 +423,7 @@ def bwrap_command(
         "--unshare-cgroup-try",
         "--die-with-parent",
         "--new-session",
-        "--as-pid-1",
+        *(["--as-pid-1"] if as_pid_1 else []),
         "--hostname",
         "sandbox",
         "--ro-bind",
@@ -523,6 +527,7 @@ def spawn_isolated(
             extra_ro=extra_ro,
             seccomp_fd=seccomp_fd,
             tmp_size_mb=64,
+            as_pid_1=False,
         ) + list(argv)
         popen_env = {"PATH": "/usr/bin:/bin"}
     try:
