@@ -9,7 +9,8 @@ Each worker slot is one ``bwrap`` process whose sandboxed child is the fork serv
   ``/usr`` (its ``site-packages`` hidden unless ``site_packages=True``); nothing else of the
   host, so no project directory, home, ``/etc/shadow`` or credentials;
 * a private, size-limited tmpfs at ``/tmp`` (the job's cwd is ``/tmp/job``) and at
-  ``/dev/shm``, both wiped after every job;
+  ``/dev/shm``, both wiped after every job; everything else read-only (``/``, ``/etc`` and
+  ``/dev`` included, also without root);
 * a clean environment (``PATH``, ``HOME``, ``LANG`` and little else);
 * when the host runs as root: no capabilities and a uid of its own per worker (so RLIMIT_NPROC
   counts only that worker's processes and root-owned files stay unreadable), plus, where the
@@ -18,14 +19,20 @@ Each worker slot is one ``bwrap`` process whose sandboxed child is the fork serv
   OOM kills are reported as ``memory_exceeded``) and a cpu group (all processes of a job share
   one task's CPU weight; jobs run niced inside it, so the server acts on time);
 * a seccomp filter (``sandboxes/_seccomp.py``): no new namespaces, mounts, ptrace, bpf,
-  io_uring, keyrings, kernel modules, or foreign-ABI syscalls.
+  io_uring, keyrings, kernel modules, System V IPC or POSIX message queues (objects that would
+  outlive a job), or foreign-ABI syscalls.
 
 Per job the server forks a child that applies the rlimits (CPU, address space, processes, file
 size, open files, no core), and everything the job started is killed when its main process
 exits or the wall clock runs out. See ``_server.py`` for the details of the job life cycle.
 
 Running without bubblewrap is refused unless ``allow_unisolated=True`` (then the same server
-runs as a plain subprocess with rlimits only, and a warning is logged).
+runs as a plain subprocess with rlimits only, and a warning is logged). Without root (jobs run
+under the caller's uid, in a user namespace) or without writable cgroups the sandbox still
+isolates but warns once per process (``SandboxDegradedWarning``); ``strict=True`` refuses.
+Worker uids come from :func:`sandboxes.base.allocate_uid`: a uid is never shared by two live
+workers of any process. :func:`spawn_isolated` gives helper processes (the math grader) the same
+isolation.
 """
 
 from __future__ import annotations
