@@ -263,7 +263,8 @@ def test_grader_runs_isolated_without_the_callers_environment(monkeypatch):
     monkeypatch.setenv("MAS_TEST_SECRET", "do-not-leak")
     pool = MathPool(1)
     try:
-        assert grade(r"\boxed{\sqrt{4}}", "2", pool=pool).correct
+        pool.warmup()  # (a grading may come from the result cache)
+        assert grade(r"\boxed{\sqrt{49} + x - x}", "7", pool=pool).correct
         pid = _worker_pid(pool)
         environ = Path(f"/proc/{pid}/environ").read_bytes()
         assert b"do-not-leak" not in environ and b"MAS_TEST_SECRET" not in environ
