@@ -62,6 +62,7 @@ import secrets
 import sys
 import warnings
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -465,9 +466,10 @@ MAX_ROUNDS = 3
 class _Task:
     """One (program, test) pair on its way to a :class:`TestResult`."""
 
-    def __init__(self, test: TestCase, program: str) -> None:
+    def __init__(self, test: TestCase, program: str, prelude: str) -> None:
         self.test = test
         self.program = program
+        self.prelude = prelude
         self.result: TestResult | None = None
         self.plan: Any = None
         self.calls: list[Any] = []
@@ -475,14 +477,14 @@ class _Task:
         self.rounds = 0
 
 
-def _discover(plans: list[Any], prelude: str, limits: Any, sb: Any) -> dict[int, Any]:
+def _discover(plans: list[tuple[Any, str]], limits: Any, sb: Any) -> dict[int, Any]:
     """Run each replayed test once without the program's results: the calls it makes."""
     from sandboxes import Job
     from verifiers.assert_plans import parse_replay, replay_code
 
     out: dict[int, Any] = {}
     todo = []
-    for plan in plans:
+    for plan, prelude in plans:
         key = (plan.code, plan.stubs, prelude, limits)
         hit = _DISCOVERED.get(key)
         if hit is not None:
@@ -491,7 +493,7 @@ def _discover(plans: list[Any], prelude: str, limits: Any, sb: Any) -> dict[int,
             todo.append((plan, key, secrets.token_hex(16)))
     if todo:
         jobs = [
-            Job(replay_code(p, prelude, n, ()), limits=limits, results=True) for p, _, n in todo
+            Job(replay_code(p, key[2], n, ()), limits=limits, results=True) for p, key, n in todo
         ]
         for (plan, key, nonce), res in zip(todo, sb.run_many(jobs)):
             rep = parse_replay(res.results, nonce)
@@ -512,7 +514,7 @@ _DISCOVERED: dict[tuple, Any] = {}
 
 
 def run_tests_many(
-    items: Sequence[tuple[object, Sequence[TestCase]]],
+    items: Sequence[tuple[object, Sequence[TestCase]] | tuple[object, Sequence[TestCase], str]],
     *,
     sandbox: Any = None,
     limits: Any = None,
@@ -523,30 +525,32 @@ def run_tests_many(
     """Run several ``(solution, tests)`` pairs; one report each (see the module docstring).
 
     ``prelude``: trusted code put before every solution (starter-code imports and helpers); a
-    test that calls its helpers gets their real definitions. A solution that does not compile
-    gets every test marked ``syntax_error`` and runs nothing.
+    test that calls its helpers gets their real definitions. An item may bring its own as a
+    third element, ``(solution, tests, prelude)``. A solution that does not compile gets every
+    test marked ``syntax_error`` and runs nothing.
     """
-    from sandboxes import Job
     from verifiers.assert_plans import plan_test
 
-    plan_of: dict[str, Any] = {}
+    plan_of: dict[tuple[str, str], Any] = {}
     tasks_by_item: list[tuple[str, list[_Task]]] = []
     tasks: list[_Task] = []
-    for solution, tests in items:
+    for item in items:
+        solution, tests = item[0], item[1]
+        pre = str(item[2]) if len(item) > 2 else prelude  # type: ignore[misc]
         tlist = _check_inputs(solution, tests)
         build = check_compiles(solution)
-        program = f"{prelude.rstrip()}\n\n{solution}" if prelude.strip() else str(solution)
+        program = f"{pre.rstrip()}\n\n{solution}" if pre.strip() else str(solution)
         if build.ok and program is not solution:
             build = check_compiles(program)
-        mine = [_Task(t, program) for t in tlist]
+        mine = [_Task(t, program, pre) for t in tlist]
         for task in mine:
             case = task.test
             if not build.ok:
                 task.result = TestResult(False, "syntax_error", build.reason)
             elif case.kind == "assert":
-                plan = plan_of.get(case.code)
+                plan = plan_of.get((case.code, pre))
                 if plan is None:
-                    plan = plan_of[case.code] = plan_test(case.code, entry_point, prelude)
+                    plan = plan_of[case.code, pre] = plan_test(case.code, entry_point, pre)
                 task.plan = plan
                 if plan.error:
                     task.result = TestResult(False, "invalid_test", plan.error)
@@ -556,48 +560,71 @@ def run_tests_many(
         tasks.extend(mine)
     live = [t for t in tasks if t.result is None]
     sb = _default_sandbox(sandbox) if live else None
+    direct = [t for t in live if t.plan is None or t.plan.static]
     replayed = [t for t in live if t.plan is not None and not t.plan.static]
-    if replayed:
-        found = _discover(
-            list({id(t.plan): t.plan for t in replayed}.values()), prelude, limits, sb
-        )
-        for t in replayed:
-            got = found[id(t.plan)]
-            if isinstance(got, TestResult):
-                t.result = got
-            else:
-                t.calls = list(got)
-    while True:
-        todo = [t for t in tasks if t.result is None and t.run is None]
-        if not todo:
-            break
-        jobs = [
-            Job(t.program, t.test.stdin, limits)
-            if t.test.kind == "stdio"
-            else Job(t.program, "", limits, calls=tuple(t.calls))
-            for t in todo
-        ]
-        outs = list(sb.run_many(jobs))  # type: ignore[union-attr]
-        if len(outs) != len(jobs):
-            raise RuntimeError(f"sandbox returned {len(outs)} results for {len(jobs)} jobs")
-        replays = []
-        for t, res in zip(todo, outs):
-            t.run = res
-            if t.test.kind == "stdio":
-                t.result = _classify_stdio(res, t.test, float_tol)
-            elif _limit_failure(res) is not None:
-                t.result = _limit_failure(res)
-            elif t.plan.static:
-                t.result = _static_result(t, res)
-            else:
-                replays.append(t)
-        if replays:
-            _replay_round(replays, prelude, limits, sb)
+    if not replayed:
+        _run_programs(direct, limits, float_tol, sb)
+    else:
+        # Replayed tests take rounds (discovery, the program, the test); the others need one
+        # batch, which runs meanwhile on the same workers.
+        with ThreadPoolExecutor(1) as ex:
+            pending = ex.submit(_run_programs, direct, limits, float_tol, sb) if direct else None
+            _replayed_rounds(replayed, limits, float_tol, sb)
+            if pending is not None:
+                pending.result()
     reports = []
     for err, mine in tasks_by_item:
         results = tuple(t.result for t in mine)  # type: ignore[misc]
         reports.append(TestReport(results, err))  # type: ignore[arg-type]
     return reports
+
+
+def _run_programs(tasks: list[_Task], limits: Any, float_tol: float | None, sb: Any) -> list[_Task]:
+    """One batch of program jobs; decides stdio and static tests, returns the replayed ones
+    whose program ran (their test comes next)."""
+    from sandboxes import Job
+
+    if not tasks:
+        return []
+    jobs = [
+        Job(t.program, t.test.stdin, limits)
+        if t.test.kind == "stdio"
+        else Job(t.program, "", limits, calls=tuple(t.calls))
+        for t in tasks
+    ]
+    outs = list(sb.run_many(jobs))
+    if len(outs) != len(jobs):
+        raise RuntimeError(f"sandbox returned {len(outs)} results for {len(jobs)} jobs")
+    replays = []
+    for t, res in zip(tasks, outs):
+        t.run = res
+        if t.test.kind == "stdio":
+            t.result = _classify_stdio(res, t.test, float_tol)
+        elif _limit_failure(res) is not None:
+            t.result = _limit_failure(res)
+        elif t.plan.static:
+            t.result = _static_result(t, res)
+        else:
+            replays.append(t)
+    return replays
+
+
+def _replayed_rounds(tasks: list[_Task], limits: Any, float_tol: float | None, sb: Any) -> None:
+    """Discovery, then rounds of program jobs and replays until every test is decided."""
+    found = _discover(list({id(t.plan): (t.plan, t.prelude) for t in tasks}.values()), limits, sb)
+    for t in tasks:
+        got = found[id(t.plan)]
+        if isinstance(got, TestResult):
+            t.result = got
+        else:
+            t.calls = list(got)
+    while True:
+        todo = [t for t in tasks if t.result is None and t.run is None]
+        if not todo:
+            return
+        replays = _run_programs(todo, limits, float_tol, sb)
+        if replays:
+            _replay_round(replays, limits, sb)
 
 
 def _static_result(task: _Task, res: Any) -> TestResult:
@@ -611,7 +638,7 @@ def _static_result(task: _Task, res: Any) -> TestResult:
     return TestResult(out.passed, out.status, out.reason, duration_s=dur)  # type: ignore[arg-type]
 
 
-def _replay_round(tasks: list[_Task], prelude: str, limits: Any, sb: Any) -> None:
+def _replay_round(tasks: list[_Task], limits: Any, sb: Any) -> None:
     """Run the replayed tests over their program jobs' results; tests that met calls not yet
     made go to another round (their program job runs again, with those calls too)."""
     from sandboxes import Job
@@ -623,7 +650,7 @@ def _replay_round(tasks: list[_Task], prelude: str, limits: Any, sb: Any) -> Non
         got = t.run.calls if len(t.run.calls) == len(t.calls) else (None,) * len(t.calls)
         missing = _exited(t.run)
         table = [(c, record_of(r, missing)) for c, r in zip(t.calls, got)]
-        jobs.append(Job(replay_code(t.plan, prelude, nonce, table), limits=limits, results=True))
+        jobs.append(Job(replay_code(t.plan, t.prelude, nonce, table), limits=limits, results=True))
     for t, nonce, res in zip(tasks, nonces, sb.run_many(jobs)):
         dur = float(t.run.duration_s or 0.0)
         rep = parse_replay(res.results, nonce)
