@@ -111,7 +111,8 @@ class ExecResult:
     For a job with ``calls`` (:mod:`sandboxes.calls`), ``calls`` holds one
     :class:`~sandboxes.calls.CallResult` per call, ``None`` where none came back, and
     ``calls_done`` says whether the job got past its last call; for a job with ``results=True``,
-    ``results`` is the text the program wrote to file descriptor 3 (at most ``results_cap``).
+    ``results`` is the text the program wrote to file descriptor 3 (at most
+    :func:`results_cap` bytes; more sets ``output_truncated``).
     """
 
     exit_code: int | None
@@ -143,7 +144,13 @@ class ExecResult:
 
 
 RESULTS_CAP = 1 << 20
-"""Bytes of a job's results channel (fd 3) that are kept."""
+"""Most bytes of a job's results channel (fd 3) that are kept: the job's ``max_output_bytes``,
+at least 64 KiB, at most this (results are decoded on the host; their size bounds the work)."""
+
+
+def results_cap(limits: Limits) -> int:
+    """Bytes of the results channel kept for a job with these limits."""
+    return min(RESULTS_CAP, max(1 << 16, limits.max_output_bytes))
 
 
 @dataclass(frozen=True)
@@ -344,7 +351,7 @@ def _limits_json(limits: Limits) -> str:
 def _request_header(job: Job, limits: Limits, nonce: str) -> bytes:
     if job.calls is None and not job.results:
         return b'{"limits": %s}' % _limits_json(limits).encode()
-    head: dict = {"results": True, "results_cap": RESULTS_CAP}
+    head: dict = {"results": True, "results_cap": results_cap(limits)}
     if job.calls is not None:
         head["calls"] = request(job.calls, nonce)
     return b'{"limits": %s, %s' % (_limits_json(limits).encode(), json.dumps(head)[1:].encode())
@@ -602,7 +609,11 @@ class Worker:
             stderr=err.decode("utf-8", "replace"),
             timed_out=bool(head.get("timed_out") or head.get("cpu_exceeded")),
             memory_exceeded=bool(head.get("memory_exceeded")) or oom,
-            output_truncated=bool(head.get("stdout_truncated") or head.get("stderr_truncated")),
+            output_truncated=bool(
+                head.get("stdout_truncated")
+                or head.get("stderr_truncated")
+                or head.get("results_truncated")
+            ),
             duration_s=float(head.get("duration_s", 0.0)),
             signal=head.get("signal"),
             cpu_exceeded=bool(head.get("cpu_exceeded")),

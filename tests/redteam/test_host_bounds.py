@@ -166,3 +166,26 @@ def test_math_grader_deadlines_cover_writes():
         assert wall < 60, wall
     finally:
         pool.close()
+
+
+BIG = {
+    "prompt": "Write f(n): a list of n empty lists.",
+    "style": "function",
+    "entry_point": "f",
+    "solution": "def f(n):\n    return [[] for _ in range(n)]\n",
+    "tests": ["assert f(2) == [[], []]", "assert f(0) == []"],
+}
+
+
+def test_huge_results_cost_the_host_little(local_sandbox):
+    """The tester asks for results of about a megabyte from the golden program, twice, and
+    from every mutant: decoding them is bounded by the results channel's size."""
+    env = envs.make("code", sandbox=local_sandbox, max_turns=2)
+    env.reset(options={"instance": BIG})
+    env.step("```python\ndef f(n):\n    return [[] for _ in range(n)]\n```")
+    tests = "".join(f"assert f({130_000 + i}) == []\n" for i in range(5))  # ~1 MB each
+    cpu = time.process_time()
+    env.step(f"```python\n{tests}```")
+    assert time.process_time() - cpu < 2.0
+    parts = env.infos["tester"]["reward_parts"]
+    assert parts["components"]["valid"] == 0.0  # the golden program fails them (too big)
