@@ -28,7 +28,8 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
-from collections import deque
+import threading
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,9 +180,34 @@ def _stubs(tree: ast.Module, known: frozenset[str]) -> tuple[str, ...]:
     return tuple(sorted(used - bound - known - _BUILTIN_NAMES))
 
 
-@functools.lru_cache(maxsize=4096)
+_PLANS: OrderedDict[tuple[str, str | None, str], Plan] = OrderedDict()
+_PLANS_LOCK = threading.Lock()
+_PLAN_CACHE_CHARS = 8_000_000
+_plans_chars = 0
+
+
 def plan_test(code: str, entry_point: str | None = None, prelude: str = "") -> Plan:
-    """The :class:`Plan` of one assert test (cached)."""
+    """The :class:`Plan` of one assert test (cached; the cache holds at most
+    ``_PLAN_CACHE_CHARS`` characters of test code, least recently used out first)."""
+    global _plans_chars
+    key = (code, entry_point, prelude)
+    with _PLANS_LOCK:
+        hit = _PLANS.get(key)
+        if hit is not None:
+            _PLANS.move_to_end(key)
+            return hit
+    plan = _plan(code, entry_point, prelude)
+    with _PLANS_LOCK:
+        if key not in _PLANS:
+            _PLANS[key] = plan
+            _plans_chars += len(code)
+        while _plans_chars > _PLAN_CACHE_CHARS and len(_PLANS) > 1:
+            old, _ = _PLANS.popitem(last=False)
+            _plans_chars -= len(old[0])
+    return plan
+
+
+def _plan(code: str, entry_point: str | None, prelude: str) -> Plan:
     if len(code) > MAX_TEST_CHARS:
         return Plan(code, error=f"the test is longer than {MAX_TEST_CHARS} characters")
     built = check_compiles(code, "<test>")

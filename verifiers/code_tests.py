@@ -505,7 +505,7 @@ def _discover(plans: list[tuple[Any, str]], limits: Any, sb: Any) -> dict[int, A
                 continue
             out[id(plan)] = rep["needed"]
             _DISCOVERED[key] = rep["needed"]
-            while len(_DISCOVERED) > 1024:
+            while len(_DISCOVERED) > 256:
                 _DISCOVERED.pop(next(iter(_DISCOVERED)))
     return out
 
