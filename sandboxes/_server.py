@@ -676,7 +676,7 @@ def _run_job(header):
         stdin_fd = os.dup(NULL_FD)
     out_r, out_w = _big_pipe(cap)
     err_r, err_w = _big_pipe(cap)
-    res_r, res_w = _big_pipe(res_cap) if want_results else (None, None)
+    res_r, res_w = _big_pipe(0) if want_results else (None, None)  # (results are small)
 
     sys.stderr.flush()  # nothing of the server's may linger in the buffers jobs inherit
     start = time.monotonic()
@@ -854,9 +854,12 @@ _TICK_S = 0.01
 
 
 def _big_pipe(cap):
-    """A pipe (read end non-blocking) whose buffer holds the whole kept output if it can."""
+    """A pipe (read end non-blocking) whose buffer holds the whole kept output if it can
+    (``cap`` 0: the default size)."""
     r, w = os.pipe()
     os.set_blocking(r, False)
+    if not cap:
+        return r, w
     try:
         import fcntl
 
