@@ -400,8 +400,9 @@ def _ipc_ids(kind):
 
 def _clean_ipc():
     """Remove every System V IPC object and POSIX message queue (the job's, since the server
-    makes none). False if one is left. (The local backend's seccomp filter refuses to make
-    them at all; containers allow them, and nothing else would remove them between jobs.)"""
+    makes none). False if one is left. Done after every job unless the config says
+    ``clean_ipc: false`` (the local backend, whose seccomp filter refuses to make them at
+    all); containers allow them, and nothing else would remove them between jobs."""
     ok = True
     for kind, fn, args in (("shm", "shmctl", (0, None)), ("msg", "msgctl", (0, None))):
         for ident in _ipc_ids(kind):
@@ -811,7 +812,7 @@ def _run_job(header):
     memory_exceeded = (
         not timed_out and sig in _MEM_SIGNALS and maxrss >= 0.7 * mem_bytes
     ) or _memory_error_reported(ERR)
-    ipc_clean = _clean_ipc()
+    ipc_clean = _clean_ipc() if CONFIG.get("clean_ipc", True) else True
     budget = [_WIPE_BUDGET]
     wiped = all(_wipe(p, budget) for p in CONFIG["wipe"])
     healthy = clean and ipc_clean and wiped and _tmp_ok(work_root)
@@ -990,7 +991,8 @@ def main():
     for key in ("HOME", "TMPDIR", "PWD"):
         os.environ[key] = job_dir
     _wipe(CONFIG["work_root"])
-    _clean_ipc()
+    if CONFIG.get("clean_ipc", True):
+        _clean_ipc()
     gc.collect()
     if hasattr(gc, "freeze"):
         gc.freeze()

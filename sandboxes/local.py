@@ -313,6 +313,8 @@ class _LocalWorker(Worker):
                 config.update(drop_uid=self.uid, drop_gid=self.uid)
             config.update(work_root="/tmp", wipe=["/tmp", "/dev/shm"], kill_mode="pidns")
             program = build_filter() if sb.seccomp else None
+            # the filter refuses System V IPC and message queues: nothing to remove after jobs
+            config["clean_ipc"] = program is None
             if program is not None:
                 seccomp_fd = os.memfd_create("mas-sandbox-seccomp")
                 os.write(seccomp_fd, program)
@@ -324,6 +326,7 @@ class _LocalWorker(Worker):
             # available, is the only process cap.
             self.workdir = tempfile.mkdtemp(prefix="mas-sandbox-")
             config.update(work_root=self.workdir, wipe=[self.workdir], kill_mode="tree")
+            config["clean_ipc"] = False  # the host's own IPC namespace: never touch it
             config["nproc"] = False
             args = []
         args += server_command(sb.python, config, sb.site_packages)
