@@ -15,12 +15,16 @@ How an assert test is decided (the design, and why)
 ---------------------------------------------------
 A policy under RL optimises against its verifier, so the verdict must be out of the program's
 reach. The classic harness (test code appended to the program, one process, "exit code 0 means
-passed"; also HumanEval's and evalplus's ``untrusted_check``, which compares in the process that
-ran the program and trusts a flag it can write) is forgeable from inside: ``os._exit(0)``,
-``sys.exit``, ``atexit`` / ``sys.excepthook`` handlers, an object whose ``__eq__`` is always true,
-a patched ``builtins`` or ``sys.modules['json']``, or reading the expected values from the
-program's own file or stack frames. LiveCodeBench and APPS compare *stdout* with the expected
-output outside the program; this module does the same for function tests:
+passed", as in HumanEval's ``check``) is forgeable from inside: ``os._exit(0)``, ``sys.exit``,
+``atexit`` / ``sys.excepthook`` handlers, an object whose ``__eq__`` is always true, a patched
+``builtins`` or ``sys.modules['json']``, or reading the expected values from the program's own
+file or stack frames. evalplus's ``untrusted_check`` already separates a test into inputs and
+expected outputs, but hands both to the process that runs the program, compares there
+(``out == exp``: the program's ``__eq__`` answers) and reads the verdict from shared memory that
+process can write. LiveCodeBench's and APPS's graders likewise call the function in-process and
+compare with ``==``; for stdin problems they compare the captured output *as text*, never an
+object of the program's. That last idea is the one kept here, moved out of the program's
+process, and applied to function tests too:
 
 1. The host reads the test (:mod:`verifiers.assert_plans`): which calls of the program it makes
    (``f(2)``; a ``Solution().method``), with which plain arguments.
