@@ -24,7 +24,9 @@ ask for it, per backend with ``run_many``: the legacy harness (the test appended
 what :mod:`verifiers.code_tests` does), and the ratio calls / legacy.
 
 Targets on a 2-core machine: local >= 300 trivial executions/s and >= 10x naive; Docker >= 50/s;
-calls within 20 % of legacy (ratio >= 0.8).
+calls within 20 % of legacy (ratio >= 0.8). The rates are noisy on a shared machine (best of
+``--repeat`` alternating rounds); the CPU ms per code test (local: the fork servers and their
+jobs, best round) is the steadier figure.
 """
 
 from __future__ import annotations
@@ -212,8 +214,10 @@ def main(argv: list[str] | None = None) -> None:
             for _ in range(args.repeat):  # alternate, so both see the same background load
                 for how in ("legacy", "calls"):
                     rate, cost = _measure(code_test(sb, how), args.jobs, 1, probe)
-                    best = code_tests.get((name, how), (0.0, None))
-                    code_tests[name, how] = (max(best[0], rate), cost)
+                    best_rate, best_cost = code_tests.get((name, how), (0.0, None))
+                    if cost is not None and best_cost is not None:
+                        cost = min(cost, best_cost)
+                    code_tests[name, how] = (max(best_rate, rate), cost)
     finally:
         local.close()
         if docker is not None:
@@ -244,12 +248,19 @@ def main(argv: list[str] | None = None) -> None:
         "\nOne code test per job (run_many): legacy harness (assert appended, exit code) vs "
         "calls (plain result on the results channel)\n"
     )
-    print(f"| {'backend':<8} | {'legacy /s':>10} | {'calls /s':>10} | {'calls/legacy':>12} |")
-    print(f"|{'-' * 10}|{'-' * 12}|{'-' * 12}|{'-' * 14}|")
+    print(
+        f"| {'backend':<8} | {'legacy /s':>10} | {'calls /s':>10} | {'calls/legacy':>12} "
+        f"| {'CPU ms legacy':>13} | {'CPU ms calls':>12} |"
+    )
+    print(f"|{'-' * 10}|{'-' * 12}|{'-' * 12}|{'-' * 14}|{'-' * 15}|{'-' * 14}|")
     for name in ("local", "docker"):
         if (name, "legacy") in code_tests:
-            old, new = code_tests[name, "legacy"][0], code_tests[name, "calls"][0]
-            print(f"| {name:<8} | {old:>10.1f} | {new:>10.1f} | {new / old:>11.2f}x |")
+            (old, old_cpu), (new, new_cpu) = code_tests[name, "legacy"], code_tests[name, "calls"]
+            cpu = [f"{c:.2f}" if c is not None else "-" for c in (old_cpu, new_cpu)]
+            print(
+                f"| {name:<8} | {old:>10.1f} | {new:>10.1f} | {new / old:>11.2f}x "
+                f"| {cpu[0]:>13} | {cpu[1]:>12} |"
+            )
     if docker_note:
         print(f"\nDocker: {docker_note}")
 

@@ -918,6 +918,9 @@ def _warm_up():
 
     code = "import sys\nx = [str(i) for i in range(3)]\ny = {'a': 1.5, 'b': (1, 2)}\n"
     exec(compile(code, "warm-up.py", "exec", dont_inherit=True), {"__name__": "__warm__"})
+    plain = sys.modules.get("_mas_plain")
+    if plain is not None:  # what a job with calls runs, once
+        plain.dumps(["ok", plain.encode(plain.decode(["t", [1, "a", 2.5, ["l", []]]]))])
     fd = os.open("/dev/null", os.O_WRONLY)
     for encoding, errors in (("utf-8", "strict"), ("utf-8", "backslashreplace")):
         w = io.TextIOWrapper(

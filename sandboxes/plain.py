@@ -321,9 +321,12 @@ def _dec(x: Any, depth: int, budget: list) -> Any:
     raise PlainError("invalid plain value")
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def dumps(tree: object) -> str:
     """Compact JSON text of an encoding (one line)."""
-    return json.dumps(tree, separators=(",", ":"))
+    return _ENCODER.encode(tree)
 
 
 def loads(text: str) -> object:
