@@ -17,7 +17,16 @@ and their jobs; not measured for Docker, whose stream relaying happens in the da
 result is checked (a wrong answer aborts the benchmark). Rates are noisy on a shared machine
 (the best of ``--repeat`` rounds counts); the CPU cost per execution much less so.
 
-Targets on a 2-core machine: local >= 300 trivial executions/s and >= 10x naive; Docker >= 50/s.
+A second table times one code test (a function and one call of it) the two ways a verifier can
+ask for it, per backend with ``run_many``: the legacy harness (the test appended to the program,
+"exit code 0" is the verdict; forgeable, kept here as the baseline only) and a job with
+``calls`` (the program, then the call, the result back as plain data on the results channel;
+what :mod:`verifiers.code_tests` does), and the ratio calls / legacy.
+
+Targets on a 2-core machine: local >= 300 trivial executions/s and >= 10x naive; Docker >= 50/s;
+calls within 20 % of legacy (ratio >= 0.8). The rates are noisy on a shared machine (best of
+``--repeat`` alternating rounds); the CPU ms per code test (local: the fork servers and their
+jobs, best round) is the steadier figure.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import sandboxes
+from sandboxes.calls import Call
 
 PROGRAMS = {
     "trivial": ("print(1)\n", "", "1\n"),
@@ -127,6 +137,27 @@ def batch(sb, code: str, stdin: str, expected: str) -> Callable[[int], None]:
     return run
 
 
+FUNCTION = "def add(a, b):\n    return a + b\n"
+
+
+def code_test(sb, how: str) -> Callable[[int], None]:
+    """``n`` code tests of FUNCTION through ``run_many``: ``legacy`` or ``calls``."""
+
+    def run(n: int) -> None:
+        if how == "legacy":
+            job = sandboxes.Job(FUNCTION + "\nassert add(20, 22) == 42\n")
+            for r in sb.run_many([job] * n):
+                if not r.ok:
+                    raise SystemExit(f"legacy code test failed: {r}")
+        else:
+            job = sandboxes.Job(FUNCTION, calls=(Call.make("add", (20, 22)),))
+            for r in sb.run_many([job] * n):
+                if not (r.calls and r.calls[0] is not None and r.calls[0].value == 42):
+                    raise SystemExit(f"code test with calls failed: {r}")
+
+    return run
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=300, help="jobs per sandbox measurement")
@@ -176,6 +207,17 @@ def main(argv: list[str] | None = None) -> None:
                 job = (code, stdin, expected)
                 measured[f"{name}_run", prog] = _measure(sequential(sb, *job), args.jobs, r, probe)
                 measured[f"{name}_many", prog] = _measure(batch(sb, *job), args.jobs, r, probe)
+        code_tests: dict[tuple[str, str], tuple[float, float | None]] = {}
+        for name, sb, probe in (("local", local, local_cpu(local)), ("docker", docker, None)):
+            if sb is None:
+                continue
+            for _ in range(args.repeat):  # alternate, so both see the same background load
+                for how in ("legacy", "calls"):
+                    rate, cost = _measure(code_test(sb, how), args.jobs, 1, probe)
+                    best_rate, best_cost = code_tests.get((name, how), (0.0, None))
+                    if cost is not None and best_cost is not None:
+                        cost = min(cost, best_cost)
+                    code_tests[name, how] = (max(best_rate, rate), cost)
     finally:
         local.close()
         if docker is not None:
@@ -202,6 +244,23 @@ def main(argv: list[str] | None = None) -> None:
             cost = f"{m[1]:.2f}" if m[1] is not None else "-"
             cells += f" {m[0]:>10.1f} | {m[0] / base[0]:>6.1f}x | {cost:>6} |"
         print(f"| {label:<56} |{cells}")
+    print(
+        "\nOne code test per job (run_many): legacy harness (assert appended, exit code) vs "
+        "calls (plain result on the results channel)\n"
+    )
+    print(
+        f"| {'backend':<8} | {'legacy /s':>10} | {'calls /s':>10} | {'calls/legacy':>12} "
+        f"| {'CPU ms legacy':>13} | {'CPU ms calls':>12} |"
+    )
+    print(f"|{'-' * 10}|{'-' * 12}|{'-' * 12}|{'-' * 14}|{'-' * 15}|{'-' * 14}|")
+    for name in ("local", "docker"):
+        if (name, "legacy") in code_tests:
+            (old, old_cpu), (new, new_cpu) = code_tests[name, "legacy"], code_tests[name, "calls"]
+            cpu = [f"{c:.2f}" if c is not None else "-" for c in (old_cpu, new_cpu)]
+            print(
+                f"| {name:<8} | {old:>10.1f} | {new:>10.1f} | {new / old:>11.2f}x "
+                f"| {cpu[0]:>13} | {cpu[1]:>12} |"
+            )
     if docker_note:
         print(f"\nDocker: {docker_note}")
 

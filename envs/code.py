@@ -400,15 +400,7 @@ class raw_env(ProgramEnv):
         if not problem.tests:
             raise ValueError("a code instance needs at least one test")
         if problem.golden_solution is not None:
-            rep = self._reports(
-                [
-                    (
-                        problem,
-                        _with_prelude(_prelude(problem), problem.golden_solution),
-                        problem.tests,
-                    )
-                ]
-            )[0]
+            rep = self._reports([(problem, problem.golden_solution, problem.tests)])[0]
             if not rep.all_passed:
                 bad = next(i for i, r in enumerate(rep.results) if not r.passed)
                 raise ValueError(
@@ -421,6 +413,7 @@ class raw_env(ProgramEnv):
         self.history: list[_Turn] = []
         self._current = _Turn(0)
         self.program: str | None = None  # the coder's current program, prelude included
+        self.code: str | None = None  # the same without the prelude
         self.pass_rate = 0.0
         self.golden_passed: frozenset[int] = frozenset()
         self._prev_passed: frozenset[int] = frozenset()
@@ -431,13 +424,14 @@ class raw_env(ProgramEnv):
         return (c.wall_s, c.memory_mb, c.max_output_bytes, c.float_tol)
 
     def _reports(self, items: list[tuple[CodeProblem, str, Any]]) -> list[TestReport]:
-        """Reports of ``(problem, program, tests)``, from the cache or one sandbox batch.
-        Reports with a sandbox failure are not cached."""
+        """Reports of ``(problem, code, tests)`` (the code runs after the problem's prelude),
+        from the cache or one sandbox batch. Reports with a sandbox failure are not cached."""
         out: list[TestReport | None] = []
         todo: dict[tuple, list[int]] = {}
         jobs: list[tuple[CodeProblem, str, Any, tuple]] = []
         for k, (problem, program, tests) in enumerate(items):
-            key = (problem.entry_point, program, _tests_key(tests), self._cfg_key())
+            key = (problem.entry_point, _prelude(problem), program, _tests_key(tests))
+            key += self._cfg_key()
             hit = _REPORTS.get(key)
             out.append(hit)
             if hit is None:
@@ -445,17 +439,19 @@ class raw_env(ProgramEnv):
                     todo[key] = []
                     jobs.append((problem, program, tests, key))
                 todo[key].append(k)
-        # one batch per entry point (run_tests_many takes one entry point)
+        # one batch per entry point and prelude (run_tests_many takes one of each)
         by_entry: dict[Any, list[tuple[str, Any, tuple]]] = {}
         for problem, program, tests, key in jobs:
-            by_entry.setdefault(problem.entry_point, []).append((program, tests, key))
-        for entry, group in by_entry.items():
+            group_key = (problem.entry_point, _prelude(problem))
+            by_entry.setdefault(group_key, []).append((program, tests, key))
+        for (entry, prelude), group in by_entry.items():
             reps = run_tests_many(
                 [(prog, list(tests)) for prog, tests, _ in group],
                 sandbox=self.sandbox,
                 limits=self._limits(),
                 entry_point=entry,
                 float_tol=self.config.float_tol,
+                prelude=prelude,
             )
             for (_, _, key), rep in zip(group, reps):
                 if not any(r.status == "sandbox_error" for r in rep.results):
@@ -485,7 +481,7 @@ class raw_env(ProgramEnv):
                 "mask": 0.0,
                 "why": "the problem has no golden solution",
             }
-        golden = _with_prelude(self.prelude, p.golden_solution)
+        golden = p.golden_solution
         cfg = self.config
         key = (
             golden,
@@ -508,6 +504,7 @@ class raw_env(ProgramEnv):
             limits=self._limits(),
             entry_point=p.entry_point,
             float_tol=cfg.float_tol,
+            prelude=self.prelude,
         )
         infra = any(r.status == "sandbox_error" for r in (*first.results, *second.results))
         failing = [
@@ -530,7 +527,7 @@ class raw_env(ProgramEnv):
                 _TESTER.put(key, res)
             return res
         # A mutant is killed when some kept test fails on it. Assert tests are joined into one
-        # program per mutant; stdin tests go in rounds, each running only the mutants that
+        # test per mutant; stdin tests go in rounds, each running only the mutants that
         # survived the previous tests. Same kills as one run per (mutant, test), far fewer runs,
         # and a looping mutant times out once.
         if kept[0].kind == "assert":
@@ -551,6 +548,7 @@ class raw_env(ProgramEnv):
                 entry_point=p.entry_point,
                 float_tol=cfg.float_tol,
                 mutants=alive,
+                prelude=self.prelude,
             )
             if not rep.available:
                 why = rep.reason
@@ -593,10 +591,11 @@ class raw_env(ProgramEnv):
             rec.code, program, build = None, None, None
             rec.code_error = block.reason
         self.program = program
+        self.code = rec.code if program is not None else None
         public = list(p.public_tests)
         n = len(p.tests)
-        if program is not None:
-            rep = self._reports([(p, program, list(p.tests) + public)])[0]
+        if rec.code is not None:
+            rep = self._reports([(p, rec.code, list(p.tests) + public)])[0]
             golden_results, public_results = rep.results[:n], rep.results[n:]
         else:
             golden_results, public_results = (), ()
@@ -682,8 +681,8 @@ class raw_env(ProgramEnv):
                 reasons["cov"] = f"killed {ev['killed']} mutants"
             if "why" in ev:
                 reasons["mask"] = ev["why"]
-            if self.program is not None and check_compiles(self.program).ok:
-                rep = self._reports([(p, self.program, tests)])[0]
+            if self.code is not None and self.program and check_compiles(self.program).ok:
+                rep = self._reports([(p, self.code, tests)])[0]
                 rec.results = tuple(rep.results)
                 rec.agreed = rep.all_passed
         team = self.pass_rate

@@ -521,6 +521,7 @@ class Verdict:
 
     score: float
     reason: str
+    transient: bool = False  # the verifier itself failed (sandbox, grader timeout): not cached
 
 
 _CACHE: OrderedDict[tuple[str, ...], Verdict] = OrderedDict()
@@ -542,6 +543,8 @@ def _cached(key: tuple[str, ...], compute: Callable[[], Verdict]) -> Verdict:
             _CACHE.move_to_end(key)
             return hit
     verdict = compute()
+    if verdict.transient:
+        return verdict
     with _CACHE_LOCK:
         _CACHE[key] = verdict
         while len(_CACHE) > _CACHE_SIZE:
@@ -562,8 +565,9 @@ def run_program(
     sandbox: Any = None,
     timeout_s: float = 5.0,
 ) -> Verdict:
-    """Run ``program`` (``prelude`` first) against ``tests`` in the sandbox; score = pass rate.
-    Cached per (program, tests)."""
+    """Run ``program`` (the trusted ``prelude`` first) against ``tests`` in the sandbox (see
+    :mod:`verifiers.code_tests`: the program never sees the tests); score = pass rate. Cached
+    per (program, tests), except when the sandbox itself failed."""
     import sandboxes
     from verifiers.code_tests import run_tests
 
@@ -578,14 +582,21 @@ def run_program(
     )
 
     def compute() -> Verdict:
-        code = prelude.rstrip("\n") + "\n\n" + program if prelude else program
         limits = sandboxes.Limits(wall_s=timeout_s, cpu_s=timeout_s)
-        rep = run_tests(code, tests, sandbox=sandbox, limits=limits, entry_point=entry_point)
+        rep = run_tests(
+            program,
+            tests,
+            sandbox=sandbox,
+            limits=limits,
+            entry_point=entry_point,
+            prelude=prelude,
+        )
         if not rep.compiled:
             return Verdict(0.0, rep.compile_error)
         failed = [r.reason for r in rep.results if not r.passed]
         why = f"{rep.n_passed}/{rep.total} tests passed" + (f"; {failed[0]}" if failed else "")
-        return Verdict(rep.pass_rate, why)
+        infra = any(r.status == "sandbox_error" for r in rep.results)
+        return Verdict(rep.pass_rate, why, transient=infra)
 
     return _cached(key, compute)
 
@@ -615,7 +626,7 @@ def verify_answer(
 
         def compute() -> Verdict:
             g = grade(answer, item.answer or "", source="auto")
-            return Verdict(float(g.correct), g.reason)
+            return Verdict(float(g.correct), g.reason, transient=g.transient)
 
         return _cached(("math", _digest(item.answer), _digest(answer)), compute)
     ok = _normal_text(answer) == _normal_text(item.answer)

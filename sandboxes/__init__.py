@@ -26,12 +26,24 @@ Usage::
     with sandboxes.DockerSandbox() as dsb:         # image: $MAS_SANDBOX_IMAGE or mas-sandbox:latest
         print(dsb.run("print('hello')").stdout)
 
+A job can also *call* functions of its program after the program ran, and get their results
+back as plain data (:mod:`sandboxes.calls`, :mod:`sandboxes.plain`), on a results channel of its
+own (fd 3) in lines tagged with a per-job nonce; this is how :mod:`verifiers.code_tests` keeps a
+test's verdict out of the program's reach::
+
+    from sandboxes.calls import Call
+    r = sb.run_many([sandboxes.Job("def sq(x):\n    return x * x\n", calls=(Call.make("sq", (3,)),))])[0]
+    assert r.calls[0].value == 9                   # a plain int, decoded on the host
+
 A job runs as ``python main.py`` would: ``__name__ == "__main__"``, ``sys.argv[0]`` is
 ``main.py`` in the job's private, writable working directory (also ``$HOME`` and ``$TMPDIR``),
 stdin is the given text, stdout/stderr are captured (each up to ``max_output_bytes``; invalid
 UTF-8 is replaced), only the standard library is importable by default, and the environment
 holds nothing of the caller's. Everything the job started is killed when its main process exits
-or a limit is hit, and its files are wiped.
+or a limit is hit, and its files, System V IPC objects and message queues are removed; the
+frames above the program belong to a bare runner, not to the server. Jobs die with the host
+process (the servers exit when their control channel hangs up), and a worker's uid is never
+shared with another live worker.
 
 Every limit violation (wall/CPU time, memory, output size, processes, file size) is reported in
 :class:`ExecResult` flags; a hostile program never makes ``run`` raise. There is never network
@@ -50,7 +62,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from .base import ExecResult, Job, Limits, Sandbox, SandboxError, as_job
-from .local import BubblewrapNotFound, LocalSandbox
+from .local import BubblewrapNotFound, LocalSandbox, SandboxDegradedWarning
 
 if TYPE_CHECKING:
     from .docker_backend import DockerSandbox
@@ -63,6 +75,7 @@ __all__ = [
     "Limits",
     "LocalSandbox",
     "Sandbox",
+    "SandboxDegradedWarning",
     "SandboxError",
     "as_job",
     "default",

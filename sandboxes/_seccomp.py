@@ -11,6 +11,10 @@ default profile does for the container backend:
 * mounting, ``pivot_root``, ``chroot``, kernel modules, ``kexec``, ``reboot``, swap, ``acct``,
   keyrings, ``bpf``, ``perf_event_open``, ``userfaultfd``, ``io_uring``, ``ptrace``,
   ``process_vm_readv/writev``, ``open_by_handle_at``, ``name_to_handle_at``;
+* System V IPC (shared memory, semaphores, message queues) and POSIX message queues: objects
+  that outlive the process that made them, shared by every job of a worker's IPC namespace, so
+  one job could hand data to the next (or fill the memory); Python's own shared memory and
+  semaphores use files in ``/dev/shm``, which is wiped after every job;
 * every syscall of a foreign ABI (32-bit ``int 0x80`` or x32 on x86-64), which would otherwise
   slip past a filter written for the native numbers.
 
@@ -90,6 +94,24 @@ _ARCHES = {
             "move_mount": 429,
             "open_tree": 428,
             "mount_setattr": 442,
+            "shmget": 29,
+            "shmat": 30,
+            "shmctl": 31,
+            "shmdt": 67,
+            "semget": 64,
+            "semop": 65,
+            "semctl": 66,
+            "semtimedop": 220,
+            "msgget": 68,
+            "msgsnd": 69,
+            "msgrcv": 70,
+            "msgctl": 71,
+            "mq_open": 240,
+            "mq_unlink": 241,
+            "mq_timedsend": 242,
+            "mq_timedreceive": 243,
+            "mq_notify": 244,
+            "mq_getsetattr": 245,
         },
     ),
     "aarch64": (
@@ -131,6 +153,24 @@ _ARCHES = {
             "move_mount": 429,
             "open_tree": 428,
             "mount_setattr": 442,
+            "shmget": 194,
+            "shmctl": 195,
+            "shmat": 196,
+            "shmdt": 197,
+            "semget": 190,
+            "semctl": 191,
+            "semtimedop": 192,
+            "semop": 193,
+            "msgget": 186,
+            "msgctl": 187,
+            "msgrcv": 188,
+            "msgsnd": 189,
+            "mq_open": 180,
+            "mq_unlink": 181,
+            "mq_timedsend": 182,
+            "mq_timedreceive": 183,
+            "mq_notify": 184,
+            "mq_getsetattr": 185,
         },
     ),
 }

@@ -2,8 +2,9 @@
 
 The host starts ``python -I -S -B -c BOOTSTRAP <size> <config-json>`` (see
 ``sandboxes.base.server_command``) and writes this file's source on the process's stdin, where
-the bootstrap reads and executes it; it must therefore depend on the standard library only
-(Python >= 3.8, Linux). It is never imported on the host except by tools that read it.
+the bootstrap reads and executes it (in a namespace of its own) and calls :func:`main`; it must
+therefore depend on the standard library only (Python >= 3.8, Linux). It is never imported on
+the host except by tools that read it.
 
 Lifecycle
 ---------
@@ -11,29 +12,49 @@ Lifecycle
    an init). The control channel is
    fds 0 (requests) and 1 (responses); they are moved to private descriptors and 0/1 are
    pointed at /dev/null. When started as root (bubblewrap run by root), it drops the
-   capability bounding set and switches to the unprivileged uid named in the config.
-2. It marks itself non-dumpable (so jobs running under the same uid cannot ptrace it or open
-   its /proc/<pid>/fd entries), pre-imports common modules, freezes the GC and sends a
-   ``ready`` message.
+   capability bounding set and switches to the unprivileged uid named in the config, then
+   sets its parent-death signal again (a uid change clears it). That signal takes an
+   unisolated server with the host; PID 1 of a namespace does not get it, so the server also
+   watches its control channel: when the host goes away, the channel hangs up, and the server
+   kills its job and exits (at once, even in the middle of a job; then the kernel kills every
+   process left in the namespace).
+2. Before that drop it reads one more frame, the helper modules (JSON ``{name: source}``: the
+   host sends ``sandboxes/plain.py`` as ``_mas_plain`` and ``sandboxes/inside.py`` as
+   ``_mas_inside``) and installs them in ``sys.modules``. It marks
+   itself non-dumpable (so jobs running under the same uid cannot ptrace it or open its
+   /proc/<pid>/fd entries), pre-imports common modules, freezes the GC and sends ``ready``.
 3. For every request it forks one child. The child starts a new session, puts stdin (a memfd),
-   stdout and stderr (pipes) on fds 0-2, closes every other descriptor, applies the rlimits,
-   enters the private work directory and executes the program in a fresh ``__main__`` module.
-4. The server reads both pipes (keeping at most ``max_output_bytes`` of each, discarding the
-   rest), and waits for the child to exit or the wall-clock deadline. Then it kills every other
-   process of the job. As PID 1 it uses ``kill(-1, SIGKILL)``, which atomically reaches every
-   process in the namespace except itself (daemons that called ``setsid`` included); PID 1 of
-   a namespace also ignores signals sent from inside it, so a job cannot kill the server.
-   Without a PID namespace (explicitly unisolated mode) it is a child subreaper and kills the
-   descendant tree found in /proc instead.
-5. It reaps everything, wipes the writable directories and answers with a JSON header followed
-   by the captured stdout and stderr. A job's bytes (code, stdin, output) only ever live in the
-   server's reusable buffers (``_Buf``), which are zeroed after each job: a later job, forked
-   from the server, cannot find an earlier job's data in its own memory. If cleaning up failed
-   (or would take too long), the server exits after answering; the host starts a fresh one.
+   stdout and stderr (pipes) on fds 0-2 and, when the request asks for it, the *results* pipe
+   on fd 3, closes every other descriptor, applies the rlimits and enters the private work
+   directory. Then it returns out of every server function to the bootstrap, which drops its
+   references to the server and calls the job runner: the program runs in a fresh ``__main__``
+   module whose only caller frames are the runner's (its globals hold nothing of the server)
+   and the emptied bootstrap's, so ``sys._getframe(n)`` shows the job nothing of the server.
+   With ``calls`` in the request, the runner then calls the named functions of the program
+   with the given (plain, :mod:`sandboxes.plain`) arguments, writes each result as one
+   ``<nonce> <index> <json>`` line to fd 3 and ends the process with ``os._exit(0)``: the
+   program's ``atexit`` handlers, threads and ``sys.exit`` tricks never run after its results.
+4. The server reads the pipes (keeping at most ``max_output_bytes`` of stdout and stderr and
+   ``results_cap`` of the results, discarding the rest), and waits for the child to exit or the
+   wall-clock deadline, watching its control input: if the host goes away (end of stream), it
+   kills the job and exits at once. Then it kills every other process of the job. As PID 1 it
+   uses ``kill(-1, SIGKILL)``, which atomically reaches every process in the namespace except
+   itself (daemons that called ``setsid`` included); PID 1 of a namespace also ignores
+   signals sent from inside it, so a job cannot kill the server. Without a PID namespace
+   (explicitly unisolated mode) it is a child subreaper and kills the descendant tree found in
+   /proc instead.
+5. It reaps everything, removes every System V IPC object (shared memory, semaphores, message
+   queues) and POSIX message queue the job left, wipes the writable directories and answers
+   with a JSON header followed by the captured stdout, stderr and results. A job's bytes (code,
+   stdin, output) only ever live in the server's reusable buffers (``_Buf``), which are zeroed
+   after each job: a later job, forked from the server, cannot find an earlier job's data in its
+   own memory. If cleaning up failed (or would take too long), the server exits after
+   answering; the host starts a fresh one.
 
 Wire format (both directions): 4-byte big-endian length, then that many bytes.
-Request:  header JSON {"limits": {...}}, then the code, then stdin (three frames).
-Response: header JSON, then stdout bytes, then stderr bytes (three frames).
+Request:  header JSON {"limits": {...}, "results": bool, "calls": {...}}, then the code, then
+          stdin (three frames).
+Response: header JSON, then stdout, stderr and results bytes (four frames).
 """
 # ruff: noqa: SIM105, UP031, SIM905  (plain try/except and %-formatting: lean, 3.8-compatible)
 
@@ -184,7 +205,7 @@ class _Buf:
         # (the grown-out buffer of reserve() is wiped before it is dropped)
 
 
-CODE, STDIN, OUT, ERR, SCRATCH = _Buf(), _Buf(), _Buf(), _Buf(), _Buf(1 << 16)
+CODE, STDIN, OUT, ERR, RES, SCRATCH = _Buf(), _Buf(), _Buf(), _Buf(), _Buf(), _Buf(1 << 16)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -192,32 +213,9 @@ CODE, STDIN, OUT, ERR, SCRATCH = _Buf(), _Buf(), _Buf(), _Buf(), _Buf(1 << 16)
 # ----------------------------------------------------------------------------------------------
 
 
-_PRCTL: list = []
-
-
 def _prctl(option, arg2=0):
-    """prctl(2) through ctypes; the library is loaded once, before any fork."""
-    try:
-        if not _PRCTL:
-            import ctypes
-
-            _PRCTL.append(ctypes.CDLL(None, use_errno=True).prctl)
-        return _PRCTL[0](option, arg2, 0, 0, 0)
-    except Exception:
-        return -1
-
-
-def _drop_privileges(uid, gid):
-    # Empty the capability bounding set while CAP_SETPCAP is still effective, then switch
-    # uid/gid; leaving uid 0 clears the permitted and effective sets.
-    for cap in range(64):
-        if _prctl(24, cap) != 0:  # PR_CAPBSET_DROP; fails past the last valid capability
-            break
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    if os.getuid() != uid or os.geteuid() != uid:
-        raise RuntimeError("failed to drop privileges")
+    """prctl(2), through the ``_mas_inside`` helper module (``sandboxes/inside.py``)."""
+    return sys.modules["_mas_inside"].prctl(option, arg2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -367,21 +365,93 @@ def _wipe(path, budget=None):
 
 
 # ----------------------------------------------------------------------------------------------
+# System V IPC and POSIX message queues a job left behind
+# ----------------------------------------------------------------------------------------------
+
+_LIBC: list = []
+_MQUEUE_DIR = "/dev/mqueue"
+
+
+def _libc():
+    if not _LIBC:
+        import ctypes
+
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
+
+
+def _ipc_ids(kind):
+    """Ids of the System V IPC objects of one kind ("shm", "sem", "msg") in this namespace."""
+    try:
+        with open("/proc/sysvipc/" + kind, "rb") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) > 1:
+            try:
+                out.append(int(parts[1]))
+            except ValueError:
+                pass
+    return out
+
+
+def _clean_ipc():
+    """Remove every System V IPC object and POSIX message queue (the job's, since the server
+    makes none). False if one is left. Done after every job unless the config says
+    ``clean_ipc: false`` (the local backend, whose seccomp filter refuses to make them at
+    all); containers allow them, and nothing else would remove them between jobs."""
+    ok = True
+    for kind, fn, args in (("shm", "shmctl", (0, None)), ("msg", "msgctl", (0, None))):
+        for ident in _ipc_ids(kind):
+            if getattr(_libc(), fn)(ident, *args) != 0:  # IPC_RMID = 0
+                ok = False
+    for ident in _ipc_ids("sem"):
+        if _libc().semctl(ident, 0, 0) != 0:
+            ok = False
+    if CONFIG.get("mqueue_dir"):
+        try:
+            names = os.listdir(CONFIG["mqueue_dir"])
+        except OSError:
+            names = []
+        for name in names:
+            try:
+                os.unlink(os.path.join(CONFIG["mqueue_dir"], name))
+            except OSError:
+                ok = False
+    return ok and not (_ipc_ids("shm") or _ipc_ids("msg") or _ipc_ids("sem"))
+
+
+# ----------------------------------------------------------------------------------------------
 # the job child
 # ----------------------------------------------------------------------------------------------
 
 
-def _child(job_dir, limits, fds, status):
-    """Runs in the forked child. Never returns."""
+class _ChildJob:
+    """What ``_run_job`` returns in the forked child: the job runner, to be called by the
+    bootstrap once every server frame is gone."""
+
+    def __init__(self, runner):
+        self.runner = runner
+
+
+def _child(job_dir, limits, fds):
+    """Runs in the forked child: descriptors, rlimits, work directory. Exits on failure."""
     import resource
 
     try:
         os.setsid()
-        stdin_fd, out_w, err_w = fds
+        stdin_fd, out_w, err_w, res_w = fds
         os.dup2(stdin_fd, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        os.closerange(3, 1 << 16)
+        if res_w is not None:
+            os.dup2(res_w, 3)
+            os.closerange(4, 1 << 16)
+        else:
+            os.closerange(3, 1 << 16)
         _prctl(4, 1)  # PR_SET_DUMPABLE: back to normal for the job's own processes
         try:  # be the OOM killer's first choice, before the server
             fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
@@ -417,16 +487,17 @@ def _child(job_dir, limits, fds, status):
         os.umask(0o022)
     except BaseException:
         os._exit(125)
-    os._exit(_run_main(bytes(CODE.view()).decode("utf-8", "surrogateescape"), job_dir, status))
 
 
-def _run_main(code, job_dir, status):
+# The job runner and its helpers are rebuilt over a namespace of their own (``_RUNNER_NS``), so
+# that the frames a job can walk up to hold nothing of the server (see ``_clean_function``).
+
+
+def _run_main(code, job_dir, calls):
+    """Run the program as ``__main__`` (then its calls); returns the exit status. Never returns
+    when ``calls`` is given: the process ends right after the last result."""
     import builtins
     import types
-
-    def mark(exc):
-        if isinstance(exc, MemoryError):
-            status[0] = 1
 
     # The standard streams were made by the server (_make_std_streams) on fds 0-2, which are
     # now the job's stdin/stdout/stderr: creating them here would cost ~0.3 ms per job.
@@ -446,12 +517,16 @@ def _run_main(code, job_dir, status):
     exit_code = 0
     try:
         exec(compile(code, path, "exec", dont_inherit=True), module.__dict__)
+        if calls is not None:
+            _run_calls(module.__dict__, calls)
     except SystemExit as exc:
         exit_code = _exit_status(exc)
     except BaseException as exc:
-        mark(exc)
         if isinstance(exc, MemoryError) or isinstance(exc.__context__, MemoryError):
-            status[0] = 1
+            try:
+                os.write(2, b"\nMemoryError\n")
+            except OSError:
+                pass
         tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
         try:
             sys.excepthook(type(exc), exc.with_traceback(tb), tb)
@@ -486,6 +561,58 @@ def _run_main(code, job_dir, status):
     return exit_code & 0xFF
 
 
+def _run_calls(namespace, calls):
+    """Call each requested function of the program; write one result line per call to fd 3.
+
+    A call is ``[path, args, kwargs]``: ``path`` a name of the program, optionally followed by
+    "()" (call with no arguments) and attribute names (``["Solution", "()", "twoSum"]``); the
+    arguments in the plain encoding. A line is ``<nonce> <index> <json>`` with ``["ok",
+    value]``, ``["exc", type name, message]`` or ``["big", reason]`` (no plain encoding).
+    """
+    import _mas_inside as inside
+    import _mas_plain as plain
+
+    nonce = calls["nonce"]
+    cap = int(calls.get("max_items", plain.MAX_ITEMS))
+    for index, call in enumerate(calls["calls"]):
+        try:
+            path, args, kwargs = call
+            target = None
+            for k, step in enumerate(path):
+                if k == 0:
+                    if step not in namespace:
+                        raise NameError("name %r is not defined" % step)
+                    target = namespace[step]
+                elif step == "()":
+                    target = target()
+                else:
+                    target = getattr(target, step)
+            pos = plain.decode(args)
+            named = plain.decode(kwargs)
+            value = target(*pos, **named)
+            try:
+                record = ["ok", plain.encode(value, cap)]
+            except (plain.PlainError, RecursionError) as exc:
+                record = ["big", str(exc)[:200]]
+        except BaseException as exc:  # the program's exception: a result, not a crash
+            try:
+                message = str(exc)[:1000]
+            except BaseException:
+                message = ""
+            record = ["exc", _exc_name(exc), message]
+        line = "%s %d %s\n" % (nonce, index, plain.dumps(record))
+        inside.write_results(line.encode("utf-8", "replace"))
+    inside.write_results(("%s end\n" % nonce).encode())
+    inside.finish()
+
+
+def _exc_name(exc):
+    for klass in type(exc).__mro__:
+        if klass.__module__ == "builtins":
+            return klass.__name__
+    return "Exception"
+
+
 def _exit_status(exc):
     code = exc.code
     if code is None:
@@ -499,17 +626,42 @@ def _exit_status(exc):
     return code & 0xFF
 
 
+_RUNNER_NS: dict = {}
+
+
+def _clean_function(fn, namespace):
+    import types
+
+    return types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__)
+
+
+def _make_runner():
+    """``_run_main`` and its helpers over a namespace holding only modules."""
+    import builtins
+
+    _RUNNER_NS.update({"__builtins__": builtins, "os": os, "sys": sys, "signal": signal})
+    for fn in (_run_main, _run_calls, _exc_name, _exit_status):
+        _RUNNER_NS[fn.__name__] = _clean_function(fn, _RUNNER_NS)
+    return _RUNNER_NS["_run_main"]
+
+
 # ----------------------------------------------------------------------------------------------
 # one job in the server
 # ----------------------------------------------------------------------------------------------
 
 
-def _run_job(header, status):
-    """Run the job whose code and stdin are in CODE and STDIN; output lands in OUT and ERR."""
+def _run_job(header):
+    """Run the job whose code and stdin are in CODE and STDIN; output lands in OUT, ERR, RES.
+    Returns the result header, or (in the forked child) a ``_ChildJob``."""
+    import functools
+
     limits = header["limits"]
     cap = int(limits["max_output_bytes"])
     wall = float(limits["wall_s"])
     mem_bytes = int(limits["memory_mb"]) << 20
+    calls = header.get("calls")
+    want_results = bool(header.get("results")) or calls is not None
+    res_cap = int(header.get("results_cap", 1 << 20))
     work_root = CONFIG["work_root"]
     job_dir = os.path.join(work_root, "job")
     os.mkdir(job_dir, 0o700)
@@ -525,21 +677,27 @@ def _run_job(header, status):
         stdin_fd = os.dup(NULL_FD)
     out_r, out_w = _big_pipe(cap)
     err_r, err_w = _big_pipe(cap)
-    status[0] = 0
+    res_r, res_w = _big_pipe(0) if want_results else (None, None)  # (results are small)
 
     sys.stderr.flush()  # nothing of the server's may linger in the buffers jobs inherit
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        _child(job_dir, limits, (stdin_fd, out_w, err_w), status)
+        _child(job_dir, limits, (stdin_fd, out_w, err_w, res_w))
+        code = bytes(CODE.view()).decode("utf-8", "surrogateescape")
+        return _ChildJob(functools.partial(_RUNNER_NS["_run_main"], code, job_dir, calls))
     t_forked = time.monotonic()
-    for fd in (stdin_fd, out_w, err_w):
-        os.close(fd)
+    for fd in (stdin_fd, out_w, err_w, res_w):
+        if fd is not None:
+            os.close(fd)
 
     deadline = start + wall
     bufs = {out_r: OUT, err_r: ERR}
-    truncated = {out_r: False, err_r: False}
-    open_fds = {out_r, err_r}
+    caps = {out_r: cap, err_r: cap}
+    if res_r is not None:
+        bufs[res_r], caps[res_r] = RES, res_cap
+    truncated = dict.fromkeys(bufs, False)
+    open_fds = set(bufs)
     pidfd = None
     try:
         pidfd = os.pidfd_open(pid)
@@ -561,35 +719,40 @@ def _run_job(header, status):
                 open_fds.discard(fd)
                 return False
             SCRATCH.n = max(SCRATCH.n, k)
-            if bufs[fd].append(scratch[:k], cap):
+            if bufs[fd].append(scratch[:k], caps[fd]):
                 truncated[fd] = True
 
     # The pipes are large (see _big_pipe) and read lazily: while a job is quiet the server
     # sleeps on the pidfd alone and looks at the pipes every _TICK_S, or when the job ends.
     # Waking up for every write would cost more than a short job itself (each wake-up touches
     # pages the fork made shared). A job that does write gets its pipes watched from then on.
+    # The control input is watched for a hang-up only (a queued next request is no event): if
+    # the host goes away, the job is killed and the server exits.
+    poller = select.poll()
+    poller.register(CTRL_IN, 0)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
     exited = False
     wait_status = None
     rusage = None
     timed_out = False
-    watch = []
+    watched = set()
     while True:
         now = time.monotonic()
         if now >= deadline:
             timed_out = True
             break
         timeout = min(deadline - now, _TICK_S if pidfd is not None else 0.005)
-        if pidfd is not None:
-            try:
-                ready, _, _ = select.select([pidfd, *watch], [], [], timeout)
-            except InterruptedError:
-                continue
-            exited = pidfd in ready
-        else:
-            if watch:
-                select.select(watch, [], [], timeout)
-            else:
-                time.sleep(timeout)
+        try:
+            events = poller.poll(max(1, int(timeout * 1000 + 0.999)))
+        except InterruptedError:
+            continue
+        for fd, ev in events:
+            if fd == CTRL_IN and ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                _host_gone()
+            if fd == pidfd:
+                exited = True
+        if pidfd is None:
             got, st, ru = os.wait4(pid, os.WNOHANG)
             if got == pid:
                 exited, wait_status, rusage = True, st, ru
@@ -600,9 +763,12 @@ def _run_job(header, status):
             n0 = bufs[fd].n
             drain(fd)
             got_data = got_data or bufs[fd].n > n0 or truncated[fd]
-        if got_data:
-            watch = [out_r, err_r]
-        watch = [fd for fd in watch if fd in open_fds]  # not those at end of file
+        want = set(open_fds) if got_data or watched else set()
+        for fd in watched - want:
+            poller.unregister(fd)
+        for fd in want - watched:
+            poller.register(fd, select.POLLIN)
+        watched = want
     end = time.monotonic()
 
     if not exited:
@@ -623,7 +789,7 @@ def _run_job(header, status):
     # Every writer is gone now (unless cleanup failed): take what is left in the pipes.
     for fd in list(open_fds):
         drain(fd)
-    for fd in (out_r, err_r):
+    for fd in bufs:
         os.close(fd)
     if pidfd is not None:
         os.close(pidfd)
@@ -644,13 +810,12 @@ def _run_job(header, status):
         sig == signal.SIGKILL and cpu_used >= float(limits["cpu_s"]) - 0.05
     )
     memory_exceeded = (
-        bool(status[0])
-        or (not timed_out and sig in _MEM_SIGNALS and maxrss >= 0.7 * mem_bytes)
-        or _memory_error_reported(ERR)
-    )
+        not timed_out and sig in _MEM_SIGNALS and maxrss >= 0.7 * mem_bytes
+    ) or _memory_error_reported(ERR)
+    ipc_clean = _clean_ipc() if CONFIG.get("clean_ipc", True) else True
     budget = [_WIPE_BUDGET]
     wiped = all(_wipe(p, budget) for p in CONFIG["wipe"])
-    healthy = clean and wiped and _tmp_ok(work_root)
+    healthy = clean and ipc_clean and wiped and _tmp_ok(work_root)
     result = {
         "exit_code": exit_code,
         "signal": sig,
@@ -659,6 +824,7 @@ def _run_job(header, status):
         "memory_exceeded": memory_exceeded,
         "stdout_truncated": truncated[out_r],
         "stderr_truncated": truncated[err_r],
+        "results_truncated": bool(res_r is not None and truncated[res_r]),
         "duration_s": end - start,
         "cpu_s": cpu_used,
         "maxrss_bytes": maxrss,
@@ -672,13 +838,29 @@ def _run_job(header, status):
     return result
 
 
+def _host_gone():
+    """The control input hung up: the host is gone. Kill the job and exit."""
+    try:
+        if CONFIG.get("kill_mode", "pidns") == "pidns":
+            os.kill(-1, signal.SIGKILL)
+        else:
+            for pid in _descendants():
+                os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    os._exit(0)
+
+
 _TICK_S = 0.01
 
 
 def _big_pipe(cap):
-    """A pipe (read end non-blocking) whose buffer holds the whole kept output if it can."""
+    """A pipe (read end non-blocking) whose buffer holds the whole kept output if it can
+    (``cap`` 0: the default size)."""
     r, w = os.pipe()
     os.set_blocking(r, False)
+    if not cap:
+        return r, w
     try:
         import fcntl
 
@@ -736,6 +918,9 @@ def _warm_up():
 
     code = "import sys\nx = [str(i) for i in range(3)]\ny = {'a': 1.5, 'b': (1, 2)}\n"
     exec(compile(code, "warm-up.py", "exec", dont_inherit=True), {"__name__": "__warm__"})
+    plain = sys.modules.get("_mas_plain")
+    if plain is not None:  # what a job with calls runs, once
+        plain.dumps(["ok", plain.encode(plain.decode(["t", [1, "a", 2.5, ["l", []]]]))])
     fd = os.open("/dev/null", os.O_WRONLY)
     for encoding, errors in (("utf-8", "strict"), ("utf-8", "backslashreplace")):
         w = io.TextIOWrapper(
@@ -746,7 +931,19 @@ def _warm_up():
     os.close(fd)
 
 
+def _install_modules(frame):
+    """Install the helper modules the host sent (``{name: source}``) in ``sys.modules``."""
+    import types
+
+    for name, source in json.loads(frame.decode()).items():
+        module = types.ModuleType(name)
+        module.__file__ = "<%s>" % name
+        sys.modules[name] = module
+        exec(compile(source, module.__file__, "exec", dont_inherit=True), module.__dict__)
+
+
 def main():
+    """Serve requests; returns the job runner in a forked job child, exits otherwise."""
     global CTRL_IN, CTRL_OUT, CONFIG, NULL_FD
     CONFIG = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     CONFIG.setdefault("work_root", "/tmp")
@@ -757,14 +954,25 @@ def main():
     os.dup2(NULL_FD, 0)
     os.dup2(NULL_FD, 1)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    modules = _read_frame(CTRL_IN)
+    if modules is None:
+        sys.exit(0)
+    _install_modules(modules)
+    privileges = sys.modules["_mas_inside"]
     if CONFIG.get("drop_uid") is not None:
-        _drop_privileges(int(CONFIG["drop_uid"]), int(CONFIG["drop_gid"]))
+        privileges.drop_privileges(int(CONFIG["drop_uid"]), int(CONFIG["drop_gid"]))
+    # Die with the parent (the host when unisolated). A uid change clears the parent-death
+    # signal, so it is set here, after the drop. As PID 1 of a namespace (bubblewrap, Docker)
+    # the kernel does not deliver it: there the control channel's hang-up is what ends us.
+    privileges.die_with_parent()
     if os.getpid() != 1:
         CONFIG["kill_mode"] = "tree"  # kill(-1) is only safe as PID 1 of a namespace
     if CONFIG.get("kill_mode") == "tree":
         _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans of a job come back to us
     _prctl(4, 0)  # PR_SET_DUMPABLE = 0: no ptrace / /proc/<pid>/fd access from jobs
     os.umask(0o077)
+    if os.path.isdir(_MQUEUE_DIR):
+        CONFIG["mqueue_dir"] = _MQUEUE_DIR
     import site
 
     try:  # -S skips these; programs expect exit()/quit() to exist
@@ -778,15 +986,16 @@ def main():
             __import__(name)
         except Exception:
             pass
+    _make_runner()
+    _libc()
     _warm_up()
     _make_std_streams()
     job_dir = os.path.join(CONFIG["work_root"], "job")
     for key in ("HOME", "TMPDIR", "PWD"):
         os.environ[key] = job_dir
-    import mmap
-
-    status = mmap.mmap(-1, 64)
     _wipe(CONFIG["work_root"])
+    if CONFIG.get("clean_ipc", True):
+        _clean_ipc()
     gc.collect()
     if hasattr(gc, "freeze"):
         gc.freeze()
@@ -801,28 +1010,27 @@ def main():
         try:
             frame = _read_frame(CTRL_IN)
         except ValueError:
-            return 2
+            sys.exit(2)
         if frame is None:
-            return 0
+            sys.exit(0)
         header = json.loads(frame.decode())
         for buf in (CODE, STDIN):
             head = _read_exact(CTRL_IN, 4)
             if head is None or not buf.read_from(CTRL_IN, _LEN.unpack(head)[0]):
-                return 0
+                sys.exit(0)
         try:
-            result = _run_job(header, status)
+            result = _run_job(header)
         except Exception as exc:  # infrastructure failure: report, and ask for a restart
             _kill_everything()
             result = {"error": "sandbox server: %s: %s" % (type(exc).__name__, exc)}
             result["healthy"] = False
             OUT.wipe()
             ERR.wipe()
-        _send(json.dumps(result).encode(), OUT.view(), ERR.view())
-        for buf in (CODE, STDIN, OUT, ERR, SCRATCH):
+            RES.wipe()
+        if isinstance(result, _ChildJob):
+            return result.runner
+        _send(json.dumps(result).encode(), OUT.view(), ERR.view(), RES.view())
+        for buf in (CODE, STDIN, OUT, ERR, RES, SCRATCH):
             buf.wipe()
         if not result.get("healthy"):
-            return 0  # never run another job here: the host starts a fresh server
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            sys.exit(0)  # never run another job here: the host starts a fresh server

@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import queue
+import secrets
 import select
 import socket
 import struct
@@ -25,9 +26,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+from . import plain
+from .calls import Call, CallResult, parse_results, request
 
 log = logging.getLogger("sandboxes")
 
@@ -103,6 +107,12 @@ class ExecResult:
     ``timed_out`` covers both the wall-clock and the CPU-time limit (``cpu_exceeded`` says
     which). ``error`` is set only for infrastructure failures (the sandbox worker died or
     stopped answering); the sandbox recovers by itself and stays usable.
+
+    For a job with ``calls`` (:mod:`sandboxes.calls`), ``calls`` holds one
+    :class:`~sandboxes.calls.CallResult` per call, ``None`` where none came back, and
+    ``calls_done`` says whether the job got past its last call; for a job with ``results=True``,
+    ``results`` is the text the program wrote to file descriptor 3 (at most
+    :func:`results_cap` bytes; more sets ``output_truncated``).
     """
 
     exit_code: int | None
@@ -117,6 +127,9 @@ class ExecResult:
     error: str | None = None
     cpu_time_s: float = 0.0
     peak_memory_bytes: int = 0
+    calls: tuple[CallResult | None, ...] = ()
+    calls_done: bool = False
+    results: str = ""
 
     @property
     def ok(self) -> bool:
@@ -130,13 +143,29 @@ class ExecResult:
         )
 
 
+RESULTS_CAP = 1 << 20
+"""Most bytes of a job's results channel (fd 3) that are kept: the job's ``max_output_bytes``,
+at least 64 KiB, at most this (results are decoded on the host; their size bounds the work)."""
+
+
+def results_cap(limits: Limits) -> int:
+    """Bytes of the results channel kept for a job with these limits."""
+    return min(RESULTS_CAP, max(1 << 16, limits.max_output_bytes))
+
+
 @dataclass(frozen=True)
 class Job:
-    """One program to run: Python source, its stdin, and optional limits."""
+    """One program to run: Python source, its stdin, and optional limits.
+
+    ``calls``: functions of the program to call after it ran (see :mod:`sandboxes.calls`);
+    ``results``: give the program a results channel on fd 3 (implied by ``calls``).
+    """
 
     code: str
     stdin: str | bytes = ""
     limits: Limits | None = None
+    calls: tuple[Call, ...] | None = None
+    results: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.code, str):
@@ -145,6 +174,10 @@ class Job:
             raise TypeError(f"Job.stdin must be str or bytes, got {type(self.stdin).__name__}")
         if self.limits is not None and not isinstance(self.limits, Limits):
             raise TypeError(f"Job.limits must be a Limits, got {type(self.limits).__name__}")
+        if self.calls is not None and not (
+            isinstance(self.calls, tuple) and all(isinstance(c, Call) for c in self.calls)
+        ):
+            raise TypeError("Job.calls must be a tuple of sandboxes.calls.Call")
 
 
 JobLike = str | tuple | Job
@@ -311,8 +344,17 @@ class SocketChannel(Channel):
 
 
 @functools.lru_cache(maxsize=256)
-def _request_header(limits: Limits) -> bytes:
-    return json.dumps({"limits": asdict(limits)}).encode()
+def _limits_json(limits: Limits) -> str:
+    return json.dumps(asdict(limits))
+
+
+def _request_header(job: Job, limits: Limits, nonce: str) -> bytes:
+    if job.calls is None and not job.results:
+        return b'{"limits": %s}' % _limits_json(limits).encode()
+    head: dict = {"results": True, "results_cap": results_cap(limits)}
+    if job.calls is not None:
+        head["calls"] = request(job.calls, nonce)
+    return b'{"limits": %s, %s' % (_limits_json(limits).encode(), json.dumps(head)[1:].encode())
 
 
 def _failure(error: str, timed_out: bool = False, duration: float = 0.0) -> ExecResult:
@@ -323,6 +365,8 @@ SERVER_SOURCE_PATH = Path(__file__).with_name("_server.py")
 
 #: ``python -c`` program that reads the server source (argv[1] bytes) from stdin and runs it;
 #: the rest of stdin is then the control channel. Keeps command lines short.
+#: The server runs in a namespace of its own; in a forked job child ``main()`` returns the job
+#: runner, which is called once the bootstrap dropped its references to the server.
 BOOTSTRAP = (
     "import os,sys\n"
     "n=int(sys.argv[1]);b=b''\n"
@@ -331,8 +375,22 @@ BOOTSTRAP = (
     " if not c:raise SystemExit(3)\n"
     " b+=c\n"
     "del sys.argv[1]\n"
-    "exec(compile(b,'mas-sandbox-server','exec'))"
+    "g={'__name__':'mas_sandbox_server','__builtins__':__builtins__}\n"
+    "exec(compile(b,'mas-sandbox-server','exec'),g)\n"
+    "j=g['main']()\n"
+    "del b,c,g,n\n"
+    "os._exit(j())"
 )
+HELPER_MODULES = {
+    "_mas_plain": Path(plain.__file__),
+    "_mas_inside": Path(__file__).with_name("inside.py"),
+}
+"""Modules the fork server installs for jobs (name -> source file)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _helper_modules() -> bytes:
+    return json.dumps({k: p.read_text() for k, p in HELPER_MODULES.items()}).encode()
 
 
 def server_command(python: str, config: dict, site_packages: bool = False) -> list[str]:
@@ -387,6 +445,7 @@ class Worker:
         try:
             self.channel = self._start()
             self.channel.send_raw(SERVER_SOURCE_PATH.read_bytes())
+            self.channel.send(_helper_modules())
             ready = json.loads(self.channel.recv_frame(time.monotonic() + timeout, _MAX_HEADER))
         except (ChannelClosed, ChannelTimeout, ValueError) as exc:
             detail = self._describe_failure()
@@ -417,9 +476,7 @@ class Worker:
         """Run one job (starting or replacing the server as needed)."""
         results: list[ExecResult | None] = [None]
         todo = iter([0])
-        self.run_stream(
-            [Job(job.code, job.stdin, limits)], lambda: next(todo, None), results, limits
-        )
+        self.run_stream([replace(job, limits=limits)], lambda: next(todo, None), results, limits)
         assert results[0] is not None
         return results[0]
 
@@ -439,7 +496,8 @@ class Worker:
         to be replaced never started; it is sent again, to the new server.
         """
         pending: deque[int] = deque()  # taken, to send (first) again
-        inflight: deque[tuple[int, Limits, float]] = deque()  # sent: (index, limits, sent at)
+        # sent: (index, limits, sent at, nonce)
+        inflight: deque[tuple[int, Limits, float, str]] = deque()
         sends: dict[int, int] = {}
         last_reply = time.monotonic()
         oom_mark: int | None = None
@@ -466,9 +524,10 @@ class Worker:
                     last_reply = time.monotonic()
                 assert self.channel is not None
                 try:
-                    self._before_job([lim for _, lim, _ in inflight] + [limits])
+                    self._before_job([lim for _, lim, _, _ in inflight] + [limits])
+                    nonce = secrets.token_hex(16)
                     self.channel.send(
-                        _request_header(limits), _encode(job.code), _encode(job.stdin)
+                        _request_header(job, limits, nonce), _encode(job.code), _encode(job.stdin)
                     )
                 except (ChannelClosed, OSError) as exc:
                     sends[i] = sends.get(i, 0) + 1
@@ -480,22 +539,27 @@ class Worker:
                         self.stop(graceful=False)
                     break
                 sends[i] = sends.get(i, 0) + 1
-                inflight.append((i, limits, time.monotonic()))
+                inflight.append((i, limits, time.monotonic(), nonce))
             if not inflight:
                 if exhausted and not pending:
                     return
                 continue
-            i, limits, sent_at = inflight.popleft()
+            i, limits, sent_at, nonce = inflight.popleft()
             result, state, oom_mark = self._receive(limits, oom_mark, max(sent_at, last_reply))
+            if jobs[i].calls is not None and result.error is None:
+                calls = jobs[i].calls
+                assert calls is not None
+                result.calls, result.calls_done = parse_results(result.results, nonce, len(calls))
+                result.results = ""
             results[i] = result
             last_reply = time.monotonic()
             if state == "ok":
                 if inflight:
-                    self._before_job([lim for _, lim, _ in inflight])
+                    self._before_job([lim for _, lim, _, _ in inflight])
                 continue
             # The server is gone or retiring (it exits by itself after an unclean job):
             # whatever was queued behind this job never started.
-            for j, _, _ in reversed(inflight):
+            for j, _, _, _ in reversed(inflight):
                 pending.appendleft(j)
             inflight.clear()
             if state == "unhealthy":
@@ -516,6 +580,7 @@ class Worker:
             head = json.loads(self.channel.recv_frame(deadline, _MAX_HEADER))
             out = self.channel.recv_frame(deadline + 5, cap)
             err = self.channel.recv_frame(deadline + 5, cap)
+            res_frame = self.channel.recv_frame(deadline + 5, RESULTS_CAP)
         except (ChannelClosed, ChannelTimeout, ValueError) as exc:
             oom = self._oom_events()
             detail = self._describe_failure()
@@ -544,12 +609,17 @@ class Worker:
             stderr=err.decode("utf-8", "replace"),
             timed_out=bool(head.get("timed_out") or head.get("cpu_exceeded")),
             memory_exceeded=bool(head.get("memory_exceeded")) or oom,
-            output_truncated=bool(head.get("stdout_truncated") or head.get("stderr_truncated")),
+            output_truncated=bool(
+                head.get("stdout_truncated")
+                or head.get("stderr_truncated")
+                or head.get("results_truncated")
+            ),
             duration_s=float(head.get("duration_s", 0.0)),
             signal=head.get("signal"),
             cpu_exceeded=bool(head.get("cpu_exceeded")),
             cpu_time_s=float(head.get("cpu_s", 0.0)),
             peak_memory_bytes=int(head.get("maxrss_bytes", 0)),
+            results=res_frame.decode("utf-8", "replace"),
         )
         return result, state, oom_after
 
@@ -558,6 +628,35 @@ class Worker:
 class _PoolState:
     idle: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     closed: bool = False
+
+
+UID_BASE = 100_000
+UID_BLOCK = 256
+_uid_lock = threading.Lock()
+_uids_in_use: set[int] = set()
+
+
+def allocate_uid() -> int:
+    """A host uid for one sandbox worker, unique among the live workers of every process.
+
+    Each host process owns a block of ``UID_BLOCK`` uids (chosen by its pid, so two live
+    processes never share one) and hands each uid to one worker at a time: a uid is reused only
+    after :func:`release_uid`, once the worker that had it is gone. So RLIMIT_NPROC and file
+    ownership never mix two live workers.
+    """
+    first = UID_BASE + (os.getpid() % (1 << 22)) * UID_BLOCK
+    with _uid_lock:
+        for uid in range(first, first + UID_BLOCK):
+            if uid not in _uids_in_use:
+                _uids_in_use.add(uid)
+                return uid
+    raise SandboxError(f"more than {UID_BLOCK} live sandbox workers in this process")
+
+
+def release_uid(uid: int | None) -> None:
+    """Give back a uid of :func:`allocate_uid` (its worker and every job of it are gone)."""
+    with _uid_lock:
+        _uids_in_use.discard(uid)  # type: ignore[arg-type]
 
 
 def default_workers() -> int:

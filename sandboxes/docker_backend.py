@@ -8,7 +8,12 @@ Every worker slot is one long-lived container started from the sandbox image (de
   directory lives there) and a small ``/dev/shm``;
 * memory (RAM + swap), pids and CPU limits on the container, ``--cap-drop ALL``,
   ``no-new-privileges``, and a non-root uid of its own (so RLIMIT_NPROC counts only that
-  container's processes); a clean environment.
+  container's processes); a clean environment. The memory and pids limits follow the jobs:
+  before a job whose limits differ from the container's current ones, the container is updated
+  (memory: the job's limit plus the tmpfs and the server; pids: the job's plus a few), unless
+  the caller fixed them (``memory_mb=``, ``pids=``). OOM kills are read from the container's
+  own memory cgroup, found through its main process (cgroup v1 ``memory.oom_control`` or v2
+  ``memory.events``, whatever the cgroup driver).
 
 Instead of paying a ``docker exec`` per job (tens of milliseconds and several API round trips),
 the container's main process is the same fork server as the local backend
@@ -17,17 +22,20 @@ the container, so it cannot be signalled by jobs and ``kill(-1)`` removes every 
 left; the work directory is wiped after each job, and jobs run niced so that inside the
 container's CPU share the server always outranks them. A job that breaks its container (kills or
 wedges the server, exhausts the container's memory, leaves the tmpfs unclean) gets the container
-replaced. Containers are started with ``auto_remove`` and ``StdinOnce``: if this process dies,
-their stdin closes, the server exits and Docker removes them.
+replaced. The server also removes every System V IPC object and POSIX message queue a job left
+(a container's IPC namespace is shared by all its jobs). Containers are started with
+``auto_remove`` and ``StdinOnce``: if this process dies, their stdin closes, the server kills the
+running job and exits at once, and Docker removes them; containers of a dead owner found when a
+DockerSandbox starts (e.g. after a crash of the Docker Engine's client side) are removed then.
 
 The ``docker`` SDK is imported when a :class:`DockerSandbox` is created, not before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,7 +46,9 @@ from .base import (
     SandboxError,
     SocketChannel,
     Worker,
+    allocate_uid,
     default_workers,
+    release_uid,
     server_command,
 )
 
@@ -92,12 +102,15 @@ class _DockerWorker(Worker):
         super().__init__(index)
         self.sb = sandbox
         self.container_id: str | None = None
-        self.uid = 200_000 + random.SystemRandom().randrange(1 << 22)
+        self.uid: int | None = None
         self._attach: _AttachChannel | None = None
+        self._oom_files: list[str] = []
+        self._applied: tuple[int, int] | None = None
 
     def _start(self) -> Channel:
         sb = self.sb
-        self.uid = 200_000 + random.SystemRandom().randrange(1 << 22)
+        self.uid = allocate_uid()
+        self._applied = (sb.container_memory_mb, sb.container_pids)
         api = sb.client.api
         config = {
             "preload": list(sb.preload),
@@ -139,7 +152,7 @@ class _DockerWorker(Worker):
             stdin_open=True,
             detach=False,  # with stdin_open: StdinOnce, so the server sees EOF when we go away
             network_disabled=True,
-            labels={LABEL: "1", f"{LABEL}.owner-pid": str(os.getpid())},
+            labels={LABEL: "1", f"{LABEL}.owner-pid": str(os.getpid()), f"{LABEL}.owner": _me()},
             host_config=host_config,
         )
         self.container_id = c["Id"]
@@ -147,20 +160,47 @@ class _DockerWorker(Worker):
         raw = getattr(sock, "_sock", sock)
         self._attach = _AttachChannel(raw, sock)
         api.start(self.container_id)
+        try:
+            pid = int(api.inspect_container(self.container_id)["State"]["Pid"])
+            self._oom_files = oom_files(Path(f"/proc/{pid}/cgroup").read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            self._oom_files = []
+        if not self._oom_files:
+            self._oom_files = sb.oom_paths(self.container_id)
         return self._attach
+
+    def _before_job(self, limits: list[Limits]) -> None:
+        sb = self.sb
+        if self.container_id is None or (sb.fixed_memory and sb.fixed_pids):
+            return
+        memory = sb.container_memory_mb if sb.fixed_memory else sb.memory_for(limits)
+        pids = sb.container_pids if sb.fixed_pids else max(lim.max_procs for lim in limits) + 8
+        if self._applied == (memory, pids):
+            return
+        api = sb.client.api
+        data = {"Memory": memory << 20, "MemorySwap": memory << 20, "PidsLimit": pids}
+        try:
+            api._result(
+                api._post_json(api._url("/containers/{0}/update", self.container_id), data=data),
+                True,
+            )
+            self._applied = (memory, pids)
+        except Exception as exc:  # e.g. lowering memory below what the container uses now
+            log.debug("updating sandbox container %s: %s", self.container_id[:12], exc)
 
     def _detach(self, graceful: bool) -> Callable[[], None]:
         cid, self.container_id = self.container_id, None
+        uid, self.uid = self.uid, None
         self._attach = None
         api = self.sb.client.api
 
         def finish() -> None:
-            if cid is None:
-                return
-            try:
-                api.remove_container(cid, force=True)
-            except Exception as exc:  # already gone (auto_remove) or removal in progress
-                log.debug("removing sandbox container %s: %s", cid[:12], exc)
+            if cid is not None:
+                try:
+                    api.remove_container(cid, force=True)
+                except Exception as exc:  # already gone (auto_remove) or removal in progress
+                    log.debug("removing sandbox container %s: %s", cid[:12], exc)
+            release_uid(uid)
 
         return finish
 
@@ -179,7 +219,7 @@ class _DockerWorker(Worker):
     def _oom_events(self) -> int | None:
         if self.container_id is None:
             return None
-        for path in self.sb.oom_paths(self.container_id):
+        for path in self._oom_files:
             try:
                 for line in Path(path).read_text().splitlines():
                     if line.startswith("oom_kill "):
@@ -187,6 +227,44 @@ class _DockerWorker(Worker):
             except (OSError, ValueError):
                 continue
         return None
+
+
+def oom_files(proc_cgroup: str) -> list[str]:
+    r"""The files counting OOM kills of a process's memory cgroup, from its ``/proc/PID/cgroup``
+    (v1: the ``memory`` controller's ``memory.oom_control``; v2: ``memory.events``).
+
+    >>> oom_files("4:memory:/docker/abc\n0::/docker/abc\n")
+    ['/sys/fs/cgroup/memory/docker/abc/memory.oom_control', '/sys/fs/cgroup/docker/abc/memory.events']
+    """
+    out = []
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, ctrls, path = parts
+        if "memory" in ctrls.split(","):
+            out.append(f"/sys/fs/cgroup/memory{path}/memory.oom_control")
+        elif ctrls == "":
+            out.append(f"/sys/fs/cgroup{path.rstrip('/')}/memory.events")
+    return out
+
+
+def _me() -> str:
+    """This process, as ``pid:start-time`` (a pid alone may be reused)."""
+    return f"{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def _start_time(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2 :].split()[19]
+    except (OSError, ValueError, IndexError):
+        return "?"
+
+
+def _owner_alive(owner: str) -> bool:
+    pid, _, start = owner.partition(":")
+    return pid.isdigit() and _start_time(int(pid)) == start
 
 
 class DockerSandbox(PooledSandbox):
@@ -232,10 +310,12 @@ class DockerSandbox(PooledSandbox):
         self.cpus = float(cpus)
         if not 0 < self.cpus <= 1024:
             raise ValueError(f"cpus must be positive, got {cpus!r}")
-        self.container_memory_mb = int(memory_mb or self.limits.memory_mb + self.tmpfs_mb + 64)
+        self.fixed_memory, self.fixed_pids = memory_mb is not None, pids is not None
+        self.container_memory_mb = int(memory_mb or self.memory_for([self.limits]))
         self.container_pids = int(pids or self.limits.max_procs + 8)
         self.client = client if client is not None else self._connect()
         self._check_image()
+        self._remove_orphans()
         self._cgroup_root = self._find_cgroup_root()
         self._start_workers()
 
@@ -272,6 +352,19 @@ class DockerSandbox(PooledSandbox):
             ) from None
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot inspect Docker image {self.image!r}: {exc}") from None
+
+    def memory_for(self, limits: list[Limits]) -> int:
+        """Container memory (MiB) for jobs with these limits: theirs, the tmpfs, the server."""
+        return max(lim.memory_mb for lim in limits) + self.tmpfs_mb + 64
+
+    def _remove_orphans(self) -> None:
+        """Remove sandbox containers whose owning process is gone."""
+        with contextlib.suppress(Exception):
+            for c in self.client.api.containers(all=True, filters={"label": LABEL}):
+                owner = (c.get("Labels") or {}).get(f"{LABEL}.owner")
+                if owner and not _owner_alive(owner):
+                    with contextlib.suppress(Exception):
+                        self.client.api.remove_container(c["Id"], force=True)
 
     def _find_cgroup_root(self) -> str | None:
         try:

@@ -9,7 +9,8 @@ Each worker slot is one ``bwrap`` process whose sandboxed child is the fork serv
   ``/usr`` (its ``site-packages`` hidden unless ``site_packages=True``); nothing else of the
   host, so no project directory, home, ``/etc/shadow`` or credentials;
 * a private, size-limited tmpfs at ``/tmp`` (the job's cwd is ``/tmp/job``) and at
-  ``/dev/shm``, both wiped after every job;
+  ``/dev/shm``, both wiped after every job; everything else read-only (``/``, ``/etc`` and
+  ``/dev`` included, also without root);
 * a clean environment (``PATH``, ``HOME``, ``LANG`` and little else);
 * when the host runs as root: no capabilities and a uid of its own per worker (so RLIMIT_NPROC
   counts only that worker's processes and root-owned files stay unreadable), plus, where the
@@ -18,14 +19,20 @@ Each worker slot is one ``bwrap`` process whose sandboxed child is the fork serv
   OOM kills are reported as ``memory_exceeded``) and a cpu group (all processes of a job share
   one task's CPU weight; jobs run niced inside it, so the server acts on time);
 * a seccomp filter (``sandboxes/_seccomp.py``): no new namespaces, mounts, ptrace, bpf,
-  io_uring, keyrings, kernel modules, or foreign-ABI syscalls.
+  io_uring, keyrings, kernel modules, System V IPC or POSIX message queues (objects that would
+  outlive a job), or foreign-ABI syscalls.
 
 Per job the server forks a child that applies the rlimits (CPU, address space, processes, file
 size, open files, no core), and everything the job started is killed when its main process
 exits or the wall clock runs out. See ``_server.py`` for the details of the job life cycle.
 
 Running without bubblewrap is refused unless ``allow_unisolated=True`` (then the same server
-runs as a plain subprocess with rlimits only, and a warning is logged).
+runs as a plain subprocess with rlimits only, and a warning is logged). Without root (jobs run
+under the caller's uid, in a user namespace) or without writable cgroups the sandbox still
+isolates but warns once per process (``SandboxDegradedWarning``); ``strict=True`` refuses.
+Worker uids come from :func:`sandboxes.base.allocate_uid`: a uid is never shared by two live
+workers of any process. :func:`spawn_isolated` gives helper processes (the math grader) the same
+isolation.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -53,7 +61,9 @@ from .base import (
     PooledSandbox,
     SandboxError,
     Worker,
+    allocate_uid,
     default_workers,
+    release_uid,
     server_command,
 )
 
@@ -67,7 +77,6 @@ _ETC_FILES = (
     "/etc/alternatives",
     "/etc/mime.types",
 )
-_UID_BASE = 2_000_000
 _BWRAP_HINT = (
     "\n(bubblewrap could not set up its namespaces. Inside a container this usually means the"
     " container lacks CAP_SYS_ADMIN/CAP_NET_ADMIN or a seccomp/AppArmor profile blocks"
@@ -100,8 +109,23 @@ def _popen(args: list[str], **kw) -> subprocess.Popen:
     return _spawner().submit(spawn).result()
 
 
-def _next_uid() -> int:
-    return _UID_BASE + ((os.getpid() & 0xFFFF) << 6) + (next(_uid_counter) & 63)
+class SandboxDegradedWarning(RuntimeWarning):
+    """The local sandbox runs with weaker isolation than its full mode (see LocalSandbox)."""
+
+
+_warned: set[str] = set()
+
+
+def _warn_degraded(what: str) -> None:
+    if what in _warned:
+        return
+    _warned.add(what)
+    log.warning("sandboxes: LocalSandbox runs in a DEGRADED mode: %s", what)
+    warnings.warn(
+        f"LocalSandbox runs in a degraded mode: {what} (LocalSandbox(strict=True) refuses)",
+        SandboxDegradedWarning,
+        stacklevel=4,
+    )
 
 
 class BubblewrapNotFound(SandboxError):
@@ -265,7 +289,7 @@ class _LocalWorker(Worker):
         self.stderr_file: IO[bytes] | None = None
         self.cgroup: _CgroupV1 | None = None
         self.workdir: str | None = None
-        self.uid = _next_uid() if os.geteuid() == 0 else None
+        self.uid: int | None = None  # a uid of its own per server (root only), see _start
 
     def _start(self) -> Channel:
         sb = self.sb
@@ -284,10 +308,13 @@ class _LocalWorker(Worker):
         if self.cgroup is not None and "cpu" in self.cgroup.dirs:
             config["job_nice"] = 10  # below the server, within the worker's own cpu group
         if sb.isolated:
-            if self.uid is not None:
+            if os.geteuid() == 0:
+                self.uid = allocate_uid()
                 config.update(drop_uid=self.uid, drop_gid=self.uid)
             config.update(work_root="/tmp", wipe=["/tmp", "/dev/shm"], kill_mode="pidns")
             program = build_filter() if sb.seccomp else None
+            # the filter refuses System V IPC and message queues: nothing to remove after jobs
+            config["clean_ipc"] = program is None
             if program is not None:
                 seccomp_fd = os.memfd_create("mas-sandbox-seccomp")
                 os.write(seccomp_fd, program)
@@ -299,6 +326,7 @@ class _LocalWorker(Worker):
             # available, is the only process cap.
             self.workdir = tempfile.mkdtemp(prefix="mas-sandbox-")
             config.update(work_root=self.workdir, wipe=[self.workdir], kill_mode="tree")
+            config["clean_ipc"] = False  # the host's own IPC namespace: never touch it
             config["nproc"] = False
             args = []
         args += server_command(sb.python, config, sb.site_packages)
@@ -349,8 +377,8 @@ class _LocalWorker(Worker):
         return text
 
     def _detach(self, graceful: bool) -> Callable[[], None]:
-        if self.uid is not None and self.proc is not None:
-            self.uid = _next_uid()  # the next server gets a fresh uid; this one may linger
+        # the next server gets a fresh uid; this one is given back once its server is gone
+        old_uid, self.uid = self.uid, None
         proc, self.proc = self.proc, None
         err, self.stderr_file = self.stderr_file, None
         cgroup, self.cgroup = self.cgroup, None
@@ -365,11 +393,169 @@ class _LocalWorker(Worker):
                 cgroup.remove()
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
+            release_uid(old_uid)
 
         return finish
 
     def host_pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
+
+
+# ----------------------------------------------------------------------------------------------
+# the bubblewrap command line
+# ----------------------------------------------------------------------------------------------
+
+
+def bwrap_command(
+    bwrap: str,
+    python: str,
+    python_prefix: str,
+    *,
+    env: dict[str, str],
+    site_packages: bool = False,
+    extra_ro: Sequence[str] = (),
+    tmp_size_mb: int = 256,
+    seccomp_fd: int | None = None,
+    as_pid_1: bool = True,
+) -> list[str]:
+    """The bubblewrap command line (without the command) of the isolation described in the
+    module docstring; ``extra_ro``: more host paths made visible, read-only, at the same place.
+    As root the command keeps CAP_SETUID/SETGID/SETPCAP only, to drop to its own uid.
+    ``as_pid_1``: the command is PID 1 of its namespace (the fork server, which kills with
+    ``kill(-1)``); otherwise bubblewrap's own init is, and takes the command with it when this
+    process dies (a PID 1 ignores its parent-death signal)."""
+    a = [
+        bwrap,
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        *(["--as-pid-1"] if as_pid_1 else []),
+        "--hostname",
+        "sandbox",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        p = "/" + name
+        if os.path.islink(p):
+            a += ["--symlink", os.readlink(p), p]
+        elif os.path.isdir(p):
+            a += ["--ro-bind", p, p]
+    a += ["--perms", "0755", "--dir", "/etc"]
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for f in (*_ETC_FILES, "/etc/python3", f"/etc/python{version}"):
+        if os.path.exists(f):
+            a += ["--ro-bind", f, f]
+    prefix = python_prefix
+    made: set[str] = set()
+
+    def bind(path: str) -> list[str]:
+        # parents that bwrap creates itself would be 0700 root: unusable after the uid drop
+        out = []
+        for parent in reversed(Path(path).parents[:-1]):
+            if str(parent) not in made:
+                made.add(str(parent))
+                out += ["--perms", "0755", "--dir", str(parent)]
+        return [*out, "--ro-bind", path, path]
+
+    if not (prefix == "/usr" or prefix.startswith("/usr/")):
+        a += bind(prefix)
+        if not site_packages:
+            for sp in Path(prefix).glob("lib/python3*/site-packages"):
+                a += ["--tmpfs", str(sp)]
+    exe_dir = os.path.dirname(python)
+    if not (exe_dir.startswith(("/usr/", prefix + "/")) or exe_dir in ("/bin", "/sbin")):
+        a += ["--ro-bind", python, python]
+    for path in extra_ro:
+        a += bind(path)
+    a += ["--proc", "/proc", "--dev", "/dev"]
+    a += ["--size", str(16 << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
+    a += ["--size", str(tmp_size_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
+    # Nothing but /tmp and /dev/shm stays writable (without root the root directory is a
+    # tmpfs of the sandbox user's; it is never wiped and has no size limit).
+    a += ["--remount-ro", "/", "--remount-ro", "/dev"]
+    a += ["--chdir", "/tmp", "--clearenv"]
+    for k, v in env.items():
+        a += ["--setenv", k, v]
+    if seccomp_fd is not None:
+        a += ["--seccomp", str(seccomp_fd)]
+    if os.geteuid() == 0:
+        a += ["--cap-drop", "ALL"]
+        a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    else:
+        a += ["--unshare-user"]
+    return a
+
+
+def spawn_isolated(
+    argv: list[str],
+    *,
+    extra_ro: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    site_packages: bool = True,
+    **popen: object,
+) -> tuple[subprocess.Popen, int | None]:
+    """Start a helper process (e.g. a grader) under the same isolation as the sandbox's
+    servers, from the long-lived spawner thread (so ``--die-with-parent`` ties it to this
+    process). ``argv[0]`` is the interpreter (its installation is visible, site-packages
+    included unless ``site_packages=False``); the process gets ``extra_ro`` read-only (a virtual
+    environment's directory, say), ``env`` and nothing else of this process. As root it also gets a uid of its own (returned: give
+    it back with :func:`sandboxes.base.release_uid` once the process is gone), which it must
+    switch to itself (see :mod:`sandboxes.inside`); it finds it in ``$MAS_DROP_UID``.
+    Without bubblewrap the helper runs unisolated, with a warning."""
+    env = dict(env or {})
+    uid = allocate_uid() if os.geteuid() == 0 else None
+    if uid is not None:
+        env["MAS_DROP_UID"] = str(uid)
+    bwrap = shutil.which("bwrap")
+    seccomp_fd = None
+    if bwrap is None:
+        log.warning(
+            "sandboxes: bubblewrap not found; %s runs UNISOLATED", os.path.basename(argv[-1])
+        )
+        args = list(argv)
+        popen_env = env
+    else:
+        program = build_filter()
+        if program is not None:
+            seccomp_fd = os.memfd_create("mas-helper-seccomp")
+            os.write(seccomp_fd, program)
+            os.lseek(seccomp_fd, 0, os.SEEK_SET)
+        exe = argv[0]
+        prefix = os.path.realpath(sys.base_prefix)
+        args = bwrap_command(
+            bwrap,
+            os.path.realpath(exe),
+            prefix,
+            env=env,
+            site_packages=site_packages,
+            extra_ro=extra_ro,
+            seccomp_fd=seccomp_fd,
+            tmp_size_mb=64,
+            as_pid_1=False,
+        ) + list(argv)
+        popen_env = {"PATH": "/usr/bin:/bin"}
+    try:
+        proc = _popen(
+            args,
+            env=popen_env,
+            close_fds=True,
+            pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+            start_new_session=True,
+            **popen,
+        )
+    except BaseException:
+        release_uid(uid)
+        raise
+    finally:
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
+    return proc, uid
 
 
 # ----------------------------------------------------------------------------------------------
@@ -397,6 +583,13 @@ class LocalSandbox(PooledSandbox):
             namespaces, mounts, ptrace, bpf, io_uring, keyrings, ...).
         allow_unisolated: when bubblewrap is missing, run code *without isolation* (rlimits
             and process-tree cleanup only) instead of raising; logs a warning.
+        strict: refuse (``SandboxError``) to run in a degraded mode instead of warning. The
+            full mode needs root (a uid of its own per worker, so RLIMIT_NPROC counts one
+            worker's processes and jobs of different workers cannot touch each other's files)
+            and writable cgroup v1 memory/pids controllers (a memory backstop: without it a
+            job may use ``max_procs`` times ``memory_mb``). Without them the sandbox still
+            isolates, and says what is missing with a :class:`SandboxDegradedWarning` (once per
+            process) unless the caller chose it (``cgroups=False``, ``allow_unisolated=True``).
     """
 
     def __init__(
@@ -412,6 +605,7 @@ class LocalSandbox(PooledSandbox):
         cgroups: bool | str = "auto",
         seccomp: bool = True,
         allow_unisolated: bool = False,
+        strict: bool = False,
     ) -> None:
         super().__init__(workers if workers is not None else default_workers(), limits)
         if not isinstance(tmp_size_mb, int) or isinstance(tmp_size_mb, bool) or tmp_size_mb < 1:
@@ -452,7 +646,29 @@ class LocalSandbox(PooledSandbox):
         if self.use_cgroups and not _stale_cgroups_checked:
             _stale_cgroups_checked = True
             _CgroupV1.remove_stale()
+        self.degraded = self._degraded(cgroups)
+        if self.degraded:
+            what = "; ".join(self.degraded)
+            if strict:
+                raise SandboxError(f"LocalSandbox(strict=True) refuses a degraded mode: {what}")
+            _warn_degraded(what)
         self._start_workers()
+
+    def _degraded(self, cgroups: bool | str) -> list[str]:
+        """What this sandbox lacks of the full isolation (empty in the full mode)."""
+        out = []
+        if self.isolated and os.geteuid() != 0:
+            out.append(
+                "not running as root: every worker runs jobs under your own uid (in a user "
+                "namespace), so RLIMIT_NPROC counts all your processes and there is no uid "
+                "per worker"
+            )
+        if self.isolated and not self.use_cgroups and cgroups == "auto":
+            out.append(
+                "no writable cgroup v1 memory/pids controllers: no memory backstop (a job may "
+                "use max_procs x memory_mb of memory) and no CPU group per worker"
+            )
+        return out
 
     # -- configuration ---------------------------------------------------------------------------
     @staticmethod
@@ -500,59 +716,15 @@ class LocalSandbox(PooledSandbox):
     def bwrap_args(self, seccomp_fd: int | None = None) -> list[str]:
         """The bubblewrap command line (without the interpreter)."""
         assert self.bwrap is not None
-        a = [
+        return bwrap_command(
             self.bwrap,
-            "--unshare-pid",
-            "--unshare-net",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--die-with-parent",
-            "--new-session",
-            "--as-pid-1",
-            "--hostname",
-            "sandbox",
-            "--ro-bind",
-            "/usr",
-            "/usr",
-        ]
-        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-            p = "/" + name
-            if os.path.islink(p):
-                a += ["--symlink", os.readlink(p), p]
-            elif os.path.isdir(p):
-                a += ["--ro-bind", p, p]
-        a += ["--perms", "0755", "--dir", "/etc"]
-        version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        for f in (*_ETC_FILES, "/etc/python3", f"/etc/python{version}"):
-            if os.path.exists(f):
-                a += ["--ro-bind", f, f]
-        prefix = self.python_prefix
-        if not (prefix == "/usr" or prefix.startswith("/usr/")):
-            # parents that bwrap creates itself would be 0700 root: unusable after the uid drop
-            for parent in reversed(Path(prefix).parents[:-1]):
-                a += ["--perms", "0755", "--dir", str(parent)]
-            a += ["--ro-bind", prefix, prefix]
-            if not self.site_packages:
-                for sp in Path(prefix).glob("lib/python3*/site-packages"):
-                    a += ["--tmpfs", str(sp)]
-        exe_dir = os.path.dirname(self.python)
-        if not (exe_dir.startswith(("/usr/", prefix + "/")) or exe_dir in ("/bin", "/sbin")):
-            a += ["--ro-bind", self.python, self.python]
-        a += ["--proc", "/proc", "--dev", "/dev"]
-        a += ["--size", str(16 << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
-        a += ["--size", str(self.tmp_size_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
-        a += ["--chdir", "/tmp", "--clearenv"]
-        for k, v in self.env().items():
-            a += ["--setenv", k, v]
-        if seccomp_fd is not None:
-            a += ["--seccomp", str(seccomp_fd)]
-        if os.geteuid() == 0:
-            a += ["--cap-drop", "ALL"]
-            a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
-        else:
-            a += ["--unshare-user"]
-        return a
+            self.python,
+            self.python_prefix,
+            env=self.env(),
+            site_packages=self.site_packages,
+            tmp_size_mb=self.tmp_size_mb,
+            seccomp_fd=seccomp_fd,
+        )
 
     def _make_worker(self, index: int) -> Worker:
         return _LocalWorker(index, self)

@@ -1,10 +1,16 @@
 """A small persistent pool of math-grading worker processes with per-grading deadlines.
 
-Each worker is ``python -m verifiers._math_worker`` talking JSON lines over pipes. Workers start
-lazily (the first slow-path grading), are reused across gradings, and are killed and replaced
-when a grading overruns its deadline or the worker dies. Any thread may call :meth:`MathPool.grade`:
-a caller checks a worker out of a queue, so one worker serves one caller at a time, and waiting
-uses ``select`` on the pipe, never signals.
+Each worker runs ``verifiers/_math_worker.py`` (with :mod:`sandboxes.inside`), talking JSON
+lines over pipes. It parses model-written LaTeX with sympy, so it is isolated like a sandbox
+server (:func:`sandboxes.local.spawn_isolated`: bubblewrap, no network, a read-only view of the
+interpreter and its packages only, a clean environment, a uid of its own when the host is root,
+killed with this process). Workers start lazily (the first slow-path grading), are reused across
+gradings, and are killed and replaced when a grading overruns its deadline or the worker dies.
+Both directions are deadline-driven: a request that the worker does not take in within the
+deadline (it is stuck on an earlier one) counts as timed out too. Results that say the grader
+failed rather than the answer (timeouts, crashes) carry ``"transient": True`` and are never
+cached. Any thread may call :meth:`MathPool.grade`: a caller checks a worker out of a queue, so
+one worker serves one caller at a time, and waiting uses ``select`` on the pipes, never signals.
 """
 
 from __future__ import annotations
@@ -37,35 +43,74 @@ class Task:
     delta: float = 1e-6
 
 
+#: reads the worker's source (argv[1] bytes) from stdin and runs it; the rest is requests
+_BOOT = "import sys;n=int(sys.argv[1]);exec(compile(sys.stdin.buffer.read(n),'math-worker','exec'))"
+
+
+def _worker_source() -> str:
+    from sandboxes import inside
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(inside.__file__, encoding="utf-8") as f:
+        head = f.read()
+    with open(os.path.join(here, "_math_worker.py"), encoding="utf-8") as f:
+        return head + "\n\n" + f.read()
+
+
 class _Worker:
     def __init__(self) -> None:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env.setdefault("OMP_NUM_THREADS", "1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "verifiers._math_worker"],
+        from sandboxes.local import spawn_isolated
+
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/tmp",
+            "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1",
+            "VERIFIERS_MATH_WORKER_MB": os.environ.get("VERIFIERS_MATH_WORKER_MB", "1536"),
+        }
+        source = _worker_source().encode("utf-8")
+        self.proc, self.uid = spawn_isolated(
+            [sys.executable, "-I", "-B", "-c", _BOOT, str(len(source))],
+            extra_ro=[sys.prefix] if sys.prefix != sys.base_prefix else [],
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-            close_fds=True,
         )
+        assert self.proc.stdin is not None
+        os.set_blocking(self.proc.stdin.fileno(), False)
         self._buf = b""
         self.ready = False
+        self._boot = source
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def send(self, lines: list[str]) -> bool:
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write("".join(lines).encode("utf-8"))
-            self.proc.stdin.flush()
-            return True
-        except (BrokenPipeError, OSError, ValueError):
-            return False
+    def send(self, lines: list[str], timeout_s: float) -> bool:
+        """Write the requests; False if the worker is gone or does not take them in time."""
+        return self._write("".join(lines).encode("utf-8"), timeout_s)
+
+    def _write(self, raw: bytes, timeout_s: float) -> bool:
+        assert self.proc.stdin is not None
+        fd = self.proc.stdin.fileno()
+        data = memoryview(raw)
+        deadline = time.monotonic() + timeout_s
+        while data:
+            try:
+                data = data[os.write(fd, data) :]
+                continue
+            except BlockingIOError:
+                pass
+            except (OSError, ValueError):
+                return False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                select.select([], [fd], [], left)
+            except (OSError, ValueError):
+                return False
+        return True
 
     def recv(self, timeout_s: float) -> dict | None:
         """Next message, or None on deadline / worker exit."""
@@ -94,19 +139,32 @@ class _Worker:
 
     def wait_ready(self) -> bool:
         if not self.ready:
+            if self._boot:
+                boot, self._boot = self._boot, b""
+                if not self._write(boot, STARTUP_TIMEOUT_S):
+                    return False
             msg = self.recv(STARTUP_TIMEOUT_S)
             self.ready = bool(msg and msg.get("ready"))
         return self.ready
 
     def kill(self) -> None:
+        from sandboxes.base import release_uid
+
         with contextlib.suppress(OSError):
-            self.proc.kill()
+            self.proc.kill()  # bubblewrap takes the worker with it (--die-with-parent)
         for stream in (self.proc.stdin, self.proc.stdout):
             with contextlib.suppress(OSError):
                 if stream is not None:
                     stream.close()
         with contextlib.suppress(subprocess.TimeoutExpired, OSError):
             self.proc.wait(timeout=5)
+        if self.proc.poll() is not None:
+            release_uid(self.uid)
+
+
+def _failed(reason: str) -> dict:
+    """A grading the grader could not finish: wrong for now, never cached."""
+    return {"c": False, "r": reason, "transient": True}
 
 
 class MathPool:
@@ -163,7 +221,7 @@ class MathPool:
                 if not w.wait_ready():
                     self._discard(w)
                     w = None
-                    results.append({"c": False, "r": "grader process failed to start"})
+                    results.append(_failed("grader process failed to start"))
                     pending.pop(0)
                     continue
                 batch = pending[:CHUNK]
@@ -171,10 +229,11 @@ class MathPool:
                     json.dumps({"i": k, "p": t.pred, "g": t.gold, "d": t.delta, "t": inner}) + "\n"
                     for k, t in enumerate(batch)
                 ]
-                if not w.send(lines):
+                if not w.send(lines, timeout_s):
+                    why = "grading timed out" if w.alive() else "grader process died"
                     self._discard(w)
                     w = None
-                    results.append({"c": False, "r": "grader process died"})
+                    results.append(_failed(f"{why} after {timeout_s:g} s"))
                     pending.pop(0)
                     continue
                 for k in range(len(batch)):
@@ -185,7 +244,7 @@ class MathPool:
                             if w.alive()
                             else "grader process died (e.g. out of memory)"
                         )
-                        results.append({"c": False, "r": f"{why} after {timeout_s:g} s"})
+                        results.append(_failed(f"{why} after {timeout_s:g} s"))
                         self._discard(w)
                         w = None
                         pending = pending[k + 1 :]

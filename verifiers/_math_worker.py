@@ -1,4 +1,4 @@
-"""Worker process for symbolic math grading (run as ``python -m verifiers._math_worker``).
+"""Worker process for symbolic math grading (started by :mod:`verifiers._math_pool`).
 
 math-verify parses LaTeX with sympy and bounds its own work with ``signal.alarm``, which only works
 in a process's main thread, and some sympy operations (huge integer powers) cannot be interrupted
@@ -10,9 +10,11 @@ Protocol (one JSON object per line): after importing math-verify the worker writ
 "t": inner_timeout_s}`` it writes ``{"i": id, "c": correct, "r": reason, "pn": ..., "gn": ...,
 "m": method}``. End of input ends the worker. The protocol stream is a private duplicate of the
 original stdout; fd 1 and fd 2 point to /dev/null so library prints and log spam go nowhere.
-"""
 
-from __future__ import annotations
+The pool runs this source after that of ``sandboxes/inside.py`` (``drop_privileges``,
+``die_with_parent``), isolated by bubblewrap: given ``$MAS_DROP_UID`` (the host is root), the
+worker first switches to that uid for good; it always dies with its parent.
+"""
 
 import json
 import logging
@@ -100,7 +102,19 @@ def _limit_memory(mb: int) -> None:
         pass
 
 
+def _isolate() -> None:
+    """Drop to ``$MAS_DROP_UID`` (if set) and die with the parent (functions of
+    ``sandboxes/inside.py``, which the pool puts before this source)."""
+    parent = os.getppid()
+    uid = os.environ.pop("MAS_DROP_UID", "")
+    if uid:
+        globals()["drop_privileges"](int(uid), int(uid))
+    if "die_with_parent" in globals():
+        globals()["die_with_parent"](parent)
+
+
 def main() -> None:
+    _isolate()
     proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
@@ -119,8 +133,10 @@ def main() -> None:
             res = grade_symbolic(req["p"], req["g"], req.get("d", 1e-6), int(req.get("t", 2)))
         except MemoryError:
             res = {"c": False, "r": "grader ran out of memory", "m": "math_verify"}
+            res["transient"] = True
         except BaseException as exc:  # a grading must never take the worker down
             res = {"c": False, "r": f"grader error: {type(exc).__name__}", "m": "math_verify"}
+            res["transient"] = True
         res["i"] = req.get("i")
         proto.write(json.dumps(res) + "\n")
 

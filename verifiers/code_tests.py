@@ -1,22 +1,58 @@
-"""Running programs against test cases in a sandbox (AT-GRPO Appendix A.1.2).
+"""Running programs against test cases in a sandbox (AT-GRPO Appendix A.1.2), with a verdict
+the program cannot touch.
 
 Two kinds of test case (:class:`TestCase`):
 
 * ``stdio`` (APPS / CodeContests style): the program reads ``stdin`` and its output must equal
   ``expected_stdout`` after normalisation (line endings unified, trailing whitespace stripped per
   line, trailing blank lines dropped); with ``float_tol`` numeric tokens may differ by that much
-  (absolute or relative).
-* ``assert`` (HumanEval / MBPP style): ``code`` is appended to the program and must run without
-  error, e.g. a list of ``assert`` statements, or a ``def check(candidate)`` which is then called
-  on ``entry_point`` automatically.
+  (absolute or relative). The output is compared here, on the host; the expected output never
+  enters the sandbox.
+* ``assert`` (HumanEval / MBPP style): ``code`` is Python that checks the program, e.g. a list of
+  ``assert`` statements, or a ``def check(candidate)`` which is then called on ``entry_point``.
 
-Every job of a batch goes through one ``sandbox.run_many`` call. Each test gets a
+How an assert test is decided (the design, and why)
+---------------------------------------------------
+A policy under RL optimises against its verifier, so the verdict must be out of the program's
+reach. The classic harness (test code appended to the program, one process, "exit code 0 means
+passed", as in HumanEval's ``check``) is forgeable from inside: ``os._exit(0)``, ``sys.exit``,
+``atexit`` / ``sys.excepthook`` handlers, an object whose ``__eq__`` is always true, a patched
+``builtins`` or ``sys.modules['json']``, or reading the expected values from the program's own
+file or stack frames. evalplus's ``untrusted_check`` already separates a test into inputs and
+expected outputs, but hands both to the process that runs the program, compares there
+(``out == exp``: the program's ``__eq__`` answers) and reads the verdict from shared memory that
+process can write. LiveCodeBench's and APPS's graders likewise call the function in-process and
+compare with ``==``; for stdin problems they compare the captured output *as text*, never an
+object of the program's. That last idea is the one kept here, moved out of the program's
+process, and applied to function tests too:
+
+1. The host reads the test (:mod:`verifiers.assert_plans`): which calls of the program it makes
+   (``f(2)``; a ``Solution().method``), with which plain arguments.
+2. The program's sandbox job runs the program and then *only those calls*
+   (:mod:`sandboxes.calls`); each result comes back as plain data (:mod:`sandboxes.plain`:
+   built-in types only, so no object of the program's making reaches a comparison), on a channel
+   of its own (fd 3, not stdout) in lines tagged with a random per-job nonce, and the job process
+   ends right after the last result, so no exit handler, thread or ``__del__`` of the program
+   runs after it. The job never holds the test's source or an expected value.
+3. The host evaluates the test over those values (:mod:`verifiers.host_eval`: a bounded
+   evaluator of a safe subset of Python) and decides each test. A result that is missing,
+   malformed or duplicated fails the test, whatever the exit code.
+
+Tests the host evaluator does not handle (helper functions, ``try``, random inputs, prelude
+helpers applied to the program's output) are *replayed*: the test runs in a sandbox job of its
+own that holds the trusted prelude and the test but not the program, and takes the program's
+calls from a table of plain results (:mod:`verifiers._replay`); unknown calls are sent to the
+program's job in another round. Either way the program never runs where the expected values
+are, and the test never runs where the program is.
+
+Every job of a batch goes through ``sandbox.run_many`` (one batch per round). Each test gets a
 :class:`TestResult` with a status and a short reason: ``passed``, ``wrong_answer`` (expected and
-actual output clipped, or the failing assert), ``runtime_error`` (the last stderr line),
-``timeout`` (wall or CPU time), ``memory``, ``output_limit``, ``syntax_error`` (the program does
-not compile; nothing is run), ``invalid_test`` (the test code itself does not compile) or
-``sandbox_error`` (the sandbox failed, not the program; still a failed test). Syntax is checked
-in-process with ``compile()``, which does not execute anything.
+actual output clipped, or the failing assert with what the program returned), ``runtime_error``
+(the program raised or exited before the test got its result), ``timeout`` (wall or CPU time),
+``memory``, ``output_limit``, ``syntax_error`` (the program does not compile; nothing is run),
+``invalid_test`` (the test code itself does not compile or is too big) or ``sandbox_error`` (the
+sandbox failed, not the program; still a failed test). Syntax is checked in-process with
+``compile()``, which does not execute anything.
 
 Verifiers take the sandbox as a parameter (default: ``sandboxes.default()``); they never create
 one. Wrong argument types raise ``TypeError``; anything a model wrote only ever becomes a result.
@@ -26,16 +62,19 @@ from __future__ import annotations
 
 import ast
 import math
-import re
+import secrets
 import sys
 import warnings
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from verifiers.extract import clip_text
 
 __all__ = [
+    "MAX_ROUNDS",
+    "bounded_parse",
     "TestCase",
     "TestResult",
     "TestReport",
@@ -45,7 +84,6 @@ __all__ = [
     "compiles",
     "normalize_output",
     "outputs_match",
-    "build_program",
     "split_check_function",
     "run_tests",
     "run_tests_many",
@@ -181,6 +219,29 @@ def quiet_parse(source: str, filename: str = "<unknown>") -> ast.Module:
         return ast.parse(source, filename)
 
 
+def bounded_parse(source: str, filename: str = "<test>", limit: int = 60) -> ast.Module:
+    """``ast.parse`` that raises ``SyntaxError`` instead of ``RecursionError`` / ``MemoryError``
+    and refuses trees deeper than ``limit`` (which would break recursive tools like
+    ``ast.unparse``).
+
+    >>> bounded_parse("assert f([]) == " + "-" * 400 + "1")
+    Traceback (most recent call last):
+    ...
+    SyntaxError: the code is nested deeper than 60 levels
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(source, filename)
+    except (RecursionError, MemoryError, ValueError, OverflowError) as exc:
+        raise SyntaxError(f"the code does not parse ({type(exc).__name__})") from None
+    from verifiers.host_eval import max_depth
+
+    if max_depth(tree, limit) > limit:
+        raise SyntaxError(f"the code is nested deeper than {limit} levels")
+    return tree
+
+
 def check_compiles(source: object, filename: str = "<solution>") -> Check:
     """Does ``source`` compile as Python? (``compile()`` only; nothing is executed.)
 
@@ -279,34 +340,7 @@ def outputs_match(actual: str, expected: str, float_tol: float | None = None) ->
     return True
 
 
-# ---------------------------------------------------------------- program assembly
-
-_DEFINES_CHECK = re.compile(r"^def\s+check\s*\(", re.MULTILINE)
-_CALLS_CHECK = re.compile(r"^check\s*\(", re.MULTILINE)
-
-
-def build_program(solution: str, test: TestCase, entry_point: str | None = None) -> tuple[str, str]:
-    """The ``(code, stdin)`` the sandbox runs for one test.
-
-    For an assert test the test code is appended to the solution; a ``def check(candidate)``
-    that is never called gets ``check(<entry_point>)`` appended.
-
-    >>> build_program("def f(x): return x", TestCase.asserts("assert f(1) == 1"))[0]
-    'def f(x): return x\\n\\nassert f(1) == 1\\n'
-    >>> build_program("x", TestCase.asserts("def check(c):\\n    assert c(1)"), "f")[0].endswith(
-    ...     "check(f)\\n")
-    True
-    >>> build_program("print(input())", TestCase.io("5\\n", "5"))
-    ('print(input())', '5\\n')
-    """
-    if not isinstance(test, TestCase):
-        raise TypeError(f"expected a TestCase, got {type(test).__name__}")
-    if test.kind == "stdio":
-        return solution, test.stdin
-    code = solution.rstrip("\n") + "\n\n" + test.code.rstrip("\n") + "\n"
-    if entry_point and _DEFINES_CHECK.search(test.code) and not _CALLS_CHECK.search(test.code):
-        code += f"\ncheck({entry_point})\n"
-    return code, test.stdin
+# ---------------------------------------------------------------- HumanEval checks
 
 
 def split_check_function(test_code: str, entry_point: str) -> list[TestCase]:
@@ -352,7 +386,10 @@ def split_check_function(test_code: str, entry_point: str) -> list[TestCase]:
         if sys.version_info >= (3, 12):  # the field exists from 3.12 on
             fn.type_params = []
         module = ast.Module(body=[*others, fn], type_ignores=[])
-        src = ast.unparse(ast.fix_missing_locations(module))
+        try:
+            src = ast.unparse(ast.fix_missing_locations(module))
+        except (RecursionError, ValueError):
+            return whole
         tests.append(TestCase.asserts(src + f"\n\ncheck({entry_point})\n", f"check[{k}]"))
     return tests
 
@@ -368,43 +405,19 @@ def _default_sandbox(sandbox: Any) -> Any:
     return sandboxes.default()
 
 
-def _make_job(code: str, stdin: str, limits: Any) -> Any:
-    import sandboxes
-
-    return sandboxes.Job(code, stdin, limits)
-
-
 def _last_line(text: str) -> str:
-    for line in reversed(text.strip().splitlines()):
+    for line in reversed(text[-20_000:].strip().splitlines()):
         if line.strip():
             return clip_text(line.strip(), _CLIP)
     return ""
 
 
-_FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+)', re.MULTILINE)
-
-
-def _failing_line(stderr: str, code: str) -> str:
-    """The program line of the innermost traceback frame that lies in the program itself."""
-    frames = _FRAME.findall(stderr[-20_000:])
-    lines = code.splitlines()
-    for fname, lineno in reversed(frames):
-        if "/lib/python" in fname or "site-packages" in fname or fname.startswith("<frozen"):
-            continue  # a library frame
-        n = int(lineno)
-        if 1 <= n <= len(lines) and lines[n - 1].strip():
-            return clip_text(lines[n - 1].strip(), _CLIP)
-        break
-    return ""
-
-
-def _classify(res: Any, test: TestCase, float_tol: float | None, code: str = "") -> TestResult:
+def _limit_failure(res: Any) -> TestResult | None:
+    """The test's result when the job hit a limit or the sandbox failed, else None."""
     dur = float(getattr(res, "duration_s", 0.0) or 0.0)
-    stderr = res.stderr or ""
     if getattr(res, "timed_out", False):
-        return TestResult(False, "timeout", "time limit exceeded", duration_s=dur)
-    if getattr(res, "cpu_exceeded", False):
-        return TestResult(False, "timeout", "CPU time limit exceeded", duration_s=dur)
+        why = "CPU time limit exceeded" if getattr(res, "cpu_exceeded", False) else None
+        return TestResult(False, "timeout", why or "time limit exceeded", duration_s=dur)
     if getattr(res, "memory_exceeded", False):
         return TestResult(False, "memory", "memory limit exceeded", duration_s=dur)
     if getattr(res, "output_truncated", False):
@@ -412,19 +425,25 @@ def _classify(res: Any, test: TestCase, float_tol: float | None, code: str = "")
     if res.exit_code is None and getattr(res, "error", None):
         why = clip_text(str(res.error), _CLIP)
         return TestResult(False, "sandbox_error", f"sandbox error: {why}", duration_s=dur)
+    return None
+
+
+def _exited(res: Any) -> str:
+    """Why a program's job gave no result for a call: it ended or crashed before."""
+    if res.exit_code == 0:
+        return "the program exited before the test could call it (exit code 0)"
+    sig = getattr(res, "signal", None)
+    fallback = f"killed by signal {sig}" if sig else f"exit code {res.exit_code}"
+    return _last_line(res.stderr or "") or fallback
+
+
+def _classify_stdio(res: Any, test: TestCase, float_tol: float | None) -> TestResult:
+    dur = float(getattr(res, "duration_s", 0.0) or 0.0)
+    failed = _limit_failure(res)
+    if failed is not None:
+        return failed
     if res.exit_code != 0:
-        sig = getattr(res, "signal", None)
-        fallback = f"killed by signal {sig}" if sig else f"exit code {res.exit_code}"
-        last = _last_line(stderr) or fallback
-        if test.kind == "assert" and last.startswith("AssertionError"):
-            where = _failing_line(stderr, code)
-            reason = "assertion failed" + (f": {where}" if where else "")
-            if last != "AssertionError":
-                reason += f" ({last})"
-            return TestResult(False, "wrong_answer", reason, duration_s=dur)
-        return TestResult(False, "runtime_error", last, duration_s=dur)
-    if test.kind == "assert":
-        return TestResult(True, "passed", "ok", duration_s=dur)
+        return TestResult(False, "runtime_error", _exited(res), duration_s=dur)
     actual = res.stdout or ""
     shown_e = clip_text(normalize_output(test.expected_stdout), _CLIP)
     shown_a = clip_text(normalize_output(actual), _CLIP)
@@ -444,55 +463,227 @@ def _check_inputs(solution: object, tests: object) -> list[TestCase]:
     return out
 
 
+MAX_ROUNDS = 3
+"""Rounds of program job + replay for a replayed test whose calls depend on results."""
+
+
+class _Task:
+    """One (program, test) pair on its way to a :class:`TestResult`."""
+
+    def __init__(self, test: TestCase, program: str, prelude: str) -> None:
+        self.test = test
+        self.program = program
+        self.prelude = prelude
+        self.result: TestResult | None = None
+        self.plan: Any = None
+        self.calls: list[Any] = []
+        self.run: Any = None  # the program job's ExecResult
+        self.rounds = 0
+
+
+def _discover(plans: list[tuple[Any, str]], limits: Any, sb: Any) -> dict[int, Any]:
+    """Run each replayed test once without the program's results: the calls it makes."""
+    from sandboxes import Job
+    from verifiers.assert_plans import parse_replay, replay_code
+
+    out: dict[int, Any] = {}
+    todo = []
+    for plan, prelude in plans:
+        key = (plan.code, plan.stubs, prelude, limits)
+        hit = _DISCOVERED.get(key)
+        if hit is not None:
+            out[id(plan)] = hit
+        else:
+            todo.append((plan, key, secrets.token_hex(16)))
+    if todo:
+        jobs = [
+            Job(replay_code(p, key[2], n, ()), limits=limits, results=True) for p, key, n in todo
+        ]
+        for (plan, key, nonce), res in zip(todo, sb.run_many(jobs)):
+            rep = parse_replay(res.results, nonce)
+            if rep is None or rep["status"] != "discovered" or _limit_failure(res) is not None:
+                why = _limit_failure(res) or TestResult(
+                    False, "runtime_error", f"the test itself failed: {_exited(res)}"
+                )
+                out[id(plan)] = why
+                continue
+            out[id(plan)] = rep["needed"]
+            _DISCOVERED[key] = rep["needed"]
+            while len(_DISCOVERED) > 256:
+                _DISCOVERED.pop(next(iter(_DISCOVERED)))
+    return out
+
+
+_DISCOVERED: dict[tuple, Any] = {}
+
+
 def run_tests_many(
-    items: Sequence[tuple[object, Sequence[TestCase]]],
+    items: Sequence[tuple[object, Sequence[TestCase]] | tuple[object, Sequence[TestCase], str]],
     *,
     sandbox: Any = None,
     limits: Any = None,
     entry_point: str | None = None,
     float_tol: float | None = None,
+    prelude: str = "",
 ) -> list[TestReport]:
-    """Run several ``(solution, tests)`` pairs in one ``run_many`` batch; one report each.
+    """Run several ``(solution, tests)`` pairs; one report each (see the module docstring).
 
-    A solution that does not compile gets every test marked ``syntax_error`` and runs nothing.
+    ``prelude``: trusted code put before every solution (starter-code imports and helpers); a
+    test that calls its helpers gets their real definitions. An item may bring its own as a
+    third element, ``(solution, tests, prelude)``. A solution that does not compile gets every
+    test marked ``syntax_error`` and runs nothing.
     """
-    sb = None
-    jobs: list[Any] = []
-    codes: list[str] = []
-    plan: list[tuple[str, list[tuple[TestCase, TestResult | None, int]]]] = []
-    for solution, tests in items:
+    from verifiers.assert_plans import plan_test
+
+    plan_of: dict[tuple[str, str], Any] = {}
+    tasks_by_item: list[tuple[str, list[_Task]]] = []
+    tasks: list[_Task] = []
+    for item in items:
+        solution, tests = item[0], item[1]
+        pre = str(item[2]) if len(item) > 2 else prelude  # type: ignore[misc]
         tlist = _check_inputs(solution, tests)
         build = check_compiles(solution)
-        if not build.ok:
-            res = TestResult(False, "syntax_error", build.reason)
-            plan.append((build.reason, [(t, res, -1) for t in tlist]))
-            continue
-        entries: list[tuple[TestCase, TestResult | None, int]] = []
-        for t in tlist:
-            code, stdin = build_program(str(solution), t, entry_point)
-            if t.kind == "assert":
-                tb = check_compiles(code, "<test>")
-                if not tb.ok:
-                    entries.append((t, TestResult(False, "invalid_test", tb.reason), -1))
-                    continue
-            entries.append((t, None, len(jobs)))
-            jobs.append(_make_job(code, stdin, limits))
-            codes.append(code)
-        plan.append(("", entries))
-    outs: list[Any] = []
-    if jobs:
-        sb = _default_sandbox(sandbox)
-        outs = list(sb.run_many(jobs))
-        if len(outs) != len(jobs):
-            raise RuntimeError(f"sandbox returned {len(outs)} results for {len(jobs)} jobs")
+        program = f"{pre.rstrip()}\n\n{solution}" if pre.strip() else str(solution)
+        if build.ok and program is not solution:
+            build = check_compiles(program)
+        mine = [_Task(t, program, pre) for t in tlist]
+        for task in mine:
+            case = task.test
+            if not build.ok:
+                task.result = TestResult(False, "syntax_error", build.reason)
+            elif case.kind == "assert":
+                plan = plan_of.get((case.code, pre))
+                if plan is None:
+                    plan = plan_of[case.code, pre] = plan_test(case.code, entry_point, pre)
+                task.plan = plan
+                if plan.error:
+                    task.result = TestResult(False, "invalid_test", plan.error)
+                else:
+                    task.calls = list(plan.calls)
+        tasks_by_item.append((build.reason if not build.ok else "", mine))
+        tasks.extend(mine)
+    live = [t for t in tasks if t.result is None]
+    sb = _default_sandbox(sandbox) if live else None
+    direct = [t for t in live if t.plan is None or t.plan.static]
+    replayed = [t for t in live if t.plan is not None and not t.plan.static]
+    if not replayed:
+        _run_programs(direct, limits, float_tol, sb)
+    else:
+        # Replayed tests take rounds (discovery, the program, the test); the others need one
+        # batch, which runs meanwhile on the same workers.
+        with ThreadPoolExecutor(1) as ex:
+            pending = ex.submit(_run_programs, direct, limits, float_tol, sb) if direct else None
+            _replayed_rounds(replayed, limits, float_tol, sb)
+            if pending is not None:
+                pending.result()
     reports = []
-    for err, entries in plan:
-        results = tuple(
-            fixed if fixed is not None else _classify(outs[j], t, float_tol, codes[j])
-            for t, fixed, j in entries
-        )
-        reports.append(TestReport(results, err))
+    for err, mine in tasks_by_item:
+        results = tuple(t.result for t in mine)  # type: ignore[misc]
+        reports.append(TestReport(results, err))  # type: ignore[arg-type]
     return reports
+
+
+def _run_programs(tasks: list[_Task], limits: Any, float_tol: float | None, sb: Any) -> list[_Task]:
+    """One batch of program jobs; decides stdio and static tests, returns the replayed ones
+    whose program ran (their test comes next)."""
+    from sandboxes import Job
+
+    if not tasks:
+        return []
+    jobs = [
+        Job(t.program, t.test.stdin, limits)
+        if t.test.kind == "stdio"
+        else Job(t.program, "", limits, calls=tuple(t.calls))
+        for t in tasks
+    ]
+    outs = list(sb.run_many(jobs))
+    if len(outs) != len(jobs):
+        raise RuntimeError(f"sandbox returned {len(outs)} results for {len(jobs)} jobs")
+    replays = []
+    for t, res in zip(tasks, outs):
+        t.run = res
+        if t.test.kind == "stdio":
+            t.result = _classify_stdio(res, t.test, float_tol)
+        elif _limit_failure(res) is not None:
+            t.result = _limit_failure(res)
+        elif t.plan.static:
+            t.result = _static_result(t, res)
+        else:
+            replays.append(t)
+    return replays
+
+
+def _replayed_rounds(tasks: list[_Task], limits: Any, float_tol: float | None, sb: Any) -> None:
+    """Discovery, then rounds of program jobs and replays until every test is decided."""
+    found = _discover(list({id(t.plan): (t.plan, t.prelude) for t in tasks}.values()), limits, sb)
+    for t in tasks:
+        got = found[id(t.plan)]
+        if isinstance(got, TestResult):
+            t.result = got
+        else:
+            t.calls = list(got)
+    while True:
+        todo = [t for t in tasks if t.result is None and t.run is None]
+        if not todo:
+            return
+        replays = _run_programs(todo, limits, float_tol, sb)
+        if replays:
+            _replay_round(replays, limits, sb)
+
+
+def _static_result(task: _Task, res: Any) -> TestResult:
+    from verifiers.assert_plans import static_verdict
+
+    calls = res.calls if len(res.calls) == len(task.calls) else (None,) * len(task.calls)
+    out = static_verdict(task.plan, calls)
+    dur = float(res.duration_s or 0.0)
+    if out.status == "missing":
+        return TestResult(False, "runtime_error", _exited(res), duration_s=dur)
+    return TestResult(out.passed, out.status, out.reason, duration_s=dur)  # type: ignore[arg-type]
+
+
+def _replay_round(tasks: list[_Task], limits: Any, sb: Any) -> None:
+    """Run the replayed tests over their program jobs' results; tests that met calls not yet
+    made go to another round (their program job runs again, with those calls too)."""
+    from sandboxes import Job
+    from verifiers.assert_plans import parse_replay, record_of, replay_code
+
+    nonces = [secrets.token_hex(16) for _ in tasks]
+    jobs = []
+    for t, nonce in zip(tasks, nonces):
+        got = t.run.calls if len(t.run.calls) == len(t.calls) else (None,) * len(t.calls)
+        missing = _exited(t.run)
+        table = [(c, record_of(r, missing)) for c, r in zip(t.calls, got)]
+        jobs.append(Job(replay_code(t.plan, t.prelude, nonce, table), limits=limits, results=True))
+    for t, nonce, res in zip(tasks, nonces, sb.run_many(jobs)):
+        dur = float(t.run.duration_s or 0.0)
+        rep = parse_replay(res.results, nonce)
+        failed = _limit_failure(res)
+        if failed is not None:
+            t.result = failed
+        elif rep is None:
+            t.result = TestResult(
+                False, "runtime_error", f"the test did not finish: {_exited(res)}"
+            )
+        elif rep["missing"]:
+            t.result = TestResult(False, "runtime_error", rep["missing"], duration_s=dur)
+        elif rep["needed"]:
+            t.rounds += 1
+            if t.rounds >= MAX_ROUNDS:
+                why = f"the test needs more than {MAX_ROUNDS} rounds of calls"
+                t.result = TestResult(False, "runtime_error", why, duration_s=dur)
+            else:
+                known = {repr(c.to_json()) for c in t.calls}
+                t.calls += [c for c in rep["needed"] if repr(c.to_json()) not in known]
+                t.run = None  # run the program again, with the new calls
+        elif rep["status"] == "pass":
+            t.result = TestResult(True, "passed", "ok", duration_s=dur)
+        elif rep["status"] == "fail":
+            t.result = TestResult(False, "wrong_answer", rep["reason"], duration_s=dur)
+        else:
+            t.result = TestResult(
+                False, "runtime_error", rep["reason"] or rep["status"], duration_s=dur
+            )
 
 
 def run_tests(
@@ -503,8 +694,10 @@ def run_tests(
     limits: Any = None,
     entry_point: str | None = None,
     float_tol: float | None = None,
+    prelude: str = "",
 ) -> TestReport:
-    """Run ``solution`` against ``tests`` (one ``run_many`` batch) and report per test.
+    """Run ``solution`` against ``tests`` and report per test (``prelude``: see
+    :func:`run_tests_many`).
 
     >>> rep = run_tests("print(int(input()) * 2)", [TestCase.io("2", "4"), TestCase.io("3", "7")])
     >>> rep.pass_rate, rep.results[1].reason
@@ -518,6 +711,7 @@ def run_tests(
         limits=limits,
         entry_point=entry_point,
         float_tol=float_tol,
+        prelude=prelude,
     )[0]
 
 
@@ -529,6 +723,7 @@ def pass_rate(
     limits: Any = None,
     entry_point: str | None = None,
     float_tol: float | None = None,
+    prelude: str = "",
 ) -> float:
     """Share of ``tests`` that ``solution`` passes (the code team reward ``p_k``).
 
@@ -542,6 +737,7 @@ def pass_rate(
         limits=limits,
         entry_point=entry_point,
         float_tol=float_tol,
+        prelude=prelude,
     ).pass_rate
 
 
@@ -591,8 +787,10 @@ def check_deterministic(
     build = check_compiles(code)
     if not build.ok:
         return Check(False, build.reason)
+    from sandboxes import Job
+
     sb = _default_sandbox(sandbox)
-    outs = list(sb.run_many([_make_job(str(code), stdin, limits) for _ in range(runs)]))
+    outs = list(sb.run_many([Job(str(code), stdin, limits) for _ in range(runs)]))
     for r in outs:
         if r.timed_out:
             return Check(False, "timed out")

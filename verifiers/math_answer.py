@@ -22,8 +22,9 @@ sympy and no subprocess (tens of thousands of gradings per second). Everything e
 persistent pool of worker processes (:mod:`verifiers._math_pool`), because math-verify's own
 timeouts use ``signal.alarm`` (main thread only) and some sympy work cannot be interrupted at all:
 each grading has a deadline (``timeout_s``), after which the worker is killed and replaced and the
-grading is ``False`` with reason ``"grading timed out ..."``. So grading is bounded in time from
-any thread. Inputs are capped first: answers longer than ``MAX_ANSWER_CHARS`` or nested deeper
+grading is ``False`` with reason ``"grading timed out ..."`` (and ``transient``: not cached, a
+later grading tries again). So grading is bounded in time from any thread. The workers are
+isolated like the sandbox's servers (model-written LaTeX goes through sympy there). Inputs are capped first: answers longer than ``MAX_ANSWER_CHARS`` or nested deeper
 than ``MAX_NESTING`` are not graded (``False`` with the reason), and nothing echoes a huge input.
 Bad model output never raises; a wrong argument type for ``gold`` raises ``TypeError``.
 """
@@ -88,7 +89,8 @@ class MathGrade:
     ``extracted`` is the prediction's answer text as found (clipped for display), ``normalized``
     and ``gold_normalized`` the parsed forms that were compared, and ``method`` says which path
     decided: ``"fast"`` (exact rationals), ``"math_verify"`` (worker process) or ``"none"``
-    (nothing was compared, e.g. no answer found).
+    (nothing was compared, e.g. no answer found). ``transient``: the grader failed (timed out,
+    crashed) rather than the answer; such a grade is not cached.
     """
 
     correct: bool
@@ -97,6 +99,7 @@ class MathGrade:
     normalized: str | None = None
     gold_normalized: str | None = None
     method: str = "none"
+    transient: bool = False
 
 
 # ---------------------------------------------------------------- extraction
@@ -423,6 +426,7 @@ def _from_worker(msg: dict, shown: str) -> MathGrade:
         msg.get("pn"),
         msg.get("gn"),
         str(msg.get("m", "math_verify")),
+        bool(msg.get("transient")),
     )
 
 
@@ -472,7 +476,7 @@ def grade_many(
             answers = the_pool.grade([Task(p, g, d) for p, g, d in todo], timeout_s=timeout_s)
             with _CACHE_LOCK:
                 for key, msg in zip(todo, answers):
-                    if "failed to start" not in str(msg.get("r", "")):
+                    if not msg.get("transient"):  # a timeout is not a wrong answer
                         _CACHE[key] = msg
                         if len(_CACHE) > _CACHE_SIZE:
                             _CACHE.popitem(last=False)

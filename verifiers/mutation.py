@@ -21,11 +21,14 @@ until ``max_mutants`` distinct mutants exist; a mutant whose source text equals 
 an earlier mutant) after ``ast.unparse`` is dropped as equivalent, and one that does not compile
 is dropped. So the set is deterministic given ``(source, seed, max_mutants)``.
 
-:func:`mutation_score` runs the golden solution on every test, keeps the tests it passes, runs
-every mutant on those tests (one ``run_many`` batch, with a short time limit derived from the
-golden run), and counts a mutant as killed when at least one kept test fails on it (a wrong
-answer, crash, timeout or memory error all count). ``score = killed / mutants``. The tester's
-coverage sub-score is then ``min(1, score / 0.60)`` (:func:`coverage_score`).
+:func:`mutation_score` runs the golden solution on every test and keeps the tests it passes.
+Then the golden solution and every mutant run on those tests in one batch under the *same*
+conditions: the same short time limit (derived from the golden run) and the same source
+formatting (the golden solution is printed by ``ast.unparse`` like the mutants), so a test cannot
+tell the golden run from a mutant's by its limits or its source layout. A mutant is killed when
+a kept test that the golden solution passes in that batch fails on it (a wrong answer, crash,
+timeout or memory error all count). ``score = killed / mutants``. The tester's coverage
+sub-score is then ``min(1, score / 0.60)`` (:func:`coverage_score`).
 """
 
 from __future__ import annotations
@@ -368,11 +371,13 @@ def mutation_score(
     entry_point: str | None = None,
     float_tol: float | None = None,
     mutants: Sequence[Mutant] | None = None,
+    prelude: str = "",
 ) -> MutationReport:
     """Share of mutants of ``golden_source`` killed by ``tests`` (see the module docstring).
 
     ``mutants`` are precomputed mutants of ``golden_source`` (e.g. cached per problem, since they
     do not depend on the tests); by default ``make_mutants(golden_source, seed, max_mutants)``.
+    ``prelude``: trusted code run before the golden solution and every mutant (not mutated).
 
     >>> gold = "def f(x):\\n    if x > 0:\\n        return 2 * x\\n    return 0\\n"
     >>> strong = [TestCase.asserts(f"assert f({v}) == {max(0, 2 * v)}") for v in (-1, 0, 1, 5)]
@@ -394,6 +399,7 @@ def mutation_score(
         limits=limits,
         entry_point=entry_point,
         float_tol=float_tol,
+        prelude=prelude,
     )
     mask = gold.passed_mask
     keep = [i for i, ok in enumerate(mask) if ok]
@@ -410,21 +416,34 @@ def mutation_score(
     golden_max = max(gold.results[i].duration_s for i in keep)
     short = _short_limits(limits, golden_max, mutant_floor_s)
     kept_tests = [tlist[i] for i in keep]
-    reports = run_tests_many(
-        [(m.source, kept_tests) for m in mutants],
+    reference, *reports = run_tests_many(
+        [(_unparsed(golden_source), kept_tests)] + [(m.source, kept_tests) for m in mutants],
         sandbox=sandbox,
         limits=short,
         entry_point=entry_point,
         float_tol=float_tol,
+        prelude=prelude,
     )
+    fair = [j for j, r in enumerate(reference.results) if r.passed]
+    if not fair:
+        why = "the golden solution passes none of the tests under the mutants' limits"
+        return MutationReport(0.0, 0, 0, False, why, mask)
     results = []
     for m, rep in zip(mutants, reports):
-        by = tuple(keep[j] for j, r in enumerate(rep.results) if not r.passed)
+        by = tuple(keep[j] for j in fair if not rep.results[j].passed)
         results.append(MutantResult(m, bool(by), by))
     killed = sum(r.killed for r in results)
     return MutationReport(
         killed / len(results), killed, len(results), True, "ok", mask, tuple(results)
     )
+
+
+def _unparsed(source: str) -> str:
+    """``source`` printed the way the mutants are (``ast.unparse``)."""
+    try:
+        return ast.unparse(quiet_parse(source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return source
 
 
 def coverage_score(mut_score: float, tau: float = TAU_MUT) -> float:

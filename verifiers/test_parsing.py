@@ -24,7 +24,7 @@ import ast
 import re
 from functools import lru_cache
 
-from verifiers.code_tests import TestCase, check_compiles, quiet_parse
+from verifiers.code_tests import TestCase, bounded_parse, check_compiles
 from verifiers.extract import code_from_answer, extract_code_block
 
 __all__ = [
@@ -53,8 +53,10 @@ _EXIT_NAMES = {"exit", "quit", "_exit", "abort"}
 
 # ---------------------------------------------------------------------- stdin / stdout pairs
 
+# No two neighbouring parts can match the same characters (no backtracking blow-up on long
+# runs of blanks: the pattern is linear in the line length).
 _MARK = re.compile(
-    r"^[ \t>#]*\*{0,2}[ \t]*test[ \t]+(input|output)[ \t]*\*{0,2}[ \t]*:[ \t]*\*{0,2}",
+    r"^[ \t>#]*(?:\*{1,2}[ \t]*)?test[ \t]+(input|output)[ \t]*(?:\*{1,2}[ \t]*)?:[ \t]*\**",
     re.IGNORECASE | re.MULTILINE,
 )
 _FENCED = re.compile(
@@ -183,9 +185,12 @@ def parse_assert_tests(
             return [], "no python code block with assert statements found"
         code = "\n".join(lines)
     try:
-        tree = quiet_parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        return [], f"the test code does not parse: {type(exc).__name__}"
+        tree = bounded_parse(code)
+    except SyntaxError as exc:
+        return (
+            [],
+            f"the test code does not parse: {exc.msg if exc.lineno is None else 'SyntaxError'}",
+        )
     setup: list[ast.stmt] = []
     checks: list[ast.stmt] = []
     problems: list[str] = []
@@ -213,11 +218,15 @@ def parse_assert_tests(
     if len(checks) > max_tests:
         problems.append(f"{len(checks)} tests; at most {max_tests} count")
         checks = checks[:max_tests]
-    head = ast.unparse(ast.Module(body=setup, type_ignores=[])) if setup else ""
-    tests = []
-    for k, stmt in enumerate(checks):
-        body = ast.unparse(stmt)
-        tests.append(TestCase.asserts(f"{head}\n{body}" if head else body, f"test {k + 1}"))
+    try:  # (the tree is at most 60 levels deep: ast.unparse cannot overflow)
+        head = ast.unparse(ast.Module(body=setup, type_ignores=[])) if setup else ""
+        bodies = [ast.unparse(stmt) for stmt in checks]
+    except (RecursionError, ValueError) as exc:
+        return [], f"the test code cannot be read back: {type(exc).__name__}"
+    tests = [
+        TestCase.asserts(f"{head}\n{body}" if head else body, f"test {k + 1}")
+        for k, body in enumerate(bodies)
+    ]
     return tests, "; ".join(dict.fromkeys(problems))
 
 
@@ -253,9 +262,9 @@ def _split_assert_block(text: str | None, max_tests: int) -> tuple[tuple[TestCas
     if not built.ok:
         return (), f"the tests do not compile: {built.reason}"
     try:
-        tree = quiet_parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return (), "the tests do not parse"
+        tree = bounded_parse(code)
+    except SyntaxError:
+        return (), "the tests do not parse (or are nested too deeply)"
     asserts = [n for n in tree.body if isinstance(n, ast.Assert)]
     if not asserts:
         if not any(isinstance(n, ast.Assert) for n in ast.walk(tree)):

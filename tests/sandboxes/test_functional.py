@@ -349,7 +349,16 @@ def test_unisolated_opt_in_warns_and_runs(caplog):
         )
         assert r.stdout == "7\n" and r.ok
         assert_no_strays(sb)
-        assert sb.run("print(sum([1, 2]))").stdout == "3\n"
+        # the server shares this process's IPC namespace: it must not clean it up after jobs
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        shm = libc.shmget(0, 4096, 0o1600)  # IPC_PRIVATE | IPC_CREAT
+        try:
+            assert sb.run("print(sum([1, 2]))").stdout == "3\n"
+            assert str(shm) in Path("/proc/sysvipc/shm").read_text().split()
+        finally:
+            libc.shmctl(shm, 0, None)  # IPC_RMID
     finally:
         sb.close()
 

@@ -9,7 +9,6 @@ import pytest
 import sandboxes
 from verifiers.code_tests import (
     TestCase,
-    build_program,
     check_compiles,
     check_deterministic,
     compiles,
@@ -69,14 +68,13 @@ def test_testcase_validation():
     assert TestCase(**t.to_dict()) == t
 
 
-def test_build_program_check_autocall():
+def test_check_function_is_applied_to_the_entry_point(sandbox):
     sol = "def f(x):\n    return x\n"
-    check = TestCase.asserts("def check(candidate):\n    assert candidate(1) == 1\n")
-    code, stdin = build_program(sol, check, "f")
-    assert code.rstrip().endswith("check(f)") and stdin == ""
+    uncalled = TestCase.asserts("def check(candidate):\n    assert candidate(1) == 1\n")
     called = TestCase.asserts("def check(c):\n    assert c(1) == 1\ncheck(f)\n")
-    assert build_program(sol, called, "f")[0].count("check(f)") == 1
-    assert "check(" not in build_program(sol, TestCase.asserts("assert f(2) == 2"), "f")[0]
+    wrong = TestCase.asserts("def check(c):\n    assert c(1) == 2\n")
+    rep = run_tests(sol, [uncalled, called, wrong], sandbox=sandbox, entry_point="f")
+    assert rep.passed_mask == (True, True, False)
 
 
 def test_split_check_function():
@@ -104,7 +102,9 @@ def _res(**kw):
 
 
 def test_classification_reasons(fake_sandbox):
-    tests = [TestCase.io("", "5")] * 7 + [TestCase.asserts("assert f() == 1")]
+    from sandboxes.calls import CallResult
+
+    tests = [TestCase.io("", "5")] * 7 + [TestCase.asserts("assert f() == 1")] * 3
     tb = 'Traceback (most recent call last):\n  File "<string>", line 3, in <module>\n'
     sb = fake_sandbox(
         [
@@ -115,20 +115,26 @@ def test_classification_reasons(fake_sandbox):
             _res(exit_code=None, memory_exceeded=True),
             _res(stdout="5" * 100, output_truncated=True),
             _res(exit_code=None, error="worker died"),
-            _res(exit_code=1, stderr=tb + "    assert f() == 1\nAssertionError\n"),
+            _res(calls=(CallResult("ok", 2),)),
+            _res(calls=(CallResult("exc", exc_type="KeyError", message="'k'"),)),
+            # an exit code of 0 proves nothing: the test's result is missing
+            _res(stderr=tb + "AssertionError\n"),
         ]
     )
-    rep = run_tests("print(5)", tests, sandbox=sb)
+    rep = run_tests("def f(): pass", tests, sandbox=sb)
     got = [(r.status, r.reason) for r in rep.results]
     assert got[0] == ("passed", "ok")
     assert got[1] == ("wrong_answer", "wrong answer: expected '5', got '6'")
     assert got[2] == ("runtime_error", "ZeroDivisionError: division by zero")
     assert got[3][0] == "timeout" and got[4][0] == "memory" and got[5][0] == "output_limit"
     assert got[6] == ("sandbox_error", "sandbox error: worker died")
-    assert got[7] == ("wrong_answer", "assertion failed: assert f() == 1")
-    assert rep.n_passed == 1 and rep.pass_rate == pytest.approx(1 / 8)
+    assert got[7] == ("wrong_answer", "assertion failed: assert f() == 1; the program returned 2")
+    assert got[8] == ("runtime_error", "KeyError: 'k'")
+    assert got[9][0] == "runtime_error" and "exited before the test" in got[9][1]
+    assert rep.n_passed == 1 and rep.pass_rate == pytest.approx(1 / 10)
     assert rep.results[1].expected == "5" and rep.results[1].actual == "6"
-    assert [r.crashed for r in rep.results] == [False, False, True, True, True, True, True, False]
+    crashed = [r.crashed for r in rep.results]
+    assert crashed == [False, False, True, True, True, True, True, False, True, True]
 
 
 def test_long_outputs_are_clipped(fake_sandbox):

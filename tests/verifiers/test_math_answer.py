@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -234,3 +238,89 @@ def test_integer_fast_path_throughput():
     assert sum(g.correct for g in out) == 2000
     assert all(g.method == "fast" for g in out)
     assert len(pairs) / dt > 1000
+
+
+# ---------------------------------------------------------------- the grader process
+
+
+def _worker_pid(pool) -> int:
+    """The grading process itself (below bubblewrap and its init, when bwrap is there)."""
+    (w,) = list(pool._all)
+    todo, found = [w.proc.pid], []
+    while todo:
+        pid = todo.pop()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if argv[0] == sys.executable.encode() and b"math-worker" in argv[-3]:
+            found.append(pid)
+        todo += map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_grader_runs_isolated_without_the_callers_environment(monkeypatch):
+    from verifiers._math_pool import MathPool
+
+    monkeypatch.setenv("MAS_TEST_SECRET", "do-not-leak")
+    pool = MathPool(1)
+    try:
+        pool.warmup()  # (a grading may come from the result cache)
+        assert grade(r"\boxed{\sqrt{49} + x - x}", "7", pool=pool).correct
+        pid = _worker_pid(pool)
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        assert b"do-not-leak" not in environ and b"MAS_TEST_SECRET" not in environ
+        if os.geteuid() == 0:
+            assert os.stat(f"/proc/{pid}").st_uid != 0  # a uid of its own, not root
+    finally:
+        pool.close()
+
+
+def test_timeouts_are_not_cached_as_wrong_answers(pool):
+    from verifiers.math_answer import _CACHE
+
+    tower = r"\boxed{9^{9^{9^{9^{9}}}}}"
+    first = grade(tower, "3", timeout_s=1.0, pool=pool)
+    assert first.transient and "timed out" in first.reason
+    assert not any(k[0] == "9^{9^{9^{9^{9}}}}" for k in _CACHE)
+    second, dt = _timed(grade, tower, "3", timeout_s=1.0, pool=pool)
+    assert second.transient and dt >= 0.9  # graded again, not served from a cache
+
+
+HOST = """
+import sys
+sys.path.insert(0, ROOT)
+from verifiers._math_pool import MathPool
+from verifiers.math_answer import grade
+pool = MathPool(1)
+print(grade(r"\\boxed{\\sqrt{4}}", "2", pool=pool).correct, flush=True)
+print(list(pool._all)[0].proc.pid, flush=True)
+grade(r"\\boxed{9^{9^{9^{9^{9}}}}}", "1", timeout_s=600, pool=pool)
+"""
+
+
+def test_grader_dies_with_its_host():
+    """SIGKILL the host in the middle of an endless grading: the grader goes with it."""
+    script = HOST.replace("ROOT", repr(str(Path(__file__).resolve().parents[2])))
+    host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert host.stdout.readline().strip() == "True"  # type: ignore[union-attr]
+        top = int(host.stdout.readline())  # type: ignore[union-attr]
+        kids = Path(f"/proc/{top}/task/{top}/children").read_text().split()
+        graders = [top, *map(int, kids)]
+        time.sleep(1.0)  # busy with the tower now
+    finally:
+        host.kill()
+        host.wait()
+    deadline = time.monotonic() + 10
+    alive = graders
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in graders if _running(p)]
+        time.sleep(0.1)
+    assert not alive
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

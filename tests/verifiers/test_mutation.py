@@ -153,3 +153,36 @@ def test_humaneval_handful(sandbox):
     a = mutation_score(whole.golden_solution, list(whole.tests), sandbox, max_mutants=15)
     b = mutation_score(split.golden_solution, list(split.tests), sandbox, max_mutants=15)
     assert a.killed == b.killed and a.total == b.total
+
+
+def test_golden_and_mutants_run_alike(sandbox):
+    """The mutants' batch runs the golden program too, printed the same way and under the same
+    limits, and only tests it passes there can kill: a test cannot tell the runs apart by
+    their limits (nor by the golden program's layout)."""
+    seen = []
+
+    class Spy:
+        def run_many(self, jobs):
+            jobs = list(jobs)
+            seen.append(jobs)
+            return sandbox.run_many(jobs)
+
+    gold = "def f(x):\n    # a comment only the golden source has\n    return 2 * x\n"
+    rep = mutation_score(gold, [TestCase.asserts("assert f(3) == 6")], Spy(), max_mutants=5)
+    assert rep.available and rep.total > 0
+    batch = seen[-1]
+    assert len(batch) == 1 + rep.total
+    assert len({job.limits for job in batch}) == 1  # one set of limits for all
+    assert "comment" not in batch[0].code and batch[0].code == ast.unparse(ast.parse(gold))
+
+
+def test_tests_that_detect_the_run_kill_nothing(sandbox):
+    """The old forgery: asserting on RLIMIT_CPU, which mutants used to get lower."""
+    gold = "def f(x):\n    return 2 * x\n"
+    cheat = TestCase.asserts(
+        "import resource\n"
+        "assert f(3 if resource.getrlimit(resource.RLIMIT_CPU)[0] >= 5 else 0) == 6"
+    )
+    rep = mutation_score(gold, [cheat], sandbox, max_mutants=8)
+    honest = mutation_score(gold, [TestCase.asserts("assert f(3) == 6")], sandbox, max_mutants=8)
+    assert rep.killed <= honest.killed

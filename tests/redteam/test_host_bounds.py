@@ -1,0 +1,191 @@
+"""No completion, up to an env's size limit, makes ``env.step`` raise or spend more than 2 s of
+host CPU time outside the sandbox; and each host-side parser and grader has a bound, tested."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import envs
+import sandboxes
+from envs.pools import PoolItem, QuestionPool
+from verifiers.assert_plans import plan_test
+from verifiers.code_tests import TestCase, run_tests
+from verifiers.host_eval import MAX_STEPS
+from verifiers.test_parsing import parse_assert_tests, parse_stdin_tests, split_assert_block
+
+from .attacks import CLIP, INC, SUM
+
+LIMIT = 200_000  # EnvConfig.max_completion_chars
+
+
+def _fill(unit: str, head: str = "", tail: str = "") -> str:
+    n = LIMIT - len(head) - len(tail)
+    return head + (unit * (n // len(unit) + 1))[:n] + tail
+
+
+HOSTILE = {
+    "blanks": _fill(" \t"),
+    "backticks": _fill("`"),
+    "fence_lines": _fill("```\n"),
+    "braces": _fill("{"),
+    "boxes": _fill("\\boxed{"),
+    "tags": _fill("<answer>"),
+    "test_markers": _fill("**Test Input:**\n1\n**Test Output:**\n"),
+    "asserts": _fill("assert clip(1, 0, 2) == 1\n", "```python\n", "\n```"),
+    "deep_minus": "```python\nassert clip([], 0, 1) == " + "-" * 150_000 + "1\n```",
+    "plus_chain": "```python\nassert clip(1, 0, 2) == 1" + "+1" * 99_000 + "\n```",
+    "defs": _fill("def clip(x, lo, hi):\n    return x\n", "```python\n", "\n```"),
+    "nested_lists": "```python\nassert clip(" + "[" * 55 + "]" * 55 + ", 0, 1) == 1\n```",
+    "huge_int": "```python\nassert clip(1, 0, 2) == 10 ** 10 ** 10\n```",
+    "long_loop": "```python\nfor i in range(10 ** 9):\n    assert clip(i, 0, 5) == min(i, 5)\n```",
+    "verdicts": _fill("Verdict: correct\nVerdict: incorrect\n"),
+}
+
+
+def _pool() -> QuestionPool:
+    items = [PoolItem(f"What is {i} + {i}?", kind="math", answer=str(2 * i)) for i in range(20)]
+    return QuestionPool(items, seed_set="bounds")
+
+
+def _env(name: str, sb):
+    if name == "code_function":
+        env = envs.make("code", sandbox=sb, max_turns=2)
+        env.reset(options={"instance": CLIP})
+    elif name == "code_stdin":
+        env = envs.make("code", sandbox=sb, max_turns=1)
+        env.reset(options={"instance": SUM})
+    elif name == "math":
+        env = envs.make("math", sandbox=sb, max_turns=1)
+        env.reset(options={"instance": {"question": "What is 6 * 7?", "answer": "42"}})
+    elif name in ("mae", "sage"):
+        env = envs.make(
+            name,
+            sandbox=sb,
+            pool=_pool(),
+            **({"num_answers": 1} if name == "mae" else {"num_samples": 1}),
+        )
+        env.reset(options={"instance": INC})
+    else:
+        env = envs.make("marsrl", sandbox=sb, max_steps=3)
+        env.reset(options={"instance": {"question": "What is 6 * 7?", "answer": "42"}})
+    return env
+
+
+@pytest.fixture
+def sb(local_sandbox):
+    return local_sandbox
+
+
+@pytest.mark.parametrize(
+    "setting", ["code_function", "code_stdin", "math", "mae", "sage", "marsrl"]
+)
+def test_no_completion_raises_or_stalls_the_host(setting, sb):
+    worst = (0.0, "")
+    for name, text in HOSTILE.items():
+        assert len(text) <= LIMIT
+        env = _env(setting, sb)
+        for _ in range(4):
+            agent = env.agent_selection
+            if env.terminations[agent] or env.truncations[agent]:
+                break
+            cpu = time.process_time()
+            env.step(text)  # never raises
+            used = time.process_time() - cpu
+            worst = max(worst, (used, f"{name} as {agent}"))
+    assert worst[0] < 2.0, worst
+
+
+# ---------------------------------------------------------------- one bound each
+
+
+def test_deeply_nested_tester_answer_is_a_format_failure():
+    """The 445-character answer that made ast.unparse raise RecursionError."""
+    tests, problem = parse_assert_tests("```python\nassert f([]) == " + "-" * 400 + "1\n```", "f")
+    assert tests == [] and "nested deeper" in problem
+    tests, problem = parse_assert_tests(
+        "```python\nassert f(1) == 1" + "+1" * 60_000 + "\n```", "f"
+    )
+    assert tests == [] and "does not parse" in problem
+    assert split_assert_block("assert f(1) == " + "-" * 400 + "1")[0] == ()
+
+
+@pytest.mark.parametrize("unit", [" ", "\t ", "> ", "**", "```\n", "~~~\n"])
+def test_stdin_test_parsing_is_linear(unit):
+    text = "**Test Input:**" + unit * (LIMIT // len(unit))
+    cpu = time.process_time()
+    parse_stdin_tests(text)
+    assert time.process_time() - cpu < 0.5
+
+
+def test_crafted_stderr_costs_the_host_nothing(sb):
+    """Tracebacks are not parsed any more: 1 MB of fake frames on stderr is just a failure."""
+    frame = '  File "main.py", line 1, in <module>\n    assert f() == 1\n'
+    prog = f"import sys\nsys.stderr.write({frame!r} * 20_000)\nraise AssertionError\n"
+    lim = sandboxes.Limits(wall_s=5, cpu_s=5, max_output_bytes=1 << 20)
+    cpu = time.process_time()
+    rep = run_tests(prog, [TestCase.asserts("assert f() == 1")] * 4, sandbox=sb, limits=lim)
+    assert not any(r.passed for r in rep.results)
+    assert time.process_time() - cpu < 0.5
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "assert f(1) == 10 ** 10 ** 10",  # a huge expected value
+        "assert f(1) == [0] * 10 ** 9",  # a huge expected list
+        "for i in range(10 ** 9):\n    assert f(i) == i",  # too many steps
+        "x = 1\n" * (MAX_STEPS + 10) + "assert f(x) == 1",  # too many statements
+        "assert f(1) == 1 << (1 << 40)",
+        "assert f('a' * 10 ** 6) == 'a'.join(['b'] * 10 ** 6)",
+    ],
+)
+def test_host_evaluation_is_bounded(code):
+    """Beyond a bound the host does not evaluate the test (it goes to a sandbox job)."""
+    cpu = time.process_time()
+    plan = plan_test(code, "f", "")
+    assert not plan.static and ("more than" in plan.why or "too large" in plan.why), plan
+    assert time.process_time() - cpu < 1.0
+
+
+def test_math_grader_deadlines_cover_writes():
+    """A worker stuck on one grading must not block the requests written behind it: the old
+    pool blocked writing (64 KiB pipe) with no deadline, for as long as the grading took."""
+    from verifiers._math_pool import MathPool
+    from verifiers.math_answer import grade_many
+
+    pool = MathPool(1)
+    try:
+        long_ok = "\\boxed{" + "+".join(["\\frac{1}{2}"] * 120) + "}"
+        pairs = [("\\boxed{9^{9^{9^{9^{9}}}}}", "1")] + [(long_ok, "60")] * 15
+        t = time.perf_counter()
+        out = grade_many(pairs, timeout_s=2.0, pool=pool)
+        wall = time.perf_counter() - t
+        assert out[0].transient and "timed out" in out[0].reason
+        assert wall < 60, wall
+    finally:
+        pool.close()
+
+
+BIG = {
+    "prompt": "Write f(n): a list of n empty lists.",
+    "style": "function",
+    "entry_point": "f",
+    "solution": "def f(n):\n    return [[] for _ in range(n)]\n",
+    "tests": ["assert f(2) == [[], []]", "assert f(0) == []"],
+}
+
+
+def test_huge_results_cost_the_host_little(local_sandbox):
+    """The tester asks for results of about a megabyte from the golden program, twice, and
+    from every mutant: decoding them is bounded by the results channel's size."""
+    env = envs.make("code", sandbox=local_sandbox, max_turns=2)
+    env.reset(options={"instance": BIG})
+    env.step("```python\ndef f(n):\n    return [[] for _ in range(n)]\n```")
+    tests = "".join(f"assert f({130_000 + i}) == []\n" for i in range(5))  # ~1 MB each
+    cpu = time.process_time()
+    env.step(f"```python\n{tests}```")
+    assert time.process_time() - cpu < 2.0
+    parts = env.infos["tester"]["reward_parts"]
+    assert parts["components"]["valid"] == 0.0  # the golden program fails them (too big)

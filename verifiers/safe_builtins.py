@@ -1,0 +1,322 @@
+"""What the host evaluator (:mod:`verifiers.host_eval`) may call, and the guards around it.
+
+A test evaluated on the host may use a fixed list of pure built-ins (``abs``, ``len``,
+``sorted``, ``sum``, ``isinstance``, constructors of the built-in types, ...), the modules
+``math``, ``json`` and ``string`` (selected names), some side-effect-free methods of ``str``,
+``list``, ``tuple``, ``dict`` and ``set``, and Python's operators. Each is wrapped so that it
+cannot make a value larger than ``MAX_ITEMS`` items or ``MAX_INT_BITS`` bits (a range, a
+repetition, a power, a shift, a join, a replace): past a bound :class:`TooExpensive` is raised
+and the test is not evaluated on the host. Anything else is :class:`Unsupported`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import operator
+import string
+from collections.abc import Callable
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+MAX_ITEMS = 100_000
+"""Largest container, string or range the evaluator makes."""
+MAX_INT_BITS = 100_000
+"""Largest integer (in bits) the evaluator makes."""
+
+
+class Unsupported(Exception):
+    """The test uses something the host evaluator does not evaluate."""
+
+
+class TooExpensive(Unsupported):
+    """Evaluating the test would exceed a bound."""
+
+
+def _size(x: Any) -> int:
+    if isinstance(x, str | bytes | list | tuple | dict | set | frozenset | range):
+        return len(x)
+    return 0
+
+
+def _check_size(x: Any) -> Any:
+    if _size(x) > MAX_ITEMS:
+        raise TooExpensive(f"a value of more than {MAX_ITEMS} items")
+    if type(x) is int and x.bit_length() > MAX_INT_BITS:
+        raise TooExpensive(f"an integer of more than {MAX_INT_BITS} bits")
+    return x
+
+
+def _consuming(fn: Callable) -> Callable:
+    """A builtin whose iterable arguments are checked for size first (ranges, mostly)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        for a in args:
+            if isinstance(a, range) and len(a) > MAX_ITEMS:
+                raise TooExpensive(f"a range of more than {MAX_ITEMS} items")
+        return _check_size(fn(*args, **kwargs))
+
+    call.__name__ = getattr(fn, "__name__", "builtin")
+    return call
+
+
+def _listing(fn: Callable) -> Callable:
+    return _consuming(lambda *a, **k: list(fn(*a, **k)))
+
+
+def _sum(iterable: Any, start: Any = 0) -> Any:
+    if not isinstance(start, int | float | complex | Fraction | Decimal):
+        raise TooExpensive("sum() of non-numbers")
+    return sum(iterable, start)
+
+
+def _range(*args: Any) -> range:
+    r = range(*args)
+    if len(r) > MAX_ITEMS:
+        raise TooExpensive(f"a range of more than {MAX_ITEMS} items")
+    return r
+
+
+def _pow(base: Any, exp: Any, mod: Any = None) -> Any:
+    if mod is None:
+        return _power(base, exp)
+    return pow(base, exp, mod)
+
+
+def _power(base: Any, exp: Any) -> Any:
+    ints = type(base) is int and type(exp) is int
+    if ints and exp > 0 and abs(base) > 1 and exp * base.bit_length() > MAX_INT_BITS:
+        raise TooExpensive("an integer power too large")
+    if isinstance(base, Decimal) or isinstance(exp, Decimal):
+        raise Unsupported("Decimal powers")
+    return base**exp
+
+
+def _mul(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and _size(b):
+        a, b = b, a
+    if _size(a) and isinstance(b, int) and _size(a) * max(b, 0) > MAX_ITEMS:
+        raise TooExpensive(f"a value of more than {MAX_ITEMS} items")
+    return a * b
+
+
+def _lshift(a: Any, b: Any) -> Any:
+    if isinstance(b, int) and b > MAX_INT_BITS:
+        raise TooExpensive("a shift too large")
+    return a << b
+
+
+def _join(sep: str, items: Any) -> str:
+    parts = list(items)
+    if len(sep) * len(parts) + sum(len(p) if isinstance(p, str) else 0 for p in parts) > MAX_ITEMS:
+        raise TooExpensive(f"a string of more than {MAX_ITEMS} characters")
+    return sep.join(parts)
+
+
+def _print(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _repr(x: Any) -> str:
+    return _check_size(repr(x))
+
+
+_BUILTINS: dict[str, Any] = {
+    f.__name__: f
+    for f in (
+        abs, all, any, bool, bytes, chr, complex, dict, divmod, enumerate, float, frozenset,
+        int, isinstance, len, list, max, min, ord, pow, print, range, repr, reversed, round,
+        set, sorted, str, sum, tuple, type, zip,
+    )
+}  # fmt: skip
+# What a call of one of them really runs: the builtin behind a size check.
+_GUARDED: dict[int, Callable] = {
+    id(all): _consuming(all),
+    id(any): _consuming(any),
+    id(bytes): _consuming(bytes),
+    id(dict): _consuming(dict),
+    id(enumerate): _listing(enumerate),
+    id(frozenset): _consuming(frozenset),
+    id(list): _consuming(list),
+    id(max): _consuming(max),
+    id(min): _consuming(min),
+    id(pow): _pow,
+    id(print): _print,
+    id(range): _range,
+    id(repr): _repr,
+    id(reversed): _listing(reversed),
+    id(set): _consuming(set),
+    id(sorted): _consuming(sorted),
+    id(str): lambda *a: _check_size(str(*a)),
+    id(sum): _consuming(_sum),
+    id(tuple): _consuming(tuple),
+    id(zip): _listing(zip),
+}
+_BUILTIN_FUNCS = {id(v) for v in _BUILTINS.values()}
+_MODULES: dict[str, dict[str, Any]] = {
+    "math": {
+        k: getattr(math, k)
+        for k in [
+            "isclose",
+            "fabs",
+            "sqrt",
+            "floor",
+            "ceil",
+            "trunc",
+            "isnan",
+            "isinf",
+            "isfinite",
+            "pi",
+            "e",
+            "inf",
+            "nan",
+            "tau",
+            "log",
+            "log2",
+            "log10",
+            "exp",
+            "sin",
+            "cos",
+            "tan",
+            "atan",
+            "atan2",
+            "hypot",
+            "gcd",
+            "lcm",
+            "copysign",
+        ]
+    }
+    | {"factorial": lambda n: math.factorial(n) if n <= 2000 else _too("factorial")},
+    "json": {
+        "loads": lambda s: _check_size(json.loads(s)),
+        "dumps": lambda v: _check_size(json.dumps(v)),
+    },
+    "string": {
+        k: getattr(string, k)
+        for k in ["ascii_letters", "ascii_lowercase", "ascii_uppercase", "digits", "punctuation"]
+    },
+}
+_METHODS: dict[type, set[str]] = {
+    str: set(
+        [
+            "lower",
+            "upper",
+            "strip",
+            "lstrip",
+            "rstrip",
+            "split",
+            "rsplit",
+            "startswith",
+            "endswith",
+            "count",
+            "find",
+            "rfind",
+            "index",
+            "isdigit",
+            "isalpha",
+            "isalnum",
+            "isspace",
+            "islower",
+            "isupper",
+            "title",
+            "capitalize",
+            "casefold",
+            "splitlines",
+            "zfill",
+            "join",
+            "replace",
+        ]
+    ),
+    list: {
+        "count",
+        "index",
+        "copy",
+        "append",
+        "extend",
+        "pop",
+        "insert",
+        "remove",
+        "sort",
+        "reverse",
+    },
+    tuple: {"count", "index"},
+    dict: {"keys", "values", "items", "get", "copy"},
+    set: {"union", "intersection", "difference", "issubset", "issuperset", "copy", "add"},
+    frozenset: {"union", "intersection", "difference", "issubset", "issuperset"},
+}
+
+
+def _too(what: str) -> Any:
+    raise TooExpensive(what)
+
+
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: _mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: _power,
+    ast.LShift: _lshift,
+    ast.RShift: operator.rshift,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+}
+_CMPOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
+_UNARY: dict[type, Callable[[Any], Any]] = {
+    ast.Not: operator.not_,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Invert: operator.invert,
+}
+
+
+def _is_module_func(f: Any) -> bool:
+    return any(f is v for mod in _MODULES.values() for v in mod.values() if callable(v))
+
+
+class _Module:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _BoundMethod:
+    def __init__(self, obj: Any, name: str) -> None:
+        self.obj, self.name = obj, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        for a in (*args, *kwargs.values()):
+            if callable(a):
+                raise Unsupported("a function as a method argument")
+        if self.name == "join":
+            return _join(self.obj, *args)
+        if self.name == "replace":
+            old, new = ([*list(args), None, None])[:2]
+            if not isinstance(old, str) or not isinstance(new, str):
+                raise Unsupported("this replace")
+            if (len(self.obj) + 1) * max(1, len(new)) > MAX_ITEMS and len(new) > len(old):
+                raise TooExpensive("a string too long")
+        if self.name in ("split", "rsplit", "splitlines") and _size(self.obj) > MAX_ITEMS:
+            raise TooExpensive("a string too long to split")
+        if self.name in ("extend", "append", "insert", "add") and _size(self.obj) >= MAX_ITEMS:
+            raise TooExpensive(f"a value of more than {MAX_ITEMS} items")
+        if self.name == "zfill" and args and isinstance(args[0], int) and args[0] > MAX_ITEMS:
+            raise TooExpensive("zfill too wide")
+        if self.name == "sort" and kwargs.get("key") is not None:
+            raise Unsupported("a key function")
+        return _check_size(getattr(self.obj, self.name)(*args, **kwargs))
