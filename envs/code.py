@@ -121,10 +121,10 @@ from envs._program import LRU, ProblemPool, ProgramConfig, ProgramEnv, fence, in
 from envs.core.base import wrap
 from envs.core.config import RewardConfig
 from envs.core.rewards import RewardParts
-from envs.data.diff_tests import run_tests_many  # plain tests go to verifiers.code_tests
 from envs.data.records import CodeProblem
 from envs.data.splits import canonical_text
 from verifiers.code_tests import TestCase, TestReport, check_compiles, quiet_parse
+from verifiers.diff_tests import run_tests_many  # plain tests go to verifiers.code_tests
 from verifiers.extract import clip_text, extract_code_block
 from verifiers.test_parsing import parse_assert_tests, parse_stdin_tests
 

@@ -37,7 +37,6 @@ from typing import Any
 
 from sandboxes import plain
 from sandboxes.calls import Call, CallResult
-from verifiers.code_tests import bounded_parse, check_compiles
 from verifiers.host_eval import (
     PENDING,
     AssertFailed,
@@ -46,6 +45,7 @@ from verifiers.host_eval import (
     TooExpensive,
     Unsupported,
 )
+from verifiers.source_checks import bounded_parse, check_compiles
 
 __all__ = [
     "MAX_CALLS",

@@ -23,7 +23,7 @@ solution (``prompt + canonical_solution``) returns on it, computed by running it
 once and cached in ``$MAS_CACHE_DIR/evalplus`` (default ``~/.cache/mas-rl-envs/evalplus``),
 keyed by the dataset file's hash; inputs on which the canonical solution fails or exceeds
 ``golden_timeout_s`` are dropped (counted in ``metadata["dropped_inputs"]``). Each input becomes
-one differential test (:mod:`envs.data.diff_tests`): the candidate runs on the inputs in the
+one differential test (:mod:`verifiers.diff_tests`): the candidate runs on the inputs in the
 sandbox and the host compares with evalplus's rules (``atol``, ``numpy.allclose``, special
 oracles), so expected values never enter the sandbox.
 
@@ -44,8 +44,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from envs.data import diff_tests
 from envs.data.records import CodeProblem
+from verifiers import diff_tests
 
 __all__ = [
     "HUMANEVAL_PLUS_VERSION",
@@ -215,8 +215,8 @@ def _expected_outputs(
     cache or by running the canonical solutions (one sandbox batch for the missing ones)."""
     import sandboxes
 
-    driver = hashlib.sha256(diff_tests.DRIVER.encode()).hexdigest()[:12]
-    path = _cache_dir() / f"{dataset.rstrip('+')}plus-{file_hash[:16]}-{driver}.json"
+    runner = diff_tests.RUNNER_VERSION
+    path = _cache_dir() / f"{dataset.rstrip('+')}plus-{file_hash[:16]}-{runner}.json"
     cached: dict[str, dict[str, Any]] = {}
     if path.is_file():
         try:
@@ -236,30 +236,28 @@ def _expected_outputs(
         for t in todo
     ]
     limits = sandboxes.Limits(wall_s=golden_timeout_s, memory_mb=2048)
-    runs = diff_tests.run_inputs(
-        programs, sandbox=sandbox, limits=limits, stop_on_timeout=False, task_timeout_s=600.0
-    )
+    runs = diff_tests.run_inputs(programs, sandbox=sandbox, limits=limits, task_timeout_s=600.0)
     not_none = dataset == "mbpp+"
-    for t, (res, recs, fatal) in zip(todo, runs):
-        if res.error or fatal:
+    for t, (res, got) in zip(todo, runs):
+        if res.error:
             raise RuntimeError(
-                f"{t['task_id']}: the canonical solution could not be run: {res.error or fatal}"
+                f"{t['task_id']}: the canonical solution could not be run: {res.error}"
             )
         expected: list[Any] = []
         ref_s: list[float] = []
         dropped: list[int] = []
-        for i in range(len(inputs[t["task_id"]])):
-            rec = recs.get(i)
-            if rec is None or "v" not in rec:
+        per_call = float(res.duration_s or 0.0) / max(1, len(got))  # no per-call clock
+        for i, rec in enumerate(got):
+            if rec is None or rec.status != "ok":
                 dropped.append(i)
                 expected.append(None)
                 ref_s.append(0.0)
                 continue
-            value = rec["v"]
+            value = rec.value
             if not_none and t["entry_point"] in diff_tests.MBPP_OUTPUT_NOT_NONE_TASKS:
                 value = value is not None  # evalplus keeps only whether it is None
-            expected.append(value)
-            ref_s.append(float(rec.get("t", 0.0)))
+            expected.append(diff_tests.encode(value))
+            ref_s.append(per_call)
         cached[t["task_id"]] = {"expected": expected, "ref_s": ref_s, "dropped": dropped}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")

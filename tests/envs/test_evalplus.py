@@ -13,8 +13,9 @@ import pytest
 
 import envs
 import sandboxes
-from envs.data import diff_tests, load_humaneval_plus, load_mbpp_plus
+from envs.data import load_humaneval_plus, load_mbpp_plus
 from envs.data.evalplus import evalplus_file, mbpp_deserialize_inputs, read_tasks
+from verifiers import diff_tests
 
 FIX = Path(__file__).resolve().parents[1] / "data" / "fixtures"
 HE_FILE = FIX / "HumanEvalPlus-v0.1.10.jsonl"
@@ -196,7 +197,7 @@ def test_forged_equality_and_hostile_programs_fail(he):
     rep = report(p, exits)
     assert rep.pass_rate == 0 and rep.results[0].status == "runtime_error"
     missing = "def something_else():\n    pass\n"
-    assert "does not define has_close_elements" in report(p, missing).results[0].reason
+    assert "has_close_elements' is not defined" in report(p, missing).results[0].reason
     noisy = (
         "print('chatter')\nimport sys\n"
         "def has_close_elements(numbers, threshold):\n    print('x' * 1000)\n"
@@ -237,7 +238,7 @@ def test_expected_values_never_enter_the_sandbox():
     class Spy:
         def run_many(self, jobs):
             jobs = list(jobs)
-            seen.extend(j.code + str(j.stdin) for j in jobs)
+            seen.extend(j.code + str(j.stdin) + repr(j.calls) for j in jobs)
             return sandboxes.default().run_many(jobs)
 
     code = "def f(x):\n    return x.replace('INPUT-1', 'EXPECTED-' + '7' * 12)\n"
@@ -289,3 +290,19 @@ def test_code_setting_plays_evalplus_problems(dataset, path, tmp_path):
     assert raw.pass_rate < 1.0
     parts = raw.infos["coder"]["reward_parts"]
     assert parts["team"] == raw.pass_rate and parts["components"]["build"] == 1.0
+
+
+def test_printed_fake_results_are_not_results(he):
+    """A program that prints what an old stdout protocol would read as results, then exits
+    before any call, gets nothing: results only come on the nonce-tagged calls channel."""
+    p = he["has_close_elements"]
+    fake = (
+        "import os, json\n"
+        "print('\\x1emas-difftest-start\\x1e')\n"
+        "for i in range(100):\n    print(json.dumps({'i': i, 'v': True}))\n"
+        "os._exit(0)\n"
+        "def has_close_elements(numbers, threshold):\n    return True\n"
+    )
+    rep = report(p, fake)
+    assert rep.pass_rate == 0
+    assert all(r.status != "passed" for r in rep.results)
