@@ -10,7 +10,8 @@ exactly what a trainer needs:
   :mod:`adapters.training.logprobs` recomputes the same numbers from a full forward pass; in
   float32 they agree to about 1e-5.
 * **Per-sample seeds.** Each (prompt index, sample index) pair gets its own random stream derived
-  from ``SamplingParams.seed``; tokens are drawn by inverse-CDF sampling with one uniform number per
+  from ``SamplingParams.seed`` (or from the prompt's own seed, ``SamplingParams.prompt_seeds``;
+  :meth:`~adapters.policies.base.SamplingParams.row_seeds`); tokens are drawn by inverse-CDF sampling with one uniform number per
   step from that stream. The same seed and inputs therefore give the same completions, and a
   completion does not depend on which other prompts share its batch (up to floating-point
   differences between batch shapes). With ``seed=None`` the streams are seeded from torch's global
@@ -35,23 +36,16 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from adapters.policies.base import Completion, Policy, SamplingParams, truncate_stop
+from adapters.policies.base import (
+    Completion,
+    Policy,
+    SamplingParams,
+    decoded_completion,
+    row_seed,  # noqa: F401  (re-exported: it lived here before)
+)
 from adapters.policies.chat import ChatPrompt, ChatTemplatePrompts
 
 logger = logging.getLogger(__name__)
-
-_MIX_A = 0x9E3779B97F4A7C15
-_MIX_B = 0xBF58476D1CE4E5B9
-_MASK63 = (1 << 63) - 1
-
-
-def row_seed(seed: int, prompt_index: int, sample_index: int) -> int:
-    """Deterministic 63-bit seed for one (prompt, sample) pair of a seeded call."""
-    x = (seed * _MIX_A + prompt_index * _MIX_B + sample_index) & ((1 << 64) - 1)
-    x ^= x >> 31
-    x = (x * _MIX_B) & ((1 << 64) - 1)
-    x ^= x >> 29
-    return x & _MASK63
 
 
 def distinct_prompt_batch(
@@ -205,9 +199,8 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
         params = params or SamplingParams()
         encoded = self.encode_prompts(prompts, params.max_new_tokens)
         rows = [(p, s) for p in range(len(encoded)) for s in range(params.n)]
-        if params.seed is not None:
-            seeds = [row_seed(params.seed, p, s) for p, s in rows]
-        else:
+        seeds = params.row_seeds(len(encoded))
+        if seeds is None:
             seeds = torch.randint(0, 2**62, (len(rows),)).tolist()
         # longest prompts first: less padding inside each chunk, and memory peaks early
         order = sorted(range(len(rows)), key=lambda r: -len(encoded[rows[r][0]]))
@@ -229,17 +222,9 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
         finish: str,
         params: SamplingParams,
     ) -> Completion:
-        text_ids = tokens[:-1] if tokens and tokens[-1] in self.eos_ids else tokens
-        text = self.tokenizer.decode(text_ids, skip_special_tokens=False)
-        text, matched = truncate_stop(text, params.stop)
-        if matched:
-            finish = "stop"
-        return Completion(
-            text=text,
-            token_ids=tokens,
-            logprobs=logprobs,
-            prompt_ids=list(prompt_ids),
-            finish_reason=finish,  # type: ignore[arg-type]
+        ends = bool(tokens) and tokens[-1] in self.eos_ids
+        return decoded_completion(
+            self.tokenizer, prompt_ids, tokens, logprobs, finish, params, drop_last=ends
         )
 
     def _forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any) -> Any:
