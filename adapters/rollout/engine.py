@@ -19,11 +19,12 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from adapters.policies.base import Completion, Policy, SamplingParams
 from adapters.rollout.envpool import BranchView, EpisodeSpec, LocalEnvPool, StepOutcome
+from adapters.rollout.episodes import derive_seed
 from adapters.rollout.keep import KEEP_RULES, KeepRule, select_candidates
 from adapters.rollout.records import Episode, RolloutResult, Sample
 
@@ -41,6 +42,10 @@ class RolloutConfig:
     max_steps: safety cap on agent steps per episode.
     temperature / top_p / top_k / max_new_tokens / stop: sampling settings for every role;
     ``role_sampling`` overrides them per role, e.g. ``{"verifier": {"temperature": 0.6}}``.
+    prompt_seeds: seed each prompt from ``(seed, instance, branch)`` instead of its position in
+    the batch (``SamplingParams.prompt_seeds``), so that a branch's samples do not depend on
+    which other instances are rolled out with it (the trainer sets it under torch.distributed,
+    where each process rolls out a share of the instances).
     """
 
     candidates: int = 4
@@ -55,6 +60,7 @@ class RolloutConfig:
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
     role_sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    prompt_seeds: bool = False
 
     def __post_init__(self) -> None:
         if self.candidates < 1:
@@ -142,6 +148,11 @@ class RolloutEngine:
                     out[i] = [Completion(text=t) for _ in range(n)]
                 continue
             params = self.config.sampling_params(role, n, seed=(seed * 1_000_003 + k) % 2**31)
+            if self.config.prompt_seeds:
+                keys = [(branches[i].instance, branches[i].path) for i in idxs]
+                params = replace(
+                    params, prompt_seeds=tuple(derive_seed(seed, *key) for key in keys)
+                )
             prompts = [[{"role": "user", "content": branches[i].view.prompt}] for i in idxs]
             results = policy.generate(prompts, params)
             for i, comps in zip(idxs, results):
@@ -149,8 +160,14 @@ class RolloutEngine:
         return out
 
     # ------------------------------------------------------------------ main loop
-    def run(self, specs: Sequence[EpisodeSpec], seed: int = 0) -> RolloutResult:
-        """Roll out one episode tree (or K parallel episodes) per spec."""
+    def run(
+        self, specs: Sequence[EpisodeSpec], seed: int = 0, instance_offset: int = 0
+    ) -> RolloutResult:
+        """Roll out one episode tree (or K parallel episodes) per spec.
+
+        ``instance_offset`` numbers the instances from there (``Sample.instance``, group keys):
+        a process that rolls out instances ``[a, b)`` of a larger batch passes ``a``.
+        """
         cfg = self.config
         rng = random.Random(seed)
         parallel = cfg.sampling == "parallel"
@@ -158,7 +175,11 @@ class RolloutEngine:
         root_specs = [s for s in specs for _ in range(copies)]
         views = self.pool.reset(root_specs)
         live = [
-            _Branch(view=v, instance=i // copies, path=str(i % copies) if parallel else "0")
+            _Branch(
+                view=v,
+                instance=instance_offset + i // copies,
+                path=str(i % copies) if parallel else "0",
+            )
             for i, v in enumerate(views)
         ]
         samples: list[Sample] = []
@@ -174,6 +195,12 @@ class RolloutEngine:
             next_live: list[_Branch] = []
             per_instance: dict[int, int] = defaultdict(int)
             for b, comps, outs in zip(live, completions, outcomes):
+                # with prompt_seeds, random keep rules draw from the branch's own stream too
+                b_rng = (
+                    random.Random(derive_seed(seed, wave, b.instance, b.path))
+                    if cfg.prompt_seeds
+                    else rng
+                )
                 keep = (
                     [0]
                     if parallel
@@ -182,7 +209,7 @@ class RolloutEngine:
                         [o.branch.done for o in outs],
                         cfg.keep,
                         cfg.keep_n,
-                        rng,
+                        b_rng,
                         b.view.preference,
                     )
                 )
