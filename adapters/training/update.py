@@ -35,9 +35,9 @@ import torch
 
 from adapters.rollout import derive_seed
 from adapters.training.advantages import group_advantages, reinforce_pp_advantages
-from adapters.training.batch import TrainItem, micro_batches, minibatches
+from adapters.training.batch import TrainItem
 from adapters.training.config import TrainConfig
-from adapters.training.logprobs import completion_logprobs
+from adapters.training.distributed import SINGLE, DataParallel
 from adapters.training.losses import kl_loss, ppo_clip_loss, token_kl
 from adapters.training.masking import length_mask, pad_rows
 
@@ -91,15 +91,24 @@ def _need_ref(it: TrainItem) -> torch.Tensor:
 
 
 def update_policy(
-    cfg: TrainConfig, pm: Any, items: Sequence[TrainItem], step: int, pad_id: int
+    cfg: TrainConfig,
+    pm: Any,
+    items: Sequence[TrainItem],
+    step: int,
+    pad_id: int,
+    dp: DataParallel | None = None,
 ) -> dict[str, float]:
-    """PPO-clip epochs over one policy's items; returns statistics (loss, clip frac, ...)."""
+    """PPO-clip epochs over one policy's items; returns statistics (loss, clip frac, ...).
+
+    ``dp`` (:mod:`adapters.training.distributed`) makes this one rank of a data-parallel update:
+    ``items`` are this rank's share, and the statistics are this rank's parts of the sums."""
+    dp = dp or SINGLE
     use_kl = cfg.kl_loss_coef > 0
     if cfg.skip_zero_advantage and not use_kl:
         items = [it for it in items if it.advantages is not None and bool(it.advantages.any())]
     stats: dict[str, float] = defaultdict(float)
     stats["samples_trained"] = float(len(items))
-    if not items:
+    if not dp.total(len(items)):
         return dict(stats)
     temperature = cfg.temperature if cfg.temperature else 1.0
     pm.activate()
@@ -107,21 +116,24 @@ def update_policy(
     dev = next(pm.model.parameters()).device
     n_updates = 0
     weight_sum = 0.0
+    dp.begin_update(pm)
     try:
         for epoch in range(cfg.ppo_epochs):
             rng = random.Random(derive_seed(cfg.seed, "minibatch", step, pm.pid, epoch))
-            for mb in minibatches(items, cfg.minibatch_size, rng):
+            for mb in dp.minibatches(items, cfg.minibatch_size, rng):
                 token_mean = cfg.loss_agg == "token-mean"
-                denom = float(sum(len(it.completion_ids) for it in mb) if token_mean else len(mb))
+                denom = dp.total(
+                    sum(len(it.completion_ids) for it in mb) if token_mean else len(mb)
+                )
                 pm.optimizer.zero_grad(set_to_none=True)
-                for micro in micro_batches(
+                for micro in dp.micro_batches(
                     mb, cfg.micro_batch_size or 8, cfg.micro_batch_tokens or 0
                 ):
                     lengths = [len(it.completion_ids) for it in micro]
                     width = max(lengths)
                     mask = length_mask(lengths, width).to(dev)
-                    lp = completion_logprobs(
-                        pm.model,
+                    lp = dp.logprobs(
+                        pm,
                         [it.prompt_ids for it in micro],
                         [it.completion_ids for it in micro],
                         pad_id=pad_id,
@@ -146,19 +158,20 @@ def update_policy(
                         kl = kl_loss(lp, ref, mask, cfg.kl_loss_type)
                         loss = loss + cfg.kl_loss_coef * kl
                         stats["kl_loss"] += float(kl.detach()) * w
-                    (loss * w).backward()
+                    (loss * (w * dp.grad_scale)).backward()
                     stats["loss"] += float(loss.detach()) * w
                     stats["clip_frac"] += float(st["clip_frac"]) * w
                     stats["approx_kl"] += float(st["approx_kl"]) * w
                     stats["ratio_max"] = max(stats["ratio_max"], float(st["ratio_max"]))
-                grad_norm = torch.nn.utils.clip_grad_norm_(pm.params, cfg.max_grad_norm)
-                stats["grad_norm"] += float(grad_norm)
+                dp.finish_micro_batches(pm)
+                stats["grad_norm"] += dp.clip_grad_norm(pm.params, cfg.max_grad_norm)
                 pm.optimizer.step()
                 pm.optimizer.zero_grad(set_to_none=True)
                 n_updates += 1
                 weight_sum += 1.0
     finally:
         pm.model.eval()
+        dp.end_update(pm)
     for key in ("pg_loss", "kl_loss", "loss", "clip_frac", "approx_kl", "grad_norm"):
         if key in stats:
             stats[key] /= max(weight_sum, 1.0)
