@@ -83,9 +83,11 @@ def http_json(
     timeout_s: float = 300.0,
     max_retries: int = 5,
     backoff_s: float = 0.5,
+    text_ok: bool = False,
 ) -> Any:
     """One JSON request with the retry policy of the module docstring; returns the parsed reply
-    (``None`` for an empty body). Raises :class:`OpenAIAPIError`."""
+    (``None`` for an empty body; the text itself when it is not JSON and ``text_ok``). Raises
+    :class:`OpenAIAPIError`."""
     data = json.dumps(payload).encode() if payload is not None else None
     hdrs = headers or {"Content-Type": "application/json", "Accept": "application/json"}
     last_error = "no attempt made"
@@ -113,6 +115,8 @@ def http_json(
         try:
             return json.loads(raw)
         except ValueError:
+            if text_ok:
+                return raw
             raise OpenAIAPIError(f"{url} returned invalid JSON: {raw[:200]!r}") from None
     raise OpenAIAPIError(
         f"{method} {url} failed after {max_retries + 1} attempts; last error: {last_error}"

@@ -129,13 +129,17 @@ class VLLMServerPolicy(ChatTemplatePrompts, Policy):
         self._turn = itertools.count()
         self._adapters: dict[str, str] = {}  # name -> path of the loaded version
         self._weight_version = 0
-        cards = [self._model_card(u) for u in self.servers]
+        listed = [self._models(u) for u in self.servers]
+        cards = [base for base, _ in listed]
         roots = {c.get("root") or c.get("id") for c in cards}
         if len(roots) != 1:
             raise ValueError(f"the replicas serve different models: {sorted(map(str, roots))}")
         self.model = str(cards[0]["id"])
         self.max_model_len = min(int(c.get("max_model_len") or 1 << 30) for c in cards)
         self.name = name or self.model
+        # adapters loaded on every replica already (e.g. by an earlier training run)
+        common = set.intersection(*(set(adapters) for _, adapters in listed))
+        self._adapters.update({k: listed[0][1][k] for k in common})
 
     def __repr__(self) -> str:
         return f"VLLMServerPolicy(servers={self.servers!r}, model={self.model!r})"
@@ -151,9 +155,11 @@ class VLLMServerPolicy(ChatTemplatePrompts, Policy):
             timeout_s=self.timeout_s,
             max_retries=self.max_retries,
             backoff_s=self.backoff_s,
+            text_ok=not path.startswith("/v1/completions"),  # the LoRA endpoints answer text
         )
 
-    def _model_card(self, server: str) -> dict[str, Any]:
+    def _models(self, server: str) -> tuple[dict[str, Any], dict[str, str]]:
+        """The base model's card and the loaded adapters (name -> path) of one replica."""
         try:
             data = self._request(server, "GET", "/v1/models")
         except OpenAIAPIError as exc:
@@ -162,7 +168,8 @@ class VLLMServerPolicy(ChatTemplatePrompts, Policy):
         base = [m for m in models if not m.get("parent")]  # LoRA adapters have a parent
         if not base:
             raise OpenAIAPIError(f"{server}/v1/models lists no model: {str(data)[:300]}")
-        return dict(base[0])
+        adapters = {str(m["id"]): str(m.get("root")) for m in models if m.get("parent")}
+        return dict(base[0]), adapters
 
     def _pick(self) -> int:
         with self._lock:
@@ -355,6 +362,6 @@ class VLLMServerAdapterPolicy(VLLMAdapterPolicy):
     def generate(
         self, prompts: Sequence[ChatPrompt], params: SamplingParams | None = None
     ) -> list[list[Completion]]:
-        if self.adapter not in self.base.adapters:
-            raise KeyError(f"adapter {self.adapter!r} is not loaded on the servers")
+        # an adapter the servers do not hold is their 404 ("model ... does not exist"); it may
+        # have been loaded by another process (rank 0 of a torchrun job), so no local check
         return self.base._generate(prompts, params, self.adapter)

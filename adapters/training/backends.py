@@ -192,6 +192,7 @@ class VLLMBackend(_RolePolicies):
     """
 
     name = "vllm"
+    keep_sync_dir = False
 
     def __init__(
         self,
@@ -339,7 +340,7 @@ class VLLMBackend(_RolePolicies):
         self.engines.clear()
         self._owned.clear()
         self._policies.clear()
-        if self.weight_sync.pushes:
+        if self.weight_sync.pushes and not self.keep_sync_dir:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
 
@@ -355,10 +356,13 @@ class VLLMServerBackend(VLLMBackend):
     read. When this process pushes, :meth:`check_logprobs` first compares the servers'
     log-probs with the trainer's on a short sample, so that a server with other weights or
     vLLM's default raw log-probs fails the run at start instead of biasing every PPO ratio.
+    After the run the servers keep the last adapters or weights (the sync directory keeps the
+    last adapter versions): they serve the trained policies, e.g. for ``adapters.evaluate``.
     """
 
     name = "vllm-server"
     probe_tolerance = 0.1  # mean |log-prob difference| per token (bfloat16 servers included)
+    keep_sync_dir = True  # the servers keep serving the last adapters (and may reload them)
 
     def _sync_dir(self) -> Path:
         where = self.cfg.vllm_sync_dir or str(Path(self.cfg.output_dir or ".") / "vllm-sync")
