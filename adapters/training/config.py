@@ -109,7 +109,7 @@ class TrainConfig:
     progress: bool = True
     save_final: bool = True
     # ---- scale-out: torchrun ranks, vLLM servers, Ray (adapters.training.distributed)
-    dp_mode: Literal["auto", "ddp", "fsdp"] = "auto"  # auto: DDP with LoRA, FSDP2 full FT
+    dp_mode: Literal["auto", "ddp", "fsdp", "hsdp"] = "auto"  # auto: DDP LoRA, FSDP2 full FT
     dist_timeout_s: float = 600.0  # a collective waiting longer fails the run
     vllm_servers: list[str] = field(default_factory=list)  # backend vllm-server: [POLICY=]URL
     vllm_sync_dir: str | None = None  # where adapters/weights for the servers go (shared FS)

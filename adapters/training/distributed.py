@@ -32,7 +32,8 @@ What each rank does in one step
   adapters: one DDP per adapter, default with LoRA); ``fsdp`` - FSDP2
   (:func:`torch.distributed.fsdp.fully_shard` on every decoder layer, ``_no_split_modules``, then
   on the root): parameters, gradients and AdamW states sharded across ranks (default for full
-  fine-tuning). The training forward goes through the wrapper's ``forward`` (a
+  fine-tuning); ``hsdp`` - FSDP2 on a 2-D mesh: sharded within a node (``LOCAL_WORLD_SIZE``
+  ranks, NVLink), replicated across nodes (only gradients cross the slower network). The training forward goes through the wrapper's ``forward`` (a
   :class:`LogprobModule` around :func:`~adapters.training.logprobs.completion_logprobs`), so the
   library's hooks run. Between updates FSDP2 modules are kept *unsharded*
   (``unshard()``, ``set_reshard_after_forward(False)``): generation and the old / reference
@@ -332,7 +333,7 @@ class RankParallel(DataParallel):
         self._done = 0
 
     def is_sharded(self, pid: str) -> bool:
-        return self.mode == "fsdp" and pid in self.wrappers
+        return self.mode in SHARDED_MODES and pid in self.wrappers
 
     def total(self, value: float) -> float:
         return self.ctx.all_sum([value])[0]
@@ -375,7 +376,7 @@ class RankParallel(DataParallel):
     def _set_sync(self, pid: str) -> None:
         last = self._done == self._n_micro - 1
         wrapper = self.wrappers[pid]
-        if self.mode == "fsdp":
+        if self.mode in SHARDED_MODES:
             wrapper.set_requires_gradient_sync(last)
         else:
             wrapper.require_backward_grad_sync = last  # what DDP.no_sync() toggles
@@ -412,6 +413,24 @@ def _digest(ids: Sequence[int]) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # wrapping
+
+
+SHARDED_MODES = ("fsdp", "hsdp")
+
+
+def _hsdp_mesh(ctx: DistContext) -> Any:
+    """The 2-D mesh of ``dp_mode: hsdp``: shard within a node (``LOCAL_WORLD_SIZE`` ranks),
+    replicate across nodes."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
+    if local < 1 or ctx.world_size % local:
+        raise ValueError(f"hsdp needs WORLD_SIZE ({ctx.world_size}) divisible by {local}")
+    return init_device_mesh(
+        "cuda" if ctx.cuda else "cpu",
+        (ctx.world_size // local, local),
+        mesh_dim_names=("replicate", "shard"),
+    )
 
 
 def _fsdp_modules(root: Any) -> list[Any]:
@@ -476,8 +495,10 @@ def wrap_models(
     lora = any(pm.peft is not None for pm in models.values())
     mode = resolve_mode(dp_mode, lora)
     wrappers: dict[str, Any] = {}
-    if mode == "fsdp":
+    if mode in SHARDED_MODES:
         from torch.distributed.fsdp import fully_shard
+
+        shard_kw = {"mesh": _hsdp_mesh(ctx)} if mode == "hsdp" else {}
 
         roots: dict[int, Any] = {}
         for pid, pm in models.items():
@@ -493,8 +514,8 @@ def wrap_models(
                 layer_names = set(getattr(pm.model, "_no_split_modules", None) or [])
                 for module in pm.model.modules():
                     if type(module).__name__ in layer_names:
-                        fully_shard(module)
-                fully_shard(root)
+                        fully_shard(module, **shard_kw)
+                fully_shard(root, **shard_kw)
                 new = dict(pm.model.named_parameters())
                 for q in models.values():
                     if q.model is pm.model:
@@ -522,7 +543,7 @@ def wrap_models(
             wrappers[pid] = DDP(LogprobModule(pm.model), **kw)
         next(iter(models.values())).activate()
     else:
-        raise ValueError(f"dp_mode must be auto, ddp or fsdp, got {dp_mode!r}")
+        raise ValueError(f"dp_mode must be auto, ddp, fsdp or hsdp, got {dp_mode!r}")
     return RankParallel(ctx, wrappers, mode, pad_id, share_prompt)
 
 

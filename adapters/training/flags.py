@@ -76,7 +76,7 @@ _HELP = {
     "backend": "rollout backend: transformers | vllm (needs vllm: scripts/setup_vllm.sh) | "
     "vllm-server (generation on running `vllm serve` processes: --vllm-servers)",
     "dp_mode": "data parallelism under torchrun: auto (DDP with LoRA, FSDP2 for full "
-    "fine-tuning) | ddp | fsdp",
+    "fine-tuning) | ddp | fsdp | hsdp (FSDP2 sharded within a node, replicated across nodes)",
     "dist_timeout_s": "seconds a collective may wait for the other ranks before the run fails",
     "vllm_servers": "backend vllm-server: comma-separated base URLs of `vllm serve` replicas "
     "(POLICY=URL for per-role full fine-tuning)",

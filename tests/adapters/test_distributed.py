@@ -3,7 +3,8 @@
 * **Equivalence**: six layouts (shared LoRA with DDP, per-role LoRA adapters with DDP, full
   fine-tuning with FSDP2, per-role separate models with FSDP2, REINFORCE++ with minibatches and
   micro-batches, LoRA under FSDP2) are trained for 2 steps on 1 and on 2 ranks with the same
-  global batch (4 instances, K = 2). The samples must be the same (token ids, rewards,
+  global batch (4 instances, K = 2), and full fine-tuning with HSDP on 2 "nodes" (two torchrun
+  agents meeting at a c10d rendezvous). The samples must be the same (token ids, rewards,
   advantages; log-probs to 1e-5: the batch shapes differ), the step metrics the same (gradient
   norm to a relative 1e-5, losses to 1e-6), and the parameters the same up to float rounding:
   ``max |theta_1 - theta_2| <= 1e-2 * max |theta_1 - theta_0|``. (The gradients agree to about
@@ -101,20 +102,43 @@ def finish(proc: subprocess.Popen, timeout: float = 600) -> str:
 # ------------------------------------------------------------------------------ equivalence
 
 
+def two_nodes(*args: str) -> list[subprocess.Popen]:
+    """Two torchrun agents of one rank each, meeting at a c10d rendezvous on this machine: a
+    2-node job in miniature (``LOCAL_WORLD_SIZE = 1``)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    rdzv = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
+    rdzv += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"nodes-{port}"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", *rdzv, *args]
+    return [
+        subprocess.Popen(
+            cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(2)
+    ]
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """``{world_size: {case: result}}`` from one launch per world size (all cases in each)."""
+    """``{launch: {case: result}}``: one launch of 1 rank and one of 2 ranks (every case in
+    each), and a 2-node launch of full fine-tuning with HSDP (``"nodes"``)."""
     tmp = tmp_path_factory.mktemp("dist")
     (tmp / "cases.json").write_text(json.dumps({k: {**BASE, **v} for k, v in CASES.items()}))
-    out = {}
+    hsdp = {**BASE, **CASES["full"], "dp_mode": "hsdp"}
+    (tmp / "nodes.json").write_text(json.dumps({"full": hsdp}))
+    worker = ("-m", "tests.adapters.dist_worker")
+    out: dict = {}
     for n in (1, 2):
         (tmp / f"out{n}").mkdir()
-        finish(
-            torchrun(
-                n, "-m", "tests.adapters.dist_worker", str(tmp / "cases.json"), str(tmp / f"out{n}")
-            )
-        )
+        finish(torchrun(n, *worker, str(tmp / "cases.json"), str(tmp / f"out{n}")))
         out[n] = {c: torch.load(tmp / f"out{n}" / f"{c}.pt") for c in CASES}
+    (tmp / "nodes").mkdir()
+    for proc in two_nodes(*worker, str(tmp / "nodes.json"), str(tmp / "nodes")):
+        finish(proc)
+    out["nodes"] = {"full": torch.load(tmp / "nodes" / "full.pt")}
     return out
 
 
@@ -124,7 +148,15 @@ def _rows(lines: list[str]) -> list[dict]:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_two_ranks_give_the_same_step_as_one_rank(runs, case):
-    one, two = runs[1][case], runs[2][case]
+    assert_same_steps(runs[1][case], runs[2][case], case)
+
+
+def test_two_nodes_with_hsdp_give_the_same_step_as_one_rank(runs):
+    """FSDP2 on a (2 nodes x 1 rank) mesh: replicated across the nodes, sharded within."""
+    assert_same_steps(runs[1]["full"], runs["nodes"]["full"], "full/hsdp")
+
+
+def assert_same_steps(one: dict, two: dict, case: str) -> None:
     # the same global batch: every sample (tokens, rewards, advantages), in the same order
     t1, t2 = _rows(one["trajectories"]), _rows(two["trajectories"])
     assert len(t1) == len(t2) > 0
