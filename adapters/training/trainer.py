@@ -83,13 +83,20 @@ RESUMABLE_OVERRIDES = frozenset(
 
 
 def make_env_pool(cfg: TrainConfig) -> Any:
-    """Where the envs step: threads in this process, or Ray actors (``env_pool: ray``), on a local
-    Ray instance or on the cluster at ``ray_address`` (``ray.init(address=...)``)."""
+    """Where the envs step: threads in this process, or ``env_workers`` Ray actors (``env_pool:
+    ray``) on a local Ray instance, or on the cluster at ``ray_address`` (``ray.init(address=
+    ...)``), where each actor reserves one CPU and the actors are spread over the nodes."""
     if cfg.env_pool == "ray":
         from adapters.rollout.ray_pool import RayEnvPool
 
-        init = {"address": cfg.ray_address} if cfg.ray_address else {}
-        return RayEnvPool(num_workers=cfg.env_workers, init_kwargs=init)
+        if not cfg.ray_address:
+            return RayEnvPool(num_workers=cfg.env_workers)
+        spread = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+        return RayEnvPool(
+            num_workers=cfg.env_workers,
+            init_kwargs={"address": cfg.ray_address},
+            actor_options=spread,
+        )
     return LocalEnvPool(workers=cfg.env_workers)
 
 
