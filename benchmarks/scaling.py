@@ -20,8 +20,13 @@ on Sokoban: K = 4, 2 agents, 4 turns, 4 instances per GPU: weak scaling, the glo
 with the GPUs) on H100s where every GPU generates with a colocated vLLM engine and then trains
 (the hybrid layout of verl). Costs per GPU and step:
 
-* generation: completion tokens / vLLM decode throughput, plus prompt tokens (one prefill per K
-  candidates) / prefill throughput, times a straggler factor ``1 + cv * sqrt(2 ln N)`` (about the
+* generation: tree sampling generates wave by wave (one agent-turn of every live branch per
+  wave: ``--waves`` = agents x turns), and a wave lasts until its longest completion is done, so
+  the time is the larger of a latency bound, ``waves x longest completion x decode step time``
+  (small per-GPU batches: 16 sequences per wave here), and a throughput bound, completion tokens /
+  vLLM decode throughput plus prompt tokens (one prefill per K candidates) / prefill throughput;
+  times a straggler factor ``1 + cv * sqrt(2 ln N)`` (no wave outlasts ``max_new_tokens``
+  decode steps) (about the
   expected maximum of N ranks' times when they vary with coefficient of variation ``cv``:
   ``--straggler-cv``, an assumption; the imbalance measured on a shared CPU machine is printed
   but mostly measures the other jobs);
@@ -71,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--samples-per-instance", type=int, default=4 * 2 * 4, help="K x agents x turns")
     g.add_argument("--instances-per-gpu", type=int, default=4)
     g.add_argument("--decode-tok-s", type=float, default=30e3, help="vLLM per H100")
+    g.add_argument("--decode-step-ms", type=float, default=5.0, help="per token, small batch")
+    g.add_argument("--waves", type=int, default=2 * 4, help="agents x turns")
+    g.add_argument("--longest-tokens", type=float, default=600.0, help="per wave and GPU")
+    g.add_argument("--max-completion-tokens", type=float, default=1024.0, help="the cap")
     g.add_argument("--prefill-tok-s", type=float, default=250e3, help="vLLM per H100")
     g.add_argument("--peak-flops", type=float, default=989e12, help="H100 SXM bf16 dense")
     g.add_argument("--mfu", type=float, default=0.35)
@@ -164,7 +173,10 @@ def project(args: argparse.Namespace, gpus: int, env_s_per_sample: float, cv: fl
     k = 4
     gen = samples * args.completion_tokens / args.decode_tok_s
     gen += samples / k * args.prompt_tokens / args.prefill_tok_s
+    step_s = args.decode_step_ms / 1e3
+    gen = max(gen, args.waves * args.longest_tokens * step_s)
     gen *= 1.0 + cv * math.sqrt(2.0 * math.log(gpus)) if gpus > 1 else 1.0
+    gen = min(gen, max(gen / 2, args.waves * args.max_completion_tokens * step_s))  # capped
     env = samples * env_s_per_sample / args.cpus_per_gpu
     train_tokens = samples * (args.completion_tokens + args.prompt_tokens / k)
     flops = train_tokens * n_params * (6.0 + 2.0)
@@ -232,8 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         f"node, HSDP across nodes), "
         f"{args.instances_per_gpu} instances x {args.samples_per_instance} samples per GPU and "
         f"step, {args.prompt_tokens:.0f} prompt + {args.completion_tokens:.0f} completion tokens "
-        f"per sample; H100: vLLM {args.decode_tok_s / 1e3:.0f}k decode / "
-        f"{args.prefill_tok_s / 1e3:.0f}k prefill tok/s, {args.peak_flops / 1e12:.0f} TFLOP/s x "
+        f"per sample, {args.waves} waves per step whose longest completion has "
+        f"{args.longest_tokens:.0f} tokens; H100: vLLM {args.decode_tok_s / 1e3:.0f}k decode / "
+        f"{args.prefill_tok_s / 1e3:.0f}k prefill tok/s, {args.decode_step_ms:g} ms per decode "
+        f"step at small batch, {args.peak_flops / 1e12:.0f} TFLOP/s x "
         f"MFU {args.mfu:.2f}, NCCL {args.nvlink_gbs:.0f} GB/s NVLink, {args.ib_gbs:.0f} GB/s "
         f"InfiniBand per GPU, {args.cpus_per_gpu} CPU cores per GPU for envs; env "
         f"{env_s_per_sample * 1e3:.2f} ms CPU per sample, straggler cv {cv:.2f}, record "
