@@ -9,7 +9,8 @@ policy's trainable parameters (FSDP2 shards gathered), the metrics lines and the
 The process group is created here, once, and shared by all cases.
 
 ``python -m tests.adapters.dist_worker cli ARGS...`` runs the real command line
-(``adapters.train.main(ARGS)``) with the same reward shaping.
+(``adapters.train.main(ARGS)``) with the same reward shaping; ``... load RUN OUT`` resumes the run
+in RUN and has rank 0 save the restored full weights and optimizer state to OUT.
 """
 
 from __future__ import annotations
@@ -98,7 +99,36 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def load(run: str, out: str) -> int:
+    import torch
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_optimizer_state_dict,
+    )
+
+    from adapters.training import distributed
+    from adapters.training.trainer import Trainer
+
+    trainer = Trainer.resume(run)
+    try:
+        pm = trainer.models["shared"]
+        weights = distributed.full_state_dict(trainer.dp, pm)
+        root = trainer.dp.wrappers["shared"]
+        distributed._fsdp_reshard(root)
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        optim = get_optimizer_state_dict(pm.model, pm.optimizer, options=opts)
+        distributed._fsdp_unshard(root)
+        names = [n for n, _ in pm.model.named_parameters()]
+        if trainer.dist.is_main:
+            torch.save({"weights": weights, "optim": optim, "names": names}, out)
+    finally:
+        trainer.close()
+    return 0
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["cli"]:
         sys.exit(cli(sys.argv[2:]))
+    if sys.argv[1:2] == ["load"]:
+        sys.exit(load(*sys.argv[2:4]))
     sys.exit(main(sys.argv[1:]))

@@ -14,7 +14,8 @@
 * **Failure**: a SIGKILLed rank makes torchrun stop the other rank and exit non-zero within
   seconds; a stopped (hung) rank makes the other fail after ``dist_timeout_s`` with a clear error.
 * **Resume**: the killed run (FSDP2, sharded DCP checkpoints) resumed on 2 ranks equals the
-  uninterrupted run exactly, and resumed on 1 rank equals it up to float rounding.
+  uninterrupted run exactly, and resumed on 1 rank equals it up to float rounding; a
+  single-process checkpoint loads into FSDP2 shards exactly.
 
 Every run is a real ``python -m torch.distributed.run`` launch (``--standalone``: a free port).
 """
@@ -315,6 +316,33 @@ def test_sigkilled_rank_fails_the_run_and_resume_continues_exactly(tmp_path):
     t_other = _rows((other / "trajectories.jsonl").read_text().splitlines())
     t_full = _rows((full / "trajectories.jsonl").read_text().splitlines())
     assert [r["completion_ids"] for r in t_other] == [r["completion_ids"] for r in t_full]
+
+
+def test_single_process_checkpoint_resumes_sharded_on_two_ranks(tmp_path):
+    """A full fine-tuning checkpoint of a plain ``python -m adapters.train`` run (full state
+    dict, index-keyed AdamW state) is scattered into FSDP2 shards: gathered back, weights and
+    optimizer moments are the saved ones exactly."""
+    run = tmp_path / "single"
+    config = _run_config(tmp_path, steps=1, skip_zero_advantage=False)
+    cmd = [sys.executable, "-m", "adapters.train", "--config", config, "--output-dir", str(run)]
+    done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ckpt = run / "checkpoints" / "step_000001"
+    finish(
+        torchrun(2, "-m", "tests.adapters.dist_worker", "load", str(run), str(tmp_path / "x.pt"))
+    )
+    got = torch.load(tmp_path / "x.pt")
+    weights = torch.load(ckpt / "policy_shared.pt")
+    optim = torch.load(ckpt / "optimizer_shared.pt")
+    assert weights.keys() == got["weights"].keys()
+    for k, v in weights.items():
+        assert torch.equal(v, got["weights"][k]), k
+    assert len(optim["state"]) == len(got["optim"]["state"]) > 0
+    for i, st in optim["state"].items():
+        mine = got["optim"]["state"][got["names"][int(i)]]
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(st[key], mine[key]), (i, key)
+        assert float(st["step"]) == float(mine["step"]) == 1.0
 
 
 def test_a_hung_rank_fails_the_run_after_the_collective_timeout(tmp_path):
