@@ -274,9 +274,11 @@ class DataParallel:
     ) -> list[list[TrainItem]]:
         return micro_batches(items, size, max_tokens)
 
-    def logprobs(self, pm: Any, prompts: Any, completions: Any, **kw: Any) -> torch.Tensor:
-        """The training forward (differentiable log-probs of ``completions``)."""
-        return completion_logprobs(pm.model, prompts, completions, **kw)
+    def forward(self, pm: Any, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """The training forward ``fn(model, *args, **kw)`` of one micro-batch (one call each),
+        e.g. ``completion_logprobs``; under DDP / FSDP2 it runs inside the wrapper's
+        ``forward``, so their hooks see it."""
+        return fn(pm.model, *args, **kw)
 
     def finish_micro_batches(self, pm: Any) -> None:
         """After a minibatch's micro-batches (padding passes on ranks that had fewer)."""
@@ -301,14 +303,16 @@ def _clip(params: Sequence[Any], max_norm: float) -> float:
 
 
 class LogprobModule(torch.nn.Module):
-    """The module DDP / FSDP2 wrap: ``forward`` is the training forward, so their hooks run."""
+    """The module DDP / FSDP2 wrap: ``forward(fn, ...)`` runs a training forward
+    ``fn(model, ...)`` (:func:`~adapters.training.logprobs.completion_logprobs` or any function
+    of the model), so the library's hooks run around it."""
 
     def __init__(self, model: Any) -> None:
         super().__init__()
         self.model = model
 
-    def forward(self, prompts: Any, completions: Any, **kw: Any) -> torch.Tensor:
-        return completion_logprobs(self.model, prompts, completions, **kw)
+    def forward(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        return fn(self.model, *args, **kw)
 
 
 class RankParallel(DataParallel):
@@ -382,14 +386,15 @@ class RankParallel(DataParallel):
             wrapper.require_backward_grad_sync = last  # what DDP.no_sync() toggles
         self._done += 1
 
-    def logprobs(self, pm: Any, prompts: Any, completions: Any, **kw: Any) -> torch.Tensor:
+    def forward(self, pm: Any, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         self._set_sync(pm.pid)  # DDP reads the flag in forward, FSDP2 in backward
-        return self.wrappers[pm.pid](prompts, completions, **kw)
+        return self.wrappers[pm.pid](fn, *args, **kw)
 
     def finish_micro_batches(self, pm: Any) -> None:
         while self._done < self._n_micro:  # zero-weight passes: the same collectives as others
-            lp = self.logprobs(
+            lp = self.forward(
                 pm,
+                completion_logprobs,
                 [[self.pad_id]],
                 [[self.pad_id]],
                 pad_id=self.pad_id,
@@ -523,7 +528,7 @@ def wrap_models(
                         q.params = [new[n] for n in owned[q.pid]]
                         q.optimizer = _rebuild_optimizer(q.optimizer, swap)
                 with torch.no_grad():  # FSDP2 initialises lazily at the root's first forward
-                    root([[pad_id]], [[pad_id]], pad_id=pad_id, share_prompt=share_prompt)
+                    root(completion_logprobs, [[pad_id]], [[pad_id]], pad_id=pad_id)
                 _fsdp_unshard(root)
                 roots[key] = root
             wrappers[pid] = roots[key]

@@ -27,6 +27,11 @@ Run directory: ``config.yaml`` (the resolved :class:`~adapters.training.config.T
 :mod:`adapters.evaluation`), ``checkpoints/step_NNNNNN/`` and ``final/<policy>/`` (peft adapter
 or model directory, loadable by ``python -m adapters.evaluate --policy DIR``).
 
+Under ``torchrun`` / ``accelerate launch`` each process is one rank of a data-parallel run
+(:mod:`adapters.training.distributed`): it rolls out its block of the step's instances, the update
+is DDP / FSDP2 with the global batch's normalisation, rank 0 writes the logs and evaluates, and
+checkpoints are written once and resume on any number of ranks (``docs/scaling.md``).
+
 Default CPU run (``python -m adapters.train --env sokoban``): embedded SmolLM2-135M in float32
 with a rank-8 LoRA adapter (LoRA: a forward/backward costs about 25% less than full fine-tuning
 here, and a checkpoint with Adam states is 30 MB instead of about 1.6 GB), role sharing, AT-GRPO
@@ -354,6 +359,7 @@ class Trainer:
         if self.dist.enabled:
             out.update(distributed.reduce_batch_stats(self.dist, items, dropped, nonzero, kl))
         self.backend.sync(pids)
+        self.dist.barrier()  # shared vLLM servers: nobody generates before rank 0 has pushed
         return out
 
     def train_step(self) -> dict[str, Any]:

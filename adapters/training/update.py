@@ -38,6 +38,7 @@ from adapters.training.advantages import group_advantages, reinforce_pp_advantag
 from adapters.training.batch import TrainItem
 from adapters.training.config import TrainConfig
 from adapters.training.distributed import SINGLE, DataParallel
+from adapters.training.logprobs import completion_logprobs
 from adapters.training.losses import kl_loss, ppo_clip_loss, token_kl
 from adapters.training.masking import length_mask, pad_rows
 
@@ -132,8 +133,9 @@ def update_policy(
                     lengths = [len(it.completion_ids) for it in micro]
                     width = max(lengths)
                     mask = length_mask(lengths, width).to(dev)
-                    lp = dp.logprobs(
+                    lp = dp.forward(
                         pm,
+                        completion_logprobs,
                         [it.prompt_ids for it in micro],
                         [it.completion_ids for it in micro],
                         pad_id=pad_id,
