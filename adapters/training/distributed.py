@@ -647,9 +647,10 @@ def load_full_into_sharded(dp: RankParallel, pm: Any, weights: dict, optim: dict
 # what the trainer reduces across ranks
 
 GROUPED_ALGORITHMS = ("at-grpo", "grpo")  # advantages within groups, which never span ranks
-_SUMMED = (
+_SUMMED = (  # weighted by the global denominators, so the ranks' parts add up
     "pg_loss",
     "kl_loss",
+    "entropy",
     "loss",
     "clip_frac",
     "approx_kl",
