@@ -11,14 +11,19 @@ Examples::
     python -m adapters.train --print-config                  # the resolved configuration
     python -m adapters.train --env sokoban --model Qwen/Qwen3-1.7B \
         --chat-template-kwargs '{"enable_thinking": false}' --lora-rank 0   # paper setup, CUDA
+    torchrun --nproc-per-node 8 -m adapters.train --env sokoban --model Qwen/Qwen3-1.7B \
+        --lora-rank 0                                        # 8 ranks, FSDP2 (distributed.py)
+    torchrun --nproc-per-node 2 -m adapters.train --env sokoban --model tiny --steps 2  # CPU
 
 Every :class:`~adapters.training.config.TrainConfig` field is a flag (``--lora-rank 0`` = full
 fine-tuning, ``--env-config KEY=VALUE`` for setting options; ``--mode`` and ``--max-turns`` are
 shortcuts for two of them; :mod:`adapters.training.flags`). Unknown YAML keys are an error. With no
 flags the run uses the defaults for the device (:mod:`adapters.training.recipes`): on a CPU-only
 machine a few-minute demonstration, on CUDA the paper-sized settings. See
-:mod:`adapters.training.trainer` for what a run writes and how resuming works. This module only
-parses arguments and starts the trainer.
+:mod:`adapters.training.trainer` for what a run writes and how resuming works. Started by
+``torchrun`` or ``accelerate launch``, every process is one rank of a data-parallel run
+(:mod:`adapters.training.distributed`; ``instances_per_step`` is then the global batch); only rank
+0 prints. This module only parses arguments and starts the trainer.
 """
 
 from __future__ import annotations
@@ -97,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ValueError, FileNotFoundError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(f"resuming {ctl.resume} at step {trainer.step}", flush=True)
+        if trainer.dist.is_main:
+            print(f"resuming {ctl.resume} at step {trainer.step}", flush=True)
     else:
         try:
             trainer = Trainer(cfg)
@@ -105,22 +111,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     c = trainer.cfg
-    print(
-        f"run {trainer.out}: env {c.env} {c.env_config}, recipe {c.recipe}, model {c.model} "
-        f"({'LoRA r=' + str(c.lora_rank) if c.lora_rank else 'full fine-tuning'}, "
-        f"{'per-role' if (c.per_role or c.role_policies) else 'shared'}), {c.algorithm} "
-        f"K={c.candidates} ({c.sampling}, keep {c.keep} x{c.keep_n}), "
-        f"{c.instances_per_step} instances/step, {c.steps} steps, device {trainer.device}",
-        flush=True,
-    )
+    ranks = f", {trainer.dist.world_size} ranks" if trainer.dist.enabled else ""
+    if trainer.dist.is_main:
+        print(
+            f"run {trainer.out}: env {c.env} {c.env_config}, recipe {c.recipe}, model {c.model} "
+            f"({'LoRA r=' + str(c.lora_rank) if c.lora_rank else 'full fine-tuning'}, "
+            f"{'per-role' if (c.per_role or c.role_policies) else 'shared'}), {c.algorithm} "
+            f"K={c.candidates} ({c.sampling}, keep {c.keep} x{c.keep_n}), "
+            f"{c.instances_per_step} instances/step, {c.steps} steps, device {trainer.device}"
+            f"{ranks}",
+            flush=True,
+        )
     try:
         trainer.train()
+    except Exception as exc:
+        if trainer.dist.enabled:
+            print(
+                f"error on rank {trainer.dist.rank} of {trainer.dist.world_size}: "
+                f"{type(exc).__name__}: {exc}\n(collectives fail like this when another rank "
+                f"died, or hung for more than dist_timeout_s = {c.dist_timeout_s:g} s; the "
+                f"launcher's summary names the rank that failed first; continue the run with "
+                f"--resume {trainer.out})",
+                file=sys.stderr,
+                flush=True,
+            )
+        raise
     finally:
         trainer.close()
-    if trainer.comparison is None:  # no evaluation: the trainer's last line was its timing
+    if trainer.dist.is_main and trainer.comparison is None:  # else its last lines are the table
         print(f"done in {time.perf_counter() - t0:.0f} s; outputs in {trainer.out}", flush=True)
     return 0
 
 
+def _launched_main(argv: Sequence[str] | None = None) -> int:
+    """``main`` under torchrun records a failing rank's traceback for the launcher's summary."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        from torch.distributed.elastic.multiprocessing.errors import record
+
+        return int(record(main)(argv) or 0)
+    return main(argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_launched_main())

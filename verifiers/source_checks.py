@@ -9,6 +9,7 @@ as ``ast.unparse``). :func:`check_compiles` says whether a program compiles, and
 from __future__ import annotations
 
 import ast
+import functools
 import warnings
 from dataclasses import dataclass
 
@@ -88,6 +89,14 @@ def check_compiles(source: object, filename: str = "<solution>") -> Check:
         return Check(False, "empty program")
     if len(source) > MAX_SOURCE_CHARS:
         return Check(False, f"program longer than {MAX_SOURCE_CHARS} characters")
+    return _compile_check(source, filename)
+
+
+@functools.lru_cache(maxsize=32)
+def _compile_check(source: str, filename: str) -> Check:
+    """The compile step of :func:`check_compiles`, cached: one step checks the same program in
+    several places (build log, plain tests, differential tests), and compiling a long crafted
+    program costs the host about a second each time."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SyntaxWarning)

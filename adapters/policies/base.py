@@ -55,6 +55,9 @@ class SamplingParams:
         stop: strings that end a completion; the matched string is removed from the text.
         seed: makes sampling reproducible: the same seed and inputs give the same completions.
             ``None`` draws from torch's global generator.
+        prompt_seeds: one seed per prompt of the call (overrides ``seed``): each prompt's samples
+            then depend on its own seed only, not on its position in the batch (the trainer
+            uses this under ``torch.distributed``, where a batch is split across processes).
     """
 
     n: int = 1
@@ -64,6 +67,7 @@ class SamplingParams:
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    prompt_seeds: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         stop = self.stop
@@ -89,10 +93,47 @@ class SamplingParams:
             raise ValueError(f"max_new_tokens must be a positive int, got {self.max_new_tokens!r}")
         if self.seed is not None and not isinstance(self.seed, int):
             raise ValueError(f"seed must be an int or None, got {self.seed!r}")
+        if self.prompt_seeds is not None:
+            seeds = tuple(self.prompt_seeds)
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds):
+                raise ValueError(f"prompt_seeds must be ints, got {self.prompt_seeds!r}")
+            object.__setattr__(self, "prompt_seeds", seeds)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    def row_seeds(self, n_prompts: int) -> list[int] | None:
+        """One seed per (prompt, sample) row, prompt-major; None when the call is unseeded.
+
+        >>> SamplingParams(n=2, seed=7).row_seeds(1) == [row_seed(7, 0, 0), row_seed(7, 0, 1)]
+        True
+        >>> SamplingParams(prompt_seeds=(5, 7)).row_seeds(2)[1] == row_seed(7, 0, 0)
+        True
+        """
+        if self.prompt_seeds is not None:
+            if len(self.prompt_seeds) != n_prompts:
+                raise ValueError(
+                    f"prompt_seeds has {len(self.prompt_seeds)} seeds for {n_prompts} prompts"
+                )
+            return [row_seed(ps, 0, s) for ps in self.prompt_seeds for s in range(self.n)]
+        if self.seed is None:
+            return None
+        return [row_seed(self.seed, p, s) for p in range(n_prompts) for s in range(self.n)]
+
+
+_MIX_A = 0x9E3779B97F4A7C15
+_MIX_B = 0xBF58476D1CE4E5B9
+_MASK63 = (1 << 63) - 1
+
+
+def row_seed(seed: int, prompt_index: int, sample_index: int) -> int:
+    """Deterministic 63-bit seed for one (prompt, sample) pair of a seeded call."""
+    x = (seed * _MIX_A + prompt_index * _MIX_B + sample_index) & ((1 << 64) - 1)
+    x ^= x >> 31
+    x = (x * _MIX_B) & ((1 << 64) - 1)
+    x ^= x >> 29
+    return x & _MASK63
 
 
 @dataclass
@@ -134,6 +175,33 @@ class Policy(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+
+def decoded_completion(
+    tokenizer: Any,
+    prompt_ids: Sequence[int],
+    tokens: list[int],
+    logprobs: list[float],
+    finish: str,
+    params: SamplingParams,
+    *,
+    drop_last: bool,
+) -> Completion:
+    """The :class:`Completion` of generated ``tokens``: the text is decoded without the last
+    token when it ended the sequence (``drop_last``: EOS or a stop token) and cut before the
+    first stop string (which makes ``finish_reason`` ``"stop"``)."""
+    text_ids = tokens[:-1] if drop_last and tokens else tokens
+    text = tokenizer.decode(text_ids, skip_special_tokens=False)
+    text, matched = truncate_stop(text, params.stop)
+    if matched:
+        finish = "stop"
+    return Completion(
+        text=text,
+        token_ids=tokens,
+        logprobs=logprobs,
+        prompt_ids=list(prompt_ids),
+        finish_reason=finish,  # type: ignore[arg-type]
+    )
 
 
 def truncate_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:

@@ -4,7 +4,8 @@ Works with vLLM / SGLang / llama.cpp servers, hosted APIs, and this project's ow
 ``python -m adapters.serve``. Only the standard library is used (``urllib``).
 
 What is sent: ``model, messages, n, temperature, top_p, max_tokens, stop, seed`` (prompt ``i`` of a
-``generate`` call is sent ``seed + i``, so prompts of one call do not share a random stream) plus
+``generate`` call is sent ``seed + i``, or its own ``prompt_seeds[i]``, so prompts of one call do not
+share a random stream) plus
 ``logprobs: true`` (``request_logprobs``), ``top_k`` only when it is set (a vLLM extension), and
 ``return_token_ids: true`` only with ``request_token_ids=True`` (vLLM's extension; strict servers
 such as OpenAI's reject unknown fields). ``extra_body`` adds anything else.
@@ -73,6 +74,55 @@ def _error_message(body: str) -> str:
     return body[:500]
 
 
+def http_json(
+    method: str,
+    url: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 300.0,
+    max_retries: int = 5,
+    backoff_s: float = 0.5,
+    text_ok: bool = False,
+) -> Any:
+    """One JSON request with the retry policy of the module docstring; returns the parsed reply
+    (``None`` for an empty body; the text itself when it is not JSON and ``text_ok``). Raises
+    :class:`OpenAIAPIError`."""
+    data = json.dumps(payload).encode() if payload is not None else None
+    hdrs = headers or {"Content-Type": "application/json", "Accept": "application/json"}
+    last_error = "no attempt made"
+    for attempt in range(max_retries + 1):
+        if attempt:
+            time.sleep(min(30.0, backoff_s * 2 ** (attempt - 1)))
+        req = urllib.request.Request(url, data=data, headers=hdrs, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                raw = resp.read().decode("utf-8", errors="replace")
+        except urllib.error.HTTPError as e:
+            body = e.read().decode("utf-8", errors="replace")
+            msg = _error_message(body)
+            if e.code == 429 or e.code >= 500:
+                last_error = f"HTTP {e.code}: {msg}"
+                continue
+            raise OpenAIAPIError(
+                f"{method} {url} was rejected with HTTP {e.code}: {msg}", e.code, body
+            ) from None
+        except (TimeoutError, urllib.error.URLError, HTTPException, ConnectionError) as e:
+            last_error = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+            continue
+        if not raw.strip():
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            if text_ok:
+                return raw
+            raise OpenAIAPIError(f"{url} returned invalid JSON: {raw[:200]!r}") from None
+    raise OpenAIAPIError(
+        f"{method} {url} failed after {max_retries + 1} attempts; last error: {last_error}"
+    )
+
+
 class OpenAIPolicy(Policy):
     """:class:`Policy` over an OpenAI-compatible chat completions server (see module docstring).
 
@@ -130,40 +180,20 @@ class OpenAIPolicy(Policy):
         return headers
 
     def _call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
-        url = self.base_url + path
-        data = json.dumps(payload).encode() if payload is not None else None
-        last_error = "no attempt made"
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                time.sleep(min(30.0, self.backoff_s * 2 ** (attempt - 1)))
-            req = urllib.request.Request(url, data=data, headers=self._headers(), method=method)
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    raw = resp.read().decode("utf-8", errors="replace")
-            except urllib.error.HTTPError as e:
-                body = e.read().decode("utf-8", errors="replace")
-                msg = _error_message(body)
-                if e.code == 429 or e.code >= 500:
-                    last_error = f"HTTP {e.code}: {msg}"
-                    continue
-                raise OpenAIAPIError(
-                    f"{method} {url} was rejected with HTTP {e.code}: {msg}", e.code, body
-                ) from None
-            except (TimeoutError, urllib.error.URLError, HTTPException, ConnectionError) as e:
-                last_error = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
-                continue
-            try:
-                return json.loads(raw)
-            except ValueError:
-                raise OpenAIAPIError(f"{url} returned invalid JSON: {raw[:200]!r}") from None
-        raise OpenAIAPIError(
-            f"{method} {url} failed after {self.max_retries + 1} attempts; last error: {last_error}"
+        return http_json(
+            method,
+            self.base_url + path,
+            payload,
+            headers=self._headers(),
+            timeout_s=self.timeout_s,
+            max_retries=self.max_retries,
+            backoff_s=self.backoff_s,
         )
 
     def list_models(self) -> list[str]:
         """Model ids reported by ``GET /v1/models``."""
         data = self._call("GET", "/models")
-        return [m.get("id", "") for m in data.get("data", [])]
+        return [m.get("id", "") for m in (data or {}).get("data", [])]
 
     # ----------------------------------------------------------------------------------------
     # generation
@@ -221,7 +251,10 @@ class OpenAIPolicy(Policy):
     ) -> list[Completion]:
         out: list[Completion] = []
         for attempt in range(params.n):  # at most n rounds, in case a server ignores n
-            seed = None if params.seed is None else params.seed + index + attempt * 1_000_003
+            base = params.seed + index if params.seed is not None else None
+            if params.prompt_seeds is not None:
+                base = params.prompt_seeds[index]
+            seed = None if base is None else base + attempt * 1_000_003
             data = self._call(
                 "POST", "/chat/completions", self._body(messages, params, params.n - len(out), seed)
             )

@@ -10,11 +10,14 @@ exactly what a trainer needs:
   :mod:`adapters.training.logprobs` recomputes the same numbers from a full forward pass; in
   float32 they agree to about 1e-5.
 * **Per-sample seeds.** Each (prompt index, sample index) pair gets its own random stream derived
-  from ``SamplingParams.seed``; tokens are drawn by inverse-CDF sampling with one uniform number per
-  step from that stream. The same seed and inputs therefore give the same completions, and a
-  completion does not depend on which other prompts share its batch (up to floating-point
-  differences between batch shapes). With ``seed=None`` the streams are seeded from torch's global
-  generator, so ``torch.manual_seed`` still makes runs repeatable.
+  from ``SamplingParams.seed`` (or from the prompt's own seed, ``SamplingParams.prompt_seeds``;
+  :meth:`~adapters.policies.base.SamplingParams.row_seeds`); tokens are drawn with the Gumbel-max
+  trick from that stream (one Gumbel draw per vocabulary entry and step, :func:`sample_next`).
+  The same seed and inputs therefore give the same completions, and a completion does not depend
+  on which other prompts share its batch, nor on which rank draws it (floating-point differences
+  between batch shapes change a token only when two scores tie to about 1e-6). With
+  ``seed=None`` the streams are seeded from torch's global generator, so ``torch.manual_seed``
+  still makes runs repeatable.
 * **Left padding with explicit position ids** (cumulative sum of the attention mask), so a padded
   row computes the same thing as the unpadded sequence. Each distinct prompt is prefilled once
   for all ``n`` samples, and the tokens all prompts of a batch start with (system message,
@@ -38,23 +41,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.policies.base import Completion, Policy, SamplingParams, truncate_stop
+from adapters.policies.base import (
+    Completion,
+    Policy,
+    SamplingParams,
+    decoded_completion,
+    row_seed,  # noqa: F401  (re-exported: it lived here before)
+)
 from adapters.policies.chat import ChatPrompt, ChatTemplatePrompts
 
 logger = logging.getLogger(__name__)
-
-_MIX_A = 0x9E3779B97F4A7C15
-_MIX_B = 0xBF58476D1CE4E5B9
-_MASK63 = (1 << 63) - 1
-
-
-def row_seed(seed: int, prompt_index: int, sample_index: int) -> int:
-    """Deterministic 63-bit seed for one (prompt, sample) pair of a seeded call."""
-    x = (seed * _MIX_A + prompt_index * _MIX_B + sample_index) & ((1 << 64) - 1)
-    x ^= x >> 31
-    x = (x * _MIX_B) & ((1 << 64) - 1)
-    x ^= x >> 29
-    return x & _MASK63
 
 
 @dataclass
@@ -144,12 +140,37 @@ def prompt_batch(
     )
 
 
-def sample_next(logits: Any, uniforms: Any, params: SamplingParams) -> tuple[Any, Any]:
+def gumbel_noise(generators: Sequence[Any], vocab: int, device: Any) -> Any:
+    """(rows, vocab) standard Gumbel draws, row ``i`` from ``generators[i]`` (float64: the
+    largest draw is about 36.7, so the tail that decides a near-uniform choice is not cut)."""
+    import torch
+
+    u = torch.stack(
+        [torch.rand(vocab, generator=g, dtype=torch.float64, device=g.device) for g in generators]
+    ).to(device)
+    return -torch.log(-torch.log(u))  # u = 0 gives -inf: that token is not chosen
+
+
+def sample_next(logits: Any, noise: Any, params: SamplingParams) -> tuple[Any, Any]:
     """Choose one token per row and return ``(tokens, logprobs)``.
 
-    ``logits``: (rows, vocab) float32; ``uniforms``: (rows,) numbers in [0, 1) that drive the
-    draw (inverse-CDF sampling over the truncated distribution). The returned log-probs are
-    ``log_softmax(logits / T)`` at the chosen tokens, with ``T = 1`` when greedy.
+    ``logits``: (rows, vocab) float32; ``noise``: (rows, vocab) standard Gumbel draws
+    (:func:`gumbel_noise`). The token is ``argmax(log p + noise)`` over the tokens top-k / top-p
+    keep (the Gumbel-max trick: an exact draw from the truncated, renormalised distribution). A
+    draw depends on the logits only through which score is largest, so float-level differences
+    between batch layouts (padding, shared prefixes, ranks) almost never change the token; the
+    inverse-CDF draw it replaces moved to a neighbouring token whenever the cumulative sum
+    shifted by one token's probability, which for a flat distribution over 50k tokens is about
+    float32 rounding. The returned log-probs are ``log_softmax(logits / T)`` at the chosen
+    tokens, with ``T = 1`` when greedy.
+
+    >>> import torch
+    >>> noise = torch.zeros(1, 3, dtype=torch.float64)
+    >>> sample_next(torch.tensor([[0.0, 2.0, 1.0]]), noise, SamplingParams(temperature=1.0))[0]
+    tensor([1])
+    >>> noise[0, 2] = 5.0  # the noise can lift a less likely token
+    >>> sample_next(torch.tensor([[0.0, 2.0, 1.0]]), noise, SamplingParams(temperature=1.0))[0]
+    tensor([2])
     """
     import torch
 
@@ -158,23 +179,20 @@ def sample_next(logits: Any, uniforms: Any, params: SamplingParams) -> tuple[Any
         tokens = logits.argmax(dim=-1)
         return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
     logp = torch.log_softmax(logits / params.temperature, dim=-1)
+    scores = logp.to(noise.dtype) + noise
     top_k = params.top_k if params.top_k > 0 else 0
-    if top_k or params.top_p < 1.0:
+    if (top_k and top_k < logp.shape[-1]) or params.top_p < 1.0:
         if top_k and top_k < logp.shape[-1]:
             cand_lp, cand_idx = logp.topk(top_k, dim=-1)  # sorted, descending
         else:
             cand_lp, cand_idx = logp.sort(dim=-1, descending=True)
-        probs = cand_lp.exp()
+        keep = torch.ones_like(cand_lp, dtype=torch.bool)
         if params.top_p < 1.0:
-            mass_before = probs.cumsum(-1) - probs
-            probs = probs * (mass_before < params.top_p)
-    else:
-        cand_idx = None
-        probs = logp.exp()
-    cdf = probs.cumsum(-1)
-    x = uniforms.to(cdf.dtype)[:, None] * cdf[:, -1:]
-    pick = torch.searchsorted(cdf, x, right=True).clamp_(max=cdf.shape[-1] - 1)
-    tokens = pick.squeeze(-1) if cand_idx is None else cand_idx.gather(-1, pick).squeeze(-1)
+            probs = cand_lp.exp()
+            keep = (probs.cumsum(-1) - probs) < params.top_p  # the first token is always kept
+        mask = torch.zeros_like(logp, dtype=torch.bool).scatter_(-1, cand_idx, keep)
+        scores = scores.masked_fill(~mask, float("-inf"))
+    tokens = scores.argmax(dim=-1)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
@@ -271,9 +289,8 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
         params = params or SamplingParams()
         encoded = self.encode_prompts(prompts, params.max_new_tokens)
         rows = [(p, s) for p in range(len(encoded)) for s in range(params.n)]
-        if params.seed is not None:
-            seeds = [row_seed(params.seed, p, s) for p, s in rows]
-        else:
+        seeds = params.row_seeds(len(encoded))
+        if seeds is None:
             seeds = torch.randint(0, 2**62, (len(rows),)).tolist()
         # longest prompts first: less padding inside each chunk, and memory peaks early
         order = sorted(range(len(rows)), key=lambda r: -len(encoded[rows[r][0]]))
@@ -295,17 +312,9 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
         finish: str,
         params: SamplingParams,
     ) -> Completion:
-        text_ids = tokens[:-1] if tokens and tokens[-1] in self.eos_ids else tokens
-        text = self.tokenizer.decode(text_ids, skip_special_tokens=False)
-        text, matched = truncate_stop(text, params.stop)
-        if matched:
-            finish = "stop"
-        return Completion(
-            text=text,
-            token_ids=tokens,
-            logprobs=logprobs,
-            prompt_ids=list(prompt_ids),
-            finish_reason=finish,  # type: ignore[arg-type]
+        ends = bool(tokens) and tokens[-1] in self.eos_ids
+        return decoded_completion(
+            self.tokenizer, prompt_ids, tokens, logprobs, finish, params, drop_last=ends
         )
 
     def _forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any) -> Any:
@@ -342,16 +351,21 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
                 logits = logits.index_select(0, expand)
             attn = attn.index_select(0, expand)
             next_pos = positions[:, -1].index_select(0, expand) + 1
-            uniforms = torch.stack(
-                [torch.rand(max_new, generator=torch.Generator().manual_seed(s)) for s in seeds]
-            ).to(dev)
+            # one random stream per row (its seed): the same row draws the same noise whatever
+            # else shares the chunk; CPU generators, so the streams are alike on every device
+            gens = [torch.Generator().manual_seed(s) for s in seeds]
+            vocab = int(logits.shape[-1])
             active = list(range(len(prompts)))
-            active_t = torch.arange(len(prompts), device=dev)
             tokens_out: list[list[int]] = [[] for _ in prompts]
             lps_out: list[list[float]] = [[] for _ in prompts]
             finish = ["length"] * len(prompts)
             for step in range(max_new):
-                tokens, lps = sample_next(logits, uniforms[active_t, step], params)
+                noise = (
+                    None
+                    if params.greedy
+                    else gumbel_noise([gens[r] for r in active], vocab, logits.device)
+                )
+                tokens, lps = sample_next(logits, noise, params)
                 tok_list, lp_list = tokens.tolist(), lps.tolist()
                 keep: list[int] = []
                 for j, r in enumerate(active):
@@ -371,7 +385,7 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
                     kidx = torch.tensor(keep, device=dev)
                     cache.reorder_cache(kidx)
                     attn, next_pos = attn.index_select(0, kidx), next_pos.index_select(0, kidx)
-                    tokens, active_t = tokens.index_select(0, kidx), active_t.index_select(0, kidx)
+                    tokens = tokens.index_select(0, kidx)
                     active = [active[j] for j in keep]
                 attn = torch.cat([attn, attn.new_ones((len(active), 1))], dim=1)
                 logits = self._forward(tokens[:, None], attn, next_pos[:, None], cache)

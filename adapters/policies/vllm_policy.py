@@ -28,7 +28,8 @@ Conventions (exactly those of :mod:`adapters.policies.base`)
   spell a matched stop string; ``text`` is decoded from them (EOS removed) and cut before the
   stop string, as in the transformers backend (special tokens kept in the text).
 * **Seeds**: every (prompt, sample) pair is its own vLLM request with its own seed, derived from
-  ``SamplingParams.seed`` with :func:`~adapters.policies.transformers_policy.row_seed`
+  ``SamplingParams.seed`` (or ``prompt_seeds``) by
+  :meth:`~adapters.policies.base.SamplingParams.row_seeds`, as in the transformers backend
   (``seed=None``: seeds drawn from torch's global generator). The same seed and inputs give the
   same completions, and two identical prompts in one call get different samples.
 
@@ -72,13 +73,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from adapters.policies.base import Completion, Policy, SamplingParams, truncate_stop
+from adapters.policies.base import Completion, Policy, SamplingParams, decoded_completion
 from adapters.policies.chat import ChatPrompt, ChatTemplatePrompts
-from adapters.policies.transformers_policy import row_seed
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["VLLMAdapterPolicy", "VLLMPolicy", "VLLMWorkerExtension"]
+__all__ = [
+    "VLLMAdapterPolicy",
+    "VLLMPolicy",
+    "VLLMWorkerExtension",
+    "make_completion",
+    "weight_chunks",
+]
 
 WORKER_EXTENSION = "adapters.policies.vllm_policy.VLLMWorkerExtension"
 _GiB = 1 << 30
@@ -163,6 +169,58 @@ def check_packed_groups(names: Iterable[str]) -> None:
                 f"partial weight update: {name!r} is fused with {missing} in vLLM; send all of "
                 f"{group} together (or the whole state dict)"
             )
+
+
+def make_completion(
+    tokenizer: Any,
+    prompt_ids: Sequence[int],
+    tokens: list[int],
+    logprobs: list[float],
+    finish_reason: str | None,
+    stop_reason: Any,
+    params: SamplingParams,
+) -> Completion:
+    """A :class:`Completion` from what vLLM returns for one sample (the engine's output or the
+    server's JSON): the text is decoded here (EOS removed, cut before a stop string)."""
+    finish = "stop" if finish_reason == "stop" else "length"
+    # stop_reason None (EOS) or an int (a stop token id): the last token ended the sequence
+    ended_by_token = finish == "stop" and not isinstance(stop_reason, str)
+    return decoded_completion(
+        tokenizer, prompt_ids, tokens, logprobs, finish, params, drop_last=ended_by_token
+    )
+
+
+def weight_chunks(
+    weights: Mapping[str, Any] | Iterable[tuple[str, Any]], chunk_gb: float = 1.0
+) -> Iterable[dict[str, Any]]:
+    """Validated CPU tensors in vLLM's checkpoint names, in dicts of about ``chunk_gb`` GiB (one
+    decoder layer never split across two): what :meth:`VLLMPolicy.update_weights` sends."""
+    items = weights.items() if isinstance(weights, Mapping) else weights
+    named: dict[str, Any] = {}
+    for raw, tensor in items:
+        if not isinstance(raw, str) or not hasattr(tensor, "detach"):
+            raise TypeError("update_weights takes a state dict or (name, tensor) pairs")
+        named[normalise_weight_name(raw)] = tensor
+    if not named:
+        raise ValueError("update_weights got no tensors")
+    check_packed_groups(named)
+    groups: dict[str, list[str]] = {}
+    for n in named:
+        m = _LAYER_RE.match(n)
+        groups.setdefault(m.group(1) if m else n, []).append(n)
+    limit = max(1, int(chunk_gb * _GiB))
+    chunk: dict[str, Any] = {}
+    size = 0
+    for names in groups.values():
+        for n in names:
+            t = named[n].detach().to("cpu").contiguous().clone()
+            chunk[n] = t
+            size += t.numel() * t.element_size()
+        if size >= limit:
+            yield chunk
+            chunk, size = {}, 0
+    if chunk:
+        yield chunk
 
 
 class VLLMPolicy(ChatTemplatePrompts, Policy):
@@ -312,9 +370,8 @@ class VLLMPolicy(ChatTemplatePrompts, Policy):
                 "convention"
             )
         rows = [(p, s) for p in range(len(encoded)) for s in range(params.n)]
-        if params.seed is not None:
-            seeds = [row_seed(params.seed, p, s) for p, s in rows]
-        else:
+        seeds = params.row_seeds(len(encoded))
+        if seeds is None:
             import torch
 
             seeds = torch.randint(0, 2**62, (len(rows),)).tolist()
@@ -343,23 +400,9 @@ class VLLMPolicy(ChatTemplatePrompts, Policy):
     def _completion(self, prompt_ids: list[int], out: Any, params: SamplingParams) -> Completion:
         o = out.outputs[0]
         tokens = [int(t) for t in o.token_ids]
-        logprobs: list[float] = []
-        for t, entry in zip(tokens, o.logprobs or []):
-            logprobs.append(float(entry[t].logprob))
-        finish = "stop" if o.finish_reason == "stop" else "length"
-        # stop_reason None (EOS) or an int (a stop token id): the last token ended the sequence
-        ended_by_token = finish == "stop" and not isinstance(o.stop_reason, str)
-        text_ids = tokens[:-1] if ended_by_token and tokens else tokens
-        text = self.tokenizer.decode(text_ids, skip_special_tokens=False)
-        text, matched = truncate_stop(text, params.stop)
-        if matched:
-            finish = "stop"
-        return Completion(
-            text=text,
-            token_ids=tokens,
-            logprobs=logprobs,
-            prompt_ids=list(prompt_ids),
-            finish_reason=finish,  # type: ignore[arg-type]
+        logprobs = [float(entry[t].logprob) for t, entry in zip(tokens, o.logprobs or [])]
+        return make_completion(
+            self.tokenizer, prompt_ids, tokens, logprobs, o.finish_reason, o.stop_reason, params
         )
 
     # ----------------------------------------------------------------------------------------
@@ -445,34 +488,10 @@ class VLLMPolicy(ChatTemplatePrompts, Policy):
         """
         if self.asleep:
             raise RuntimeError(f"{self!r} is asleep: call wake_up() before update_weights()")
-        items = weights.items() if isinstance(weights, Mapping) else weights
-        named: dict[str, Any] = {}
-        for raw, tensor in items:
-            if not isinstance(raw, str) or not hasattr(tensor, "detach"):
-                raise TypeError("update_weights takes a state dict or (name, tensor) pairs")
-            named[normalise_weight_name(raw)] = tensor
-        if not named:
-            raise ValueError("update_weights got no tensors")
-        check_packed_groups(named)
-        groups: dict[str, list[str]] = {}
-        for n in named:
-            m = _LAYER_RE.match(n)
-            groups.setdefault(m.group(1) if m else n, []).append(n)
-        limit = max(1, int(chunk_gb * _GiB))
         tmp = tempfile.mkdtemp(prefix="mas-vllm-weights-", dir=_shm_dir())
         sent = 0
         try:
-            chunk: dict[str, Any] = {}
-            size = 0
-            for names in groups.values():
-                for n in names:
-                    t = named[n].detach().to("cpu").contiguous().clone()
-                    chunk[n] = t
-                    size += t.numel() * t.element_size()
-                if size >= limit:
-                    sent += self._send_chunk(chunk, tmp)
-                    chunk, size = {}, 0
-            if chunk:
+            for chunk in weight_chunks(weights, chunk_gb):
                 sent += self._send_chunk(chunk, tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -535,7 +554,7 @@ class VLLMPolicy(ChatTemplatePrompts, Policy):
 class VLLMAdapterPolicy(Policy):
     """A view of a :class:`VLLMPolicy` that generates with one LoRA adapter (latest version)."""
 
-    def __init__(self, base: VLLMPolicy, adapter: str) -> None:
+    def __init__(self, base: Any, adapter: str) -> None:  # a VLLMPolicy or VLLMServerPolicy
         self.base = base
         self.adapter = adapter
         self.name = f"{base.name}:{adapter}"

@@ -19,12 +19,12 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from adapters.policies.base import Completion, Policy, SamplingParams
 from adapters.rollout.envpool import BranchView, EpisodeSpec, LocalEnvPool, StepOutcome
-from adapters.rollout.episodes import award_lookahead, delayed_rewards
+from adapters.rollout.episodes import award_lookahead, delayed_rewards, derive_seed
 from adapters.rollout.keep import KEEP_RULES, KeepRule, select_candidates
 from adapters.rollout.records import Episode, RolloutResult, Sample
 
@@ -48,6 +48,10 @@ class RolloutConfig:
     max_steps: safety cap on agent steps per episode.
     temperature / top_p / top_k / max_new_tokens / stop: sampling settings for every role;
     ``role_sampling`` overrides them per role, e.g. ``{"verifier": {"temperature": 0.6}}``.
+    prompt_seeds: seed each prompt from ``(seed, instance, branch)`` instead of its position in
+    the batch (``SamplingParams.prompt_seeds``), so that a branch's samples do not depend on
+    which other instances are rolled out with it (the trainer sets it under torch.distributed,
+    where each process rolls out a share of the instances).
     """
 
     candidates: int = 4
@@ -63,6 +67,7 @@ class RolloutConfig:
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
     role_sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    prompt_seeds: bool = False
 
     def __post_init__(self) -> None:
         if self.candidates < 1:
@@ -171,6 +176,11 @@ class RolloutEngine:
                     out[i] = [Completion(text=t) for _ in range(n)]
                 continue
             params = self.config.sampling_params(role, n, seed=(seed * 1_000_003 + k) % 2**31)
+            if self.config.prompt_seeds:
+                keys = [(branches[i].instance, branches[i].path) for i in idxs]
+                params = replace(
+                    params, prompt_seeds=tuple(derive_seed(seed, *key) for key in keys)
+                )
             prompts = [[{"role": "user", "content": branches[i].view.prompt}] for i in idxs]
             results = policy.generate(prompts, params)
             for i, comps in zip(idxs, results):
@@ -178,8 +188,14 @@ class RolloutEngine:
         return out
 
     # ------------------------------------------------------------------ main loop
-    def run(self, specs: Sequence[EpisodeSpec], seed: int = 0) -> RolloutResult:
-        """Roll out one episode tree (or K parallel episodes) per spec."""
+    def run(
+        self, specs: Sequence[EpisodeSpec], seed: int = 0, instance_offset: int = 0
+    ) -> RolloutResult:
+        """Roll out one episode tree (or K parallel episodes) per spec.
+
+        ``instance_offset`` numbers the instances from there (``Sample.instance``, group keys):
+        a process that rolls out instances ``[a, b)`` of a larger batch passes ``a``.
+        """
         cfg = self.config
         rng = random.Random(seed)
         parallel = cfg.sampling == "parallel"
@@ -187,7 +203,11 @@ class RolloutEngine:
         root_specs = [s for s in specs for _ in range(copies)]
         views = self.pool.reset(root_specs)
         live = [
-            _Branch(view=v, instance=i // copies, path=str(i % copies) if parallel else "0")
+            _Branch(
+                view=v,
+                instance=instance_offset + i // copies,
+                path=str(i % copies) if parallel else "0",
+            )
             for i, v in enumerate(views)
         ]
         samples: list[Sample] = []
@@ -210,7 +230,7 @@ class RolloutEngine:
             self._award_siblings(live, sib, expanded[len(live) :], samples, sibling_rng)
             next_live: list[_Branch] = []
             per_instance: dict[int, int] = defaultdict(int)
-            keeps, leaf_of = self._keep(live, outcomes, parallel, rng)
+            keeps, leaf_of = self._keep(live, outcomes, parallel, rng, seed, wave)
             for i, (b, comps, outs) in enumerate(zip(live, completions, outcomes)):
                 keep = keeps[i]
                 group = self._group_key(b, parallel)
@@ -259,12 +279,16 @@ class RolloutEngine:
         outcomes: list[list[StepOutcome]],
         parallel: bool,
         rng: random.Random,
+        seed: int = 0,
+        wave: int = 0,
     ) -> tuple[list[list[int]], dict[int, int]]:
         """Per live branch, the candidates that continue; and, for branches whose whole pool
         stops, the candidate whose episode is recorded as the leaf.
 
         The keep rule chooses within each branch (``keep_scope="branch"``) or within the pool of
-        all branches of one instance whose same agent acted this wave (``"instance"``)."""
+        all branches of one instance whose same agent acted this wave (``"instance"``). With
+        ``prompt_seeds`` a random rule draws from the pool's own stream (seeded by instance and
+        branch), so the choice does not depend on which other instances share the batch."""
         cfg = self.config
         if parallel:
             return [[0] for _ in live], {}
@@ -278,8 +302,14 @@ class RolloutEngine:
             flat = [(i, c) for i in members for c in range(len(outcomes[i]))]
             rewards = [outcomes[i][c].reward for i, c in flat]
             done = [outcomes[i][c].branch.done for i, c in flat]
-            pref = live[members[0]].view.preference
-            chosen = select_candidates(rewards, done, cfg.keep, cfg.keep_n, rng, pref)
+            first = live[members[0]]
+            pool_rng = (
+                random.Random(derive_seed(seed, wave, first.instance, first.path, first.view.agent))
+                if cfg.prompt_seeds
+                else rng
+            )
+            pref = first.view.preference
+            chosen = select_candidates(rewards, done, cfg.keep, cfg.keep_n, pool_rng, pref)
             for j in chosen:
                 i, c = flat[j]
                 keeps[i].append(c)

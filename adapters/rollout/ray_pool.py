@@ -195,9 +195,12 @@ class _EnvWorker:
             self._step_delay = float(step_delay_s)
 
     def stats(self, release: Sequence[int]) -> dict[str, Any]:
+        import ray
+
         self._begin("stats", release)
         return {
             "pid": os.getpid(),
+            "node": ray.get_runtime_context().get_node_id(),
             "envs": len(self._envs),
             "steps": self._steps,
             "calls": dict(self._calls),
@@ -301,7 +304,7 @@ class RayEnvPool:
         return len(self._lineage)
 
     def worker_stats(self) -> list[dict[str, Any]]:
-        """Per actor: pid, hosted envs, steps taken, remote calls by method (sends queued
+        """Per actor: pid, Ray node id, hosted envs, steps taken, remote calls by method (sends queued
         releases first, so ``envs`` counts only live branches)."""
         out = self._call("stats", {w: None for w in range(self.num_workers)}, no_payload=True)
         return [out[w] for w in range(self.num_workers)]

@@ -10,6 +10,14 @@
 * ``vllm`` (:class:`VLLMBackend`): generation in a vLLM engine
   (:class:`~adapters.policies.vllm_policy.VLLMPolicy`), weights or LoRA adapters pushed into it
   after every update.
+* ``vllm-server`` (:class:`VLLMServerBackend`): generation on separately started ``vllm serve``
+  replicas (``TrainConfig.vllm_servers``; :mod:`adapters.policies.vllm_server`), adapters or
+  weights pushed to them over HTTP after every update. Needs no vllm package in the trainer's
+  environment.
+
+Under torchrun (:mod:`adapters.training.distributed`) a :class:`WeightSync` says who pushes:
+every rank into its own colocated engine, rank 0 alone to the shared servers; FSDP2-sharded
+weights are gathered first, by every rank.
 
 A backend provides ``policies()`` (rollout id -> Policy), ``role_policy`` (role -> rollout id),
 ``train_pid`` (rollout id -> trainable policy id), ``timer`` (a
@@ -22,10 +30,12 @@ back to the trainable policy with ``train_pid``. Every role's prompts start with
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +47,30 @@ from adapters.training.policy_models import PolicyModel
 if TYPE_CHECKING:  # pragma: no cover
     from adapters.policies.vllm_policy import VLLMPolicy
 
-__all__ = ["TransformersBackend", "VLLMBackend", "make_backend", "prompt_prefix"]
+__all__ = [
+    "TransformersBackend",
+    "VLLMBackend",
+    "VLLMServerBackend",
+    "WeightSync",
+    "make_backend",
+    "prompt_prefix",
+]
+
+
+def _state_dict(pm: Any) -> dict[str, Any]:
+    return pm.model.state_dict()
+
+
+@dataclass
+class WeightSync:
+    """How updated weights reach the generating engines.
+
+    pushes: this process sends them (False on ranks other than 0 with shared vLLM servers).
+    full_state: a policy's whole state dict (gathers FSDP2 shards; every rank calls it).
+    """
+
+    pushes: bool = True
+    full_state: Callable[[Any], dict[str, Any]] = field(default=_state_dict)
 
 
 def role_map_of(models: Mapping[str, PolicyModel], roles: Sequence[str]) -> dict[str, str]:
@@ -159,6 +192,7 @@ class VLLMBackend(_RolePolicies):
     """
 
     name = "vllm"
+    keep_sync_dir = False
 
     def __init__(
         self,
@@ -171,15 +205,15 @@ class VLLMBackend(_RolePolicies):
         *,
         engine: VLLMPolicy | None = None,
         engine_kwargs: Mapping[str, Any] | None = None,
+        sync: WeightSync | None = None,
     ) -> None:
-        from adapters.policies.vllm_policy import VLLMPolicy  # needs vllm (scripts/setup_vllm.sh)
-
         self.cfg = cfg
         self.models = dict(models)
-        self._tmp = Path(tempfile.mkdtemp(prefix="mas-vllm-sync-"))
+        self.weight_sync = sync or WeightSync()
+        self._tmp = self._sync_dir()
         self._versions: dict[str, int] = {}
         self._dirty = set(self.models)
-        self._owned: list[VLLMPolicy] = []
+        self._owned: list[Any] = []
         self.lora = any(pm.peft is not None for pm in self.models.values())
         kw = dict(engine_kwargs or {})
         kw.setdefault("dtype", cfg.dtype)
@@ -187,32 +221,26 @@ class VLLMBackend(_RolePolicies):
         if getattr(device, "type", str(device)) == "cuda":
             # the trainer's model and optimizer share the GPU
             kw.setdefault("gpu_memory_utilization", 0.4)
-        self.engines: dict[str, VLLMPolicy] = {}
+        self.engines: dict[str, Any] = {}  # VLLMPolicy, or VLLMServerPolicy
         inner: dict[str, Policy] = {}
         if self.lora:
             rank = max(int(pm.peft.peft_config[pm.adapter].r) for pm in self.models.values())
             if engine is None:
-                model_dir = self._base_checkpoint(next(iter(self.models.values())), tokenizer)
-                engine = VLLMPolicy(
-                    model_dir,
-                    enable_lora=True,
-                    max_lora_rank=rank,
-                    max_loras=max(len(self.models), 1),
-                    **kw,
-                )
+                first = next(iter(self.models.values()))
+                engine = self._new_engine(first, tokenizer, kw, lora_rank=rank)
                 self._owned.append(engine)
             for pid in self.models:
                 self.engines[pid] = engine
                 inner[pid] = engine.for_adapter(pid)
         else:
-            by_module: dict[int, VLLMPolicy] = {}
+            by_module: dict[int, Any] = {}
             for pid, pm in self.models.items():
                 eng = by_module.get(id(pm.model))
                 if eng is None:
                     if engine is not None and not by_module:
                         eng = engine
                     else:
-                        eng = VLLMPolicy(self._base_checkpoint(pm, tokenizer), **kw)
+                        eng = self._new_engine(pm, tokenizer, kw)
                         self._owned.append(eng)
                     by_module[id(pm.model)] = eng
                 self.engines[pid] = eng
@@ -224,6 +252,26 @@ class VLLMBackend(_RolePolicies):
             pairs = list(role_map_of(self.models, roles).items())
         activate = {pid: functools.partial(self._ensure_synced, pid) for pid in self.models}
         self._wrap(cfg, pairs, inner, activate, role_prefix)
+
+    def _sync_dir(self) -> Path:
+        return Path(tempfile.mkdtemp(prefix="mas-vllm-sync-"))
+
+    def _new_engine(
+        self, pm: Any, tokenizer: Any, kw: dict[str, Any], lora_rank: int | None = None
+    ) -> Any:
+        """A vLLM engine for ``pm``'s (frozen) base: with LoRA slots for ``lora_rank``."""
+        from adapters.policies.vllm_policy import VLLMPolicy  # needs vllm (setup_vllm.sh)
+
+        model_dir = self._base_checkpoint(pm, tokenizer)
+        if lora_rank is None:
+            return VLLMPolicy(model_dir, **kw)
+        return VLLMPolicy(
+            model_dir,
+            enable_lora=True,
+            max_lora_rank=lora_rank,
+            max_loras=max(len(self.models), 1),
+            **kw,
+        )
 
     def _base_checkpoint(self, pm: Any, tokenizer: Any) -> str | None:
         """A directory vLLM can load the (frozen) base from: the configured model when it is a
@@ -254,7 +302,9 @@ class VLLMBackend(_RolePolicies):
     def _push(self, pid: str) -> None:
         pm = self.models[pid]
         engine = self.engines[pid]
-        if pm.peft is not None:
+        if pm.peft is not None and not self.weight_sync.pushes:
+            pass  # another rank loads the adapter into the shared servers
+        elif pm.peft is not None:
             version = self._versions.get(pid, 0) + 1
             target = self._tmp / f"{pid}-v{version}"
             pm.peft.save_pretrained(str(target), selected_adapters=[pm.adapter])
@@ -265,7 +315,9 @@ class VLLMBackend(_RolePolicies):
             shutil.rmtree(old, ignore_errors=True)
             self._versions[pid] = version
         else:
-            engine.update_weights(pm.model.state_dict())
+            state = self.weight_sync.full_state(pm)  # every rank: FSDP2 gathers the shards
+            if self.weight_sync.pushes:
+                engine.update_weights(state)
         self._dirty.discard(pid)
 
     def sync(self, policy_ids: Sequence[str]) -> None:
@@ -288,7 +340,99 @@ class VLLMBackend(_RolePolicies):
         self.engines.clear()
         self._owned.clear()
         self._policies.clear()
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        if self.weight_sync.pushes and not self.keep_sync_dir:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+class VLLMServerBackend(VLLMBackend):
+    """Rollout backend on running ``vllm serve`` replicas (``backend: vllm-server``).
+
+    Like :class:`VLLMBackend` (same adapters, same sync after every update), with
+    :class:`~adapters.policies.vllm_server.VLLMServerPolicy` engines over the URLs of
+    ``TrainConfig.vllm_servers``: LoRA runs (shared or per role) use every listed server with one
+    adapter per policy; full fine-tuning uses them for the shared policy, and per-role models
+    need one server group per policy (entries ``POLICY=URL``). Adapters and weight files go to
+    ``vllm_sync_dir`` (default ``<output_dir>/vllm-sync``), which the servers must be able to
+    read. When this process pushes, :meth:`check_logprobs` first compares the servers'
+    log-probs with the trainer's on a short sample, so that a server with other weights or
+    vLLM's default raw log-probs fails the run at start instead of biasing every PPO ratio.
+    After the run the servers keep the last adapters or weights (the sync directory keeps the
+    last adapter versions): they serve the trained policies, e.g. for ``adapters.evaluate``.
+    """
+
+    name = "vllm-server"
+    probe_tolerance = 0.1  # mean |log-prob difference| per token (bfloat16 servers included)
+    keep_sync_dir = True  # the servers keep serving the last adapters (and may reload them)
+
+    def _sync_dir(self) -> Path:
+        where = self.cfg.vllm_sync_dir or str(Path(self.cfg.output_dir or ".") / "vllm-sync")
+        path = Path(where).resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _servers_for(self, pid: str | None) -> list[str]:
+        tagged: dict[str, list[str]] = {}
+        plain: list[str] = []
+        for entry in self.cfg.vllm_servers:
+            key, sep, url = entry.partition("=")
+            if sep and not key.startswith("http"):
+                tagged.setdefault(key.strip(), []).append(url.strip())
+            else:
+                plain.append(entry)
+        if pid is not None and pid in tagged:
+            return tagged[pid]
+        if not plain:
+            raise ValueError(
+                f"vllm_servers has no server for policy {pid!r} (entries: {self.cfg.vllm_servers})"
+            )
+        return plain
+
+    def _new_engine(
+        self, pm: Any, tokenizer: Any, kw: dict[str, Any], lora_rank: int | None = None
+    ) -> Any:
+        from adapters.policies.vllm_server import VLLMServerPolicy
+
+        engine = VLLMServerPolicy(
+            self._servers_for(None if lora_rank is not None else pm.pid),
+            tokenizer=tokenizer,
+            sync_dir=self._tmp,
+            chat_template_kwargs=self.cfg.chat_template_kwargs,
+        )
+        if self.weight_sync.pushes:
+            self.check_logprobs(engine, pm, tokenizer, lora=lora_rank is not None)
+        return engine
+
+    def check_logprobs(self, engine: Any, pm: Any, tokenizer: Any, lora: bool) -> float:
+        """Sample 8 tokens at temperature 2 from the servers' base model and compare their
+        log-probs with the trainer's (adapters disabled); returns the mean difference."""
+        import torch
+
+        from adapters.policies.base import SamplingParams
+        from adapters.training.logprobs import completion_logprobs
+
+        probe = [{"role": "user", "content": "Name three colours."}]
+        c = engine.generate([probe], SamplingParams(temperature=2.0, max_new_tokens=8, seed=1))
+        c = c[0][0]
+        if not c.token_ids:
+            return 0.0
+        ctx = pm.reference() if lora else contextlib.nullcontext()
+        with torch.no_grad(), ctx:
+            ours = completion_logprobs(
+                pm.model,
+                [c.prompt_ids],
+                [c.token_ids],
+                pad_id=int(tokenizer.pad_token_id),
+                temperature=2.0,
+            )[0]
+        diff = float((ours.float().cpu() - torch.tensor(c.logprobs)).abs().mean())
+        if not diff < self.probe_tolerance:
+            raise RuntimeError(
+                f"the vLLM servers {engine.servers} return log-probs that differ from the "
+                f"trainer's by {diff:.3f} per token on a probe sample: start them with "
+                "--logprobs-mode processed_logprobs, the trainer's initial weights (the same "
+                "model and checkpoint) and a matching --dtype"
+            )
+        return diff
 
 
 def make_backend(
@@ -298,10 +442,16 @@ def make_backend(
     device: Any,
     roles: Sequence[str],
     role_prefix: dict[str, list[dict[str, str]]] | None = None,
+    *,
+    sync: WeightSync | None = None,
 ) -> TransformersBackend | VLLMBackend:
     """The rollout backend named by ``cfg.backend`` (see the module docstring)."""
     if cfg.backend == "transformers":
         return TransformersBackend(cfg, models, tokenizer, device, roles, role_prefix)
     if cfg.backend == "vllm":  # generation in vLLM, weights synced after every update
-        return VLLMBackend(cfg, models, tokenizer, device, roles, role_prefix)
-    raise ValueError(f"unknown rollout backend {cfg.backend!r}; available: transformers, vllm")
+        return VLLMBackend(cfg, models, tokenizer, device, roles, role_prefix, sync=sync)
+    if cfg.backend == "vllm-server":  # generation on running vLLM servers
+        return VLLMServerBackend(cfg, models, tokenizer, device, roles, role_prefix, sync=sync)
+    raise ValueError(
+        f"unknown rollout backend {cfg.backend!r}; available: transformers, vllm, vllm-server"
+    )

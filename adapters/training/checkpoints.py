@@ -8,6 +8,9 @@ file                        content
 ``policy_<pid>.pt``         the trainable weights of each policy: its LoRA adapter
                             (``get_peft_model_state_dict``) or, for full fine-tuning, the model
 ``optimizer_<pid>.pt``      each policy's optimizer state (AdamW moments, step counts)
+``policy_<pid>/``           instead of the two files above, for a policy sharded with FSDP2 over
+                            several ranks: model and optimizer state written by every rank with
+                            ``torch.distributed.checkpoint`` (loadable by any number of ranks)
 ``rng.pt``                  Python, NumPy, torch (and CUDA) generator states
 ``shared.pt``               the setting's shared objects (``state_dict()`` of the MAE/SAGE
                             question pools)
@@ -41,9 +44,12 @@ import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.training.policy_models import PolicyModel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from adapters.training.distributed import DataParallel, DistContext
 
 __all__ = [
     "CKPT_FORMAT",
@@ -78,24 +84,44 @@ def save_checkpoint(
     trajectories_bytes: int,
     metrics_bytes: int,
     keep: int,
+    ranks: DistContext | None = None,
+    dp: DataParallel | None = None,
 ) -> Path:
-    """Write ``checkpoints/step_NNNNNN`` atomically (temp dir + rename); prune old ones."""
+    """Write ``checkpoints/step_NNNNNN`` atomically (temp dir + rename); prune old ones.
+
+    Under torch.distributed every rank calls it (``ranks``, ``dp``): FSDP2-sharded policies are
+    written by all ranks with DCP, everything else by rank 0 only."""
     import numpy as np
     import torch
 
+    from adapters.training import distributed
+
+    ranks = ranks or distributed.DistContext()
+    dp = dp or distributed.SINGLE
     ckdir = Path(run_dir) / "checkpoints"
-    ckdir.mkdir(parents=True, exist_ok=True)
     final = ckdir / f"step_{step:06d}"
-    tmp = ckdir / f".tmp-step_{step:06d}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    tmp = ckdir / ranks.broadcast_object(f".tmp-step_{step:06d}-{os.getpid()}")
+    if ranks.is_main:
+        ckdir.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+    ranks.barrier()
     for pid, pm in models.items():
+        if isinstance(dp, distributed.RankParallel) and dp.is_sharded(pid):
+            distributed.save_sharded(dp, pm, tmp / f"policy_{pid}")
+            continue
+        if not ranks.is_main:
+            continue
         torch.save(
             {k: v.detach().cpu() for k, v in pm.trainable_state().items()},
             tmp / f"policy_{pid}.pt",
         )
         torch.save(pm.optimizer.state_dict(), tmp / f"optimizer_{pid}.pt")
+    ranks.barrier()
+    if not ranks.is_main:
+        ranks.barrier()
+        return final
     rng = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
@@ -111,6 +137,7 @@ def save_checkpoint(
         "metrics_bytes": metrics_bytes,
         "policies": sorted(models),
         "time": time.time(),
+        "world_size": ranks.world_size,
     }
     (tmp / "state.json").write_text(json.dumps(state, indent=2))
     _fsync_dir(tmp)
@@ -123,15 +150,27 @@ def save_checkpoint(
         shutil.rmtree(old, ignore_errors=True)
     for stale in ckdir.glob(".tmp-step_*"):
         shutil.rmtree(stale, ignore_errors=True)
+    ranks.barrier()
     return final
 
 
 def load_checkpoint(
-    ckpt: Path, models: Mapping[str, PolicyModel], shared: Mapping[str, Any], device: Any
+    ckpt: Path,
+    models: Mapping[str, PolicyModel],
+    shared: Mapping[str, Any],
+    device: Any,
+    dp: DataParallel | None = None,
 ) -> dict[str, Any]:
-    """Restore weights, optimizer states, RNG states and shared objects; returns ``state.json``."""
+    """Restore weights, optimizer states, RNG states and shared objects; returns ``state.json``.
+
+    Any checkpoint loads into any number of ranks: a DCP directory ``policy_<pid>/`` is
+    resharded, a full ``policy_<pid>.pt`` is loaded as it is (or scattered into FSDP2 shards)."""
     import numpy as np
     import torch
+
+    from adapters.training import distributed
+
+    dp = dp or distributed.SINGLE
 
     state = json.loads((ckpt / "state.json").read_text())
     if state.get("format") != CKPT_FORMAT:
@@ -139,9 +178,16 @@ def load_checkpoint(
     if sorted(state["policies"]) != sorted(models):
         raise RuntimeError(f"{ckpt} holds policies {state['policies']}, not {sorted(models)}")
     for pid, pm in models.items():
+        if (ckpt / f"policy_{pid}").is_dir():  # written sharded (DCP)
+            distributed.load_sharded(dp, pm, ckpt / f"policy_{pid}")
+            continue
         weights = torch.load(ckpt / f"policy_{pid}.pt", map_location=device)
+        optim = torch.load(ckpt / f"optimizer_{pid}.pt", map_location=device)
+        if isinstance(dp, distributed.RankParallel) and dp.is_sharded(pid):
+            distributed.load_full_into_sharded(dp, pm, weights, optim)
+            continue
         pm.load_trainable_state(weights)
-        pm.optimizer.load_state_dict(torch.load(ckpt / f"optimizer_{pid}.pt", map_location=device))
+        pm.optimizer.load_state_dict(optim)
     rng = torch.load(ckpt / "rng.pt", weights_only=False)
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
@@ -155,11 +201,33 @@ def load_checkpoint(
     return state
 
 
-def export_policies(models: Mapping[str, PolicyModel], tokenizer: Any, where: Path) -> None:
-    """Save each policy under ``where/<pid>``: its peft adapter, or the full model and tokenizer."""
-    where.mkdir(parents=True, exist_ok=True)
+def export_policies(
+    models: Mapping[str, PolicyModel],
+    tokenizer: Any,
+    where: Path,
+    ranks: DistContext | None = None,
+    dp: DataParallel | None = None,
+) -> None:
+    """Save each policy under ``where/<pid>``: its peft adapter, or the full model and tokenizer.
+
+    Under torch.distributed every rank calls it (sharded weights are gathered) and rank 0 writes.
+    """
+    from adapters.training import distributed
+
+    ranks = ranks or distributed.DistContext()
+    dp = dp or distributed.SINGLE
+    if ranks.is_main:
+        where.mkdir(parents=True, exist_ok=True)
     for pid, pm in models.items():
         target = where / pid
+        if isinstance(dp, distributed.RankParallel) and dp.is_sharded(pid):
+            full = distributed.full_state_dict(dp, pm)
+            if ranks.is_main:
+                pm.model.save_pretrained(str(target), state_dict=full)
+                tokenizer.save_pretrained(str(target))
+            continue
+        if not ranks.is_main:
+            continue
         if pm.peft is not None:
             tmp = where / f".tmp-{pid}"
             shutil.rmtree(tmp, ignore_errors=True)
@@ -171,6 +239,7 @@ def export_policies(models: Mapping[str, PolicyModel], tokenizer: Any, where: Pa
         else:
             pm.model.save_pretrained(str(target))
             tokenizer.save_pretrained(str(target))
+    ranks.barrier()
 
 
 def _fsync_dir(path: Path) -> None:

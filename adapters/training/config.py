@@ -31,7 +31,7 @@ from adapters.training import recipes
 __all__ = ["ALGORITHMS", "BACKENDS", "ConfigError", "TrainConfig", "config_from_dict", "load_yaml"]
 
 ALGORITHMS = ("at-grpo", "grpo", "reinforce++", "tr-reinforce++", "tr-reinforce++-token")
-BACKENDS = ("transformers", "vllm")
+BACKENDS = ("transformers", "vllm", "vllm-server")
 
 # fields a recipe (or the device) fills when they are left at None
 AUTO_FIELDS = (
@@ -160,6 +160,13 @@ class TrainConfig:
     threads: int | None = None  # torch CPU threads (None: leave torch's setting)
     progress: bool = True
     save_final: bool = True
+    # ---- scale-out: torchrun ranks, vLLM servers, Ray (adapters.training.distributed)
+    dp_mode: Literal["auto", "ddp", "fsdp", "hsdp"] = "auto"  # auto: DDP LoRA, FSDP2 full FT
+    dist_timeout_s: float = 600.0  # a collective waiting longer fails the run
+    vllm_servers: list[str] = field(default_factory=list)  # backend vllm-server: [POLICY=]URL
+    vllm_sync_dir: str | None = None  # where adapters/weights for the servers go (shared FS)
+    env_pool: Literal["local", "ray"] = "local"
+    ray_address: str | None = None  # env_pool ray: ray.init(address=...), e.g. "auto"
     # where each resolved value came from (filled by resolved(); not a setting)
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
@@ -171,6 +178,9 @@ class TrainConfig:
         self.train_roles = list(self.train_roles) if self.train_roles is not None else None
         self.prompt_prefix = [dict(m) for m in (self.prompt_prefix or [])]
         self.sources = dict(self.sources or {})
+        if isinstance(self.vllm_servers, str):  # "URL,URL" from a flag or a YAML scalar
+            self.vllm_servers = [u.strip() for u in self.vllm_servers.split(",") if u.strip()]
+        self.vllm_servers = list(self.vllm_servers or [])
         self.check()
 
     # ------------------------------------------------------------------ validation
@@ -191,6 +201,13 @@ class TrainConfig:
             raise ConfigError(
                 f"backend {self.backend!r} is not available; known backends: {BACKENDS}"
             )
+        if self.backend == "vllm-server" and not self.vllm_servers:
+            raise ConfigError(
+                "backend vllm-server needs vllm_servers: the base URLs of running `vllm serve` "
+                "processes, e.g. --vllm-servers http://127.0.0.1:8000,http://127.0.0.1:8001"
+            )
+        if self.dist_timeout_s <= 0:
+            raise ConfigError(f"dist_timeout_s must be > 0, got {self.dist_timeout_s}")
         if self.sampling not in (None, "tree", "parallel"):
             raise ConfigError(f"sampling must be 'tree' or 'parallel', got {self.sampling!r}")
         if self.keep_scope not in (None, "branch", "instance"):

@@ -81,7 +81,17 @@ _HELP = {
     "kl_reward_coef": "REINFORCE++ token-level KL penalty in the reward (beta)",
     "output_dir": "run directory (checkpoints, logs, plots); default runs/<env>-<algo>-<time>",
     "device": "auto | cpu | cuda | cuda:N",
-    "backend": "rollout backend: transformers | vllm (needs vllm: scripts/setup_vllm.sh)",
+    "backend": "rollout backend: transformers | vllm (needs vllm: scripts/setup_vllm.sh) | "
+    "vllm-server (generation on running `vllm serve` processes: --vllm-servers)",
+    "dp_mode": "data parallelism under torchrun: auto (DDP with LoRA, FSDP2 for full "
+    "fine-tuning) | ddp | fsdp | hsdp (FSDP2 sharded within a node, replicated across nodes)",
+    "dist_timeout_s": "seconds a collective may wait for the other ranks before the run fails",
+    "vllm_servers": "backend vllm-server: comma-separated base URLs of `vllm serve` replicas "
+    "(POLICY=URL for per-role full fine-tuning)",
+    "vllm_sync_dir": "backend vllm-server: directory the servers can read, for adapters and "
+    "weights pushed after each update (default: <output_dir>/vllm-sync)",
+    "env_pool": "where envs step: local (threads) | ray (RayEnvPool actors)",
+    "ray_address": "env_pool ray: ray.init(address=...) of a running cluster, e.g. auto",
 }
 
 
@@ -158,7 +168,7 @@ def _convert(name: str, text: Any) -> Any:
         return text
     value = parse_value(text)
     if (base is list or typing.get_origin(base) is list) and isinstance(value, str):
-        value = [v.strip() for v in value.split(",") if v.strip()]  # a,b,c
+        value = [v.strip() for v in value.split(",") if v.strip()]  # "a,b" -> ["a", "b"]
     if not _type_ok(value, tp):
         raise ConfigError(f"--{name.replace('_', '-')}: cannot use {text!r} ({tp})")
     return value

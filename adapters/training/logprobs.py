@@ -277,6 +277,17 @@ def chunked_entropy(
     return torch.cat(parts) if parts else h.new_zeros(0, dtype=torch.float32)
 
 
+_FSDP_NO_PREFIX = 1 << 62
+
+
+def _is_fsdp(model: Any) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without distributed
+        return False
+    return any(isinstance(m, FSDPModule) for m in model.modules())
+
+
 def _completion_hidden(
     model: Any,
     decoder: Any,
@@ -294,7 +305,11 @@ def _completion_hidden(
     head = model.get_output_embeddings()
     lengths = [len(c) for c in completions]
     width = max(lengths)
-    batch = prompt_batch(prompts, pad_id, dev)
+    # Under FSDP2 a forward whose outputs carry no gradient (the shared prefix's: only its cache
+    # does) never re-gathers its layers for backward, so sharded models skip the prefix split.
+    batch = prompt_batch(
+        prompts, pad_id, dev, min_shared=_FSDP_NO_PREFIX if _is_fsdp(model) else 32
+    )
     index, attn = batch.index, batch.attn
     cache = DynamicCache(config=model.config)
 

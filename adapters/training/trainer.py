@@ -27,6 +27,11 @@ Run directory: ``config.yaml`` (the resolved :class:`~adapters.training.config.T
 :mod:`adapters.evaluation`), ``checkpoints/step_NNNNNN/`` and ``final/<policy>/`` (peft adapter
 or model directory, loadable by ``python -m adapters.evaluate --policy DIR``).
 
+Under ``torchrun`` / ``accelerate launch`` each process is one rank of a data-parallel run
+(:mod:`adapters.training.distributed`): it rolls out its block of the step's instances, the update
+is DDP / FSDP2 with the global batch's normalisation, rank 0 writes the logs and evaluates, and
+checkpoints are written once and resume on any number of ranks (``docs/scaling.md``).
+
 Default CPU run (``python -m adapters.train --env sokoban``): embedded SmolLM2-135M in float32
 with a rank-8 LoRA adapter (LoRA: a forward/backward costs about 25% less than full fine-tuning
 here, and a checkpoint with Adam states is 30 MB instead of about 1.6 GB), role sharing, AT-GRPO
@@ -68,7 +73,7 @@ from adapters.rollout import (
     oracle_demos,
     write_jsonl,
 )
-from adapters.training import checkpoints
+from adapters.training import checkpoints, distributed
 from adapters.training.backends import make_backend
 from adapters.training.config import TrainConfig
 from adapters.training.metrics import MetricsLogger, truncate_file
@@ -80,6 +85,24 @@ __all__ = ["RESUMABLE_OVERRIDES", "Trainer"]
 RESUMABLE_OVERRIDES = frozenset(
     {"steps", "progress", "plot_every", "eval_episodes", "eval_every", "save_final", "threads"}
 )
+
+
+def make_env_pool(cfg: TrainConfig) -> Any:
+    """Where the envs step: threads in this process, or ``env_workers`` Ray actors (``env_pool:
+    ray``) on a local Ray instance, or on the cluster at ``ray_address`` (``ray.init(address=
+    ...)``), where each actor reserves one CPU and the actors are spread over the nodes."""
+    if cfg.env_pool == "ray":
+        from adapters.rollout.ray_pool import RayEnvPool
+
+        if not cfg.ray_address:
+            return RayEnvPool(num_workers=cfg.env_workers)
+        spread = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+        return RayEnvPool(
+            num_workers=cfg.env_workers,
+            init_kwargs={"address": cfg.ray_address},
+            actor_options=spread,
+        )
+    return LocalEnvPool(workers=cfg.env_workers)
 
 
 def _default_output_dir(cfg: TrainConfig) -> str:
@@ -110,19 +133,30 @@ class Trainer:
         import torch
 
         cfg = config.resolved()
+        # one rank of a torchrun / accelerate launch, or a single process (distributed.py)
+        self.dist = distributed.setup(cfg.device, cfg.dist_timeout_s)
         if cfg.output_dir is None:
-            cfg.output_dir = _default_output_dir(cfg)
+            cfg.output_dir = self.dist.broadcast_object(_default_output_dir(cfg))
         self.cfg = cfg
         self.out = Path(cfg.output_dir)
         self._log_fn = log
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        self._prepare_dir(resume)
+        error = None
+        if self.dist.is_main:
+            try:
+                self._prepare_dir(resume)
+            except (FileExistsError, FileNotFoundError) as exc:
+                error = exc
+        error = self.dist.broadcast_object(error)
+        if error is not None:
+            self.dist.close()
+            raise error
         random.seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
         torch.manual_seed(cfg.seed)
         # the base model and its tokenizer
-        self.device = resolve_device(cfg.device)
+        self.device = self.dist.device(resolve_device(cfg.device))
         if models is not None:
             base, self.tokenizer = models
             base.to(self.device)
@@ -144,12 +178,25 @@ class Trainer:
         )
         # the trainable policies, the policies that generate with them, and the rollout engine
         self.models = build_policy_models(cfg, self.roles, base)
+        self.dp = distributed.wrap_models(
+            self.dist,
+            self.models,
+            dp_mode=cfg.dp_mode,
+            pad_id=self.pad_id,
+            share_prompt=cfg.share_prompt_forward,
+        )
         self.backend = make_backend(
-            cfg, self.models, self.tokenizer, self.device, self.roles, self.demos
+            cfg,
+            self.models,
+            self.tokenizer,
+            self.device,
+            self.roles,
+            self.demos,
+            sync=distributed.weight_sync(self.dist, self.dp, cfg),
         )
         self.policies = self.backend.policies()
         self.role_policy = dict(self.backend.role_policy)
-        self.pool = LocalEnvPool(workers=cfg.env_workers)
+        self.pool = make_env_pool(cfg)
         self.engine = RolloutEngine(
             cfg.env,
             self.policies,
@@ -165,6 +212,7 @@ class Trainer:
                 top_k=-1 if cfg.top_k is None else cfg.top_k,
                 max_new_tokens=cfg.max_new_tokens or 256,
                 role_sampling=cfg.role_sampling,
+                prompt_seeds=self.dist.enabled,
             ),
             env_config={**self.env_config, **self.shared},
             role_policy=self.role_policy,
@@ -174,12 +222,19 @@ class Trainer:
         self.comparison: str | None = None  # the before/after table of the last train()
         self.traj_path = self.out / "trajectories.jsonl"
         state = self._restore() if resume else None
-        if state is None:
+        if state is None and self.dist.is_main:
             truncate_file(self.traj_path, 0)
             (self.out / "metrics.jsonl").write_text("")
-        self.metrics = MetricsLogger(self.out, purge_step=self.step + 1 if resume else None)
+        self.metrics: Any = (
+            MetricsLogger(self.out, purge_step=self.step + 1 if resume else None)
+            if self.dist.is_main
+            else distributed.NullMetrics()
+        )
         if state is not None:
             self.metrics.truncate(int(state["metrics_bytes"]))
+        if self.dist.enabled:  # every rank's engines hold the (restored) weights before step 1
+            self.backend.sync(sorted(self.models))
+            self.dist.barrier()
 
     # ------------------------------------------------------------------ setup
     def _prepare_dir(self, resume: bool) -> None:
@@ -211,11 +266,15 @@ class Trainer:
                 "rest of the run must stay what the checkpoint was trained with"
             )
         cfg = cfg.replace(**overrides, output_dir=str(run_dir))
-        if overrides:
-            cfg.save(run_dir / "config.yaml")
+        if overrides and os.environ.get("RANK", "0") == "0":  # one writer under torchrun
+            tmp = run_dir / f".config.yaml.{os.getpid()}"
+            cfg.save(tmp)
+            os.replace(tmp, run_dir / "config.yaml")
         return cls(cfg, models=models, resume=True)
 
     def log(self, line: str) -> None:
+        if not self.dist.is_main:
+            return
         if self._log_fn is not None:
             self._log_fn(line)
         else:
@@ -236,7 +295,12 @@ class Trainer:
             split="train",
             instance=cfg.instance,
         )
-        result = self.engine.run(specs, seed=derive_seed(cfg.seed, "rollout", step))
+        mine = self.dist.shard(len(specs))  # this rank's block of the global batch
+        result = self.engine.run(
+            specs[mine.start : mine.stop],
+            seed=derive_seed(cfg.seed, "rollout", step),
+            instance_offset=mine.start,
+        )
         for s in result.samples:  # rollout ids ("shared/tool") -> the trained policy
             s.policy_id = self.backend.train_pid.get(s.policy_id, s.policy_id)
         return result
@@ -261,6 +325,7 @@ class Trainer:
             (cfg.kl_reward_coef or 0.0) > 0
             and cfg.algorithm in ("reinforce++", "tr-reinforce++-token")
         )
+        pids = self.dist.union(by_pid)  # every rank updates the same policies (collectives)
         for pid, its in by_pid.items():
             pm = self.models[pid]
             pm.activate()
@@ -272,7 +337,7 @@ class Trainer:
                     refs = batch_logprobs(pm.ref_forward_model, its, cfg, self.pad_id)
                 for it, lp in zip(its, refs):
                     it.ref_logprobs = lp
-        compute_advantages(cfg, items)
+        distributed.advantages(self.dist, cfg, items, compute_advantages)
         out: dict[str, float] = {
             "samples_untrainable": float(dropped),  # no token ids / log-probs
             "samples_reward_only": float(len(not_trained)),  # the env marked them (trainable)
@@ -280,9 +345,10 @@ class Trainer:
         }
         totals: dict[str, float] = defaultdict(float)
         trained = 0
-        for pid in sorted(by_pid):
-            st = update_policy(cfg, self.models[pid], by_pid[pid], step, self.pad_id)
-            if len(by_pid) > 1 or cfg.per_role or cfg.role_policies:
+        for pid in pids:
+            st = update_policy(cfg, self.models[pid], by_pid[pid], step, self.pad_id, self.dp)
+            st = distributed.reduce_update_stats(self.dist, st)
+            if len(pids) > 1 or cfg.per_role or cfg.role_policies:
                 out.update({f"{k}/{pid}": v for k, v in st.items() if k in ("loss", "grad_norm")})
             if st.get("optimizer_steps"):
                 trained += 1
@@ -309,7 +375,13 @@ class Trainer:
             out["kl"] = kl
         nonzero = sum(1 for it in items if it.advantages is not None and bool(it.advantages.any()))
         out["zero_adv_frac"] = 1.0 - nonzero / len(items) if items else 1.0
-        self.backend.sync(sorted(by_pid))
+        if self.dist.enabled:
+            out.update(distributed.reduce_batch_stats(self.dist, items, dropped, nonzero, kl))
+            out["samples_reward_only"], out["samples_frozen_roles"] = self.dist.all_sum(
+                [out["samples_reward_only"], out["samples_frozen_roles"]]
+            )
+        self.backend.sync(pids)
+        self.dist.barrier()  # shared vLLM servers: nobody generates before rank 0 has pushed
         return out
 
     def train_step(self) -> dict[str, Any]:
@@ -324,9 +396,11 @@ class Trainer:
         t1 = time.perf_counter()
         stats = self.update(result.samples, step)
         t_update = time.perf_counter() - t1
-        with open(self.traj_path, "a") as fh:
-            write_jsonl(result.samples, fh, train_step=step)
-            os.fsync(fh.fileno())
+        result = distributed.gather_rollout(self.dist, result)  # rank 0: every rank's samples
+        if self.dist.is_main:
+            with open(self.traj_path, "a") as fh:
+                write_jsonl(result.samples, fh, train_step=step)
+                os.fsync(fh.fileno())
         m: dict[str, Any] = {}
         m.update(result.metrics())
         m["groups"] = float(len({s.group for s in result.samples}))
@@ -335,8 +409,11 @@ class Trainer:
         m["lr"] = cfg.lr
         m["time/generation"] = t_gen
         m["time/env"] = max(0.0, t_rollout - t_gen)
-        m["time/update"] = t_update
+        m["time/update"] = t_update  # under torchrun: rank 0's, waiting for the others included
         m["time/step"] = time.perf_counter() - t0
+        if self.dist.enabled:
+            m["world_size"] = float(self.dist.world_size)
+            m["time/generation_max"], m["time/rollout_max"] = self.dist.all_max([t_gen, t_rollout])
         if t_gen > 0:
             m["throughput/gen_tokens_per_s"] = m.get("completion_tokens", 0.0) / t_gen
         self.metrics.log(step, m)
@@ -353,6 +430,9 @@ class Trainer:
         cfg = self.cfg
         if not cfg.eval_episodes:
             return None
+        if not self.dist.is_main:  # rank 0 evaluates, the others wait
+            self.dist.barrier(long=True)
+            return None
         report = evaluate(
             cfg.env,
             self.policies,
@@ -368,6 +448,7 @@ class Trainer:
         self.backend.timer.reset()
         (self.out / f"eval_{tag}.json").write_text(json.dumps(report.to_dict(), indent=2))
         self.metrics.log_eval(self.step, tag, report)
+        self.dist.barrier(long=True)
         return report
 
     def train(self) -> list[dict[str, Any]]:
@@ -380,19 +461,19 @@ class Trainer:
         train_seconds = 0.0
         before_path = self.out / "eval_before.json"
         before = None
-        if cfg.eval_episodes and not before_path.exists():
+        if self.dist.broadcast_object(bool(cfg.eval_episodes) and not before_path.exists()):
             self.log(f"evaluating before training ({cfg.eval_episodes} {cfg.eval_split} episodes)")
             before = self.evaluate("before")
             if before is not None:
                 self.log(before.table())
-        elif before_path.exists():
+        elif self.dist.is_main and before_path.exists():
             before = json.loads(before_path.read_text())
         history: list[dict[str, Any]] = []
         bar = tqdm(
             total=steps,
             initial=self.step,
             desc=f"train {cfg.env}",
-            disable=not cfg.progress,
+            disable=not cfg.progress or not self.dist.is_main,
             file=sys.stderr,
             dynamic_ncols=True,
         )
@@ -454,14 +535,17 @@ class Trainer:
             trajectories_bytes=self.traj_path.stat().st_size if self.traj_path.exists() else 0,
             metrics_bytes=self.metrics.offset,
             keep=self.cfg.keep_checkpoints,
+            ranks=self.dist,
+            dp=self.dp,
         )
 
     def _restore(self) -> dict[str, Any] | None:
         ckpt = checkpoints.latest_checkpoint(self.out)
         if ckpt is None:
             return None
-        state = checkpoints.load_checkpoint(ckpt, self.models, self.shared, self.device)
-        truncate_file(self.traj_path, int(state["trajectories_bytes"]))
+        state = checkpoints.load_checkpoint(ckpt, self.models, self.shared, self.device, self.dp)
+        if self.dist.is_main:
+            truncate_file(self.traj_path, int(state["trajectories_bytes"]))
         self.step = int(state["step"])
         if self.models:
             next(iter(self.models.values())).activate()
@@ -469,13 +553,14 @@ class Trainer:
 
     def export(self, where: Path) -> None:
         """Save each policy: its peft adapter, or the full model and tokenizer."""
-        checkpoints.export_policies(self.models, self.tokenizer, where)
+        checkpoints.export_policies(self.models, self.tokenizer, where, self.dist, self.dp)
 
     def close(self) -> None:
         self.metrics.close()
         self.engine.close()
         self.pool.close()
         self.backend.close()
+        self.dist.close()
 
     def __enter__(self) -> Trainer:
         return self

@@ -46,8 +46,9 @@ from adapters.training.advantages import (
     reinforce_pp_advantages,
     task_relative_reinforce_pp_advantages,
 )
-from adapters.training.batch import TrainItem, micro_batches, minibatches
+from adapters.training.batch import TrainItem
 from adapters.training.config import TrainConfig
+from adapters.training.distributed import SINGLE, DataParallel
 from adapters.training.logprobs import completion_logprobs, completion_logprobs_and_entropy
 from adapters.training.losses import aggregate_loss, kl_loss, ppo_clip_loss, token_kl
 from adapters.training.masking import length_mask, pad_rows
@@ -109,9 +110,18 @@ def _need_ref(it: TrainItem) -> torch.Tensor:
 
 
 def update_policy(
-    cfg: TrainConfig, pm: Any, items: Sequence[TrainItem], step: int, pad_id: int
+    cfg: TrainConfig,
+    pm: Any,
+    items: Sequence[TrainItem],
+    step: int,
+    pad_id: int,
+    dp: DataParallel | None = None,
 ) -> dict[str, float]:
-    """PPO-clip epochs over one policy's items; returns statistics (loss, clip frac, ...)."""
+    """PPO-clip epochs over one policy's items; returns statistics (loss, clip frac, ...).
+
+    ``dp`` (:mod:`adapters.training.distributed`) makes this one rank of a data-parallel update:
+    ``items`` are this rank's share, and the statistics are this rank's parts of the sums."""
+    dp = dp or SINGLE
     kl_coef = cfg.kl_loss_coef or 0.0
     ent_coef = cfg.entropy_coef or 0.0
     use_kl = kl_coef > 0
@@ -119,22 +129,26 @@ def update_policy(
         items = [it for it in items if it.advantages is not None and bool(it.advantages.any())]
     stats: dict[str, float] = defaultdict(float)
     stats["samples_trained"] = float(len(items))
-    if not items:
+    if not dp.total(len(items)):
         return dict(stats)
     pm.activate()
     pm.model.train((cfg.lora_dropout or 0.0) > 0)
     dev = next(pm.model.parameters()).device
     n_updates = 0
     weight_sum = 0.0
+    dp.begin_update(pm)
     try:
-        size = cfg.minibatch_size or math.ceil(len(items) / (cfg.ppo_minibatches or 1))
+        global_items = int(dp.total(len(items)))  # minibatches are cut from the global batch
+        size = cfg.minibatch_size or math.ceil(global_items / (cfg.ppo_minibatches or 1))
         for epoch in range(cfg.ppo_epochs or 1):
             rng = random.Random(derive_seed(cfg.seed, "minibatch", step, pm.pid, epoch))
-            for mb in minibatches(items, size, rng):
+            for mb in dp.minibatches(items, size, rng):
                 token_mean = cfg.loss_agg == "token-mean"
-                denom = float(sum(len(it.completion_ids) for it in mb) if token_mean else len(mb))
+                denom = dp.total(
+                    sum(len(it.completion_ids) for it in mb) if token_mean else len(mb)
+                )
                 pm.optimizer.zero_grad(set_to_none=True)
-                for micro in micro_batches(
+                for micro in dp.micro_batches(
                     mb, cfg.micro_batch_size or 8, cfg.micro_batch_tokens or 0
                 ):
                     lengths = [len(it.completion_ids) for it in micro]
@@ -145,12 +159,18 @@ def update_policy(
                     temperature = micro[0].temperature  # one per micro-batch (batch.py)
                     entropy = None
                     if ent_coef > 0:
-                        lp, entropy = completion_logprobs_and_entropy(
-                            pm.model, prompts, completions, pad_id=pad_id, temperature=temperature
+                        lp, entropy = dp.forward(
+                            pm,
+                            completion_logprobs_and_entropy,
+                            prompts,
+                            completions,
+                            pad_id=pad_id,
+                            temperature=temperature,
                         )
                     else:
-                        lp = completion_logprobs(
-                            pm.model,
+                        lp = dp.forward(
+                            pm,
+                            completion_logprobs,
                             prompts,
                             completions,
                             pad_id=pad_id,
@@ -179,20 +199,21 @@ def update_policy(
                         ent = aggregate_loss(entropy, mask, cfg.loss_agg)
                         loss = loss - ent_coef * ent
                         stats["entropy"] += float(ent.detach()) * w
-                    (loss * w).backward()
+                    (loss * (w * dp.grad_scale)).backward()
                     stats["loss"] += float(loss.detach()) * w
                     stats["clip_frac"] += float(st["clip_frac"]) * w
                     stats["approx_kl"] += float(st["approx_kl"]) * w
                     stats["ratio_max"] = max(stats["ratio_max"], float(st["ratio_max"]))
+                dp.finish_micro_batches(pm)
                 max_norm = 1.0 if cfg.max_grad_norm is None else cfg.max_grad_norm
-                grad_norm = torch.nn.utils.clip_grad_norm_(pm.params, max_norm)
-                stats["grad_norm"] += float(grad_norm)
+                stats["grad_norm"] += dp.clip_grad_norm(pm.params, max_norm)
                 pm.optimizer.step()
                 pm.optimizer.zero_grad(set_to_none=True)
                 n_updates += 1
                 weight_sum += 1.0
     finally:
         pm.model.eval()
+        dp.end_update(pm)
     for key in ("pg_loss", "kl_loss", "entropy", "loss", "clip_frac", "approx_kl", "grad_norm"):
         if key in stats:
             stats[key] /= max(weight_sum, 1.0)

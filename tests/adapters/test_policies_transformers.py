@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from adapters.policies import SamplingParams, TransformersPolicy  # noqa: E402
-from adapters.policies.transformers_policy import row_seed, sample_next  # noqa: E402
+from adapters.policies.transformers_policy import gumbel_noise, row_seed, sample_next  # noqa: E402
 from adapters.training.logprobs import sequence_logprobs  # noqa: E402
 
 from .conftest import make_char_model  # noqa: E402
@@ -184,41 +184,61 @@ def test_tokenizer_without_chat_template_gets_a_plain_rendering(char_model):
 
 def test_sample_next_greedy_and_logprobs():
     logits = torch.tensor([[1.0, 3.0, 2.0], [0.0, 0.0, 5.0]])
-    tokens, lps = sample_next(logits, torch.tensor([0.9, 0.1]), SamplingParams(temperature=0))
+    tokens, lps = sample_next(logits, None, SamplingParams(temperature=0))
     assert tokens.tolist() == [1, 2]
     expected = torch.log_softmax(logits, -1)[[0, 1], [1, 2]]
     assert torch.allclose(lps, expected)
 
 
-def test_sample_next_inverse_cdf_matches_the_distribution():
+def _counts(logits: torch.Tensor, params: SamplingParams, n: int = 20000) -> list[float]:
+    gens = [torch.Generator().manual_seed(1)]
+    noise = torch.cat([gumbel_noise(gens, logits.shape[-1], "cpu") for _ in range(n)])
+    tokens, _ = sample_next(logits.expand(n, -1), noise, params)
+    return (torch.bincount(tokens, minlength=logits.shape[-1]) / n).tolist()
+
+
+def test_sample_next_gumbel_max_matches_the_distribution():
     logits = torch.tensor([math.log(0.5), math.log(0.3), math.log(0.2)])
-    n = 1000
-    u = (torch.arange(n, dtype=torch.float32) + 0.5) / n  # exact quantiles
-    tokens, lps = sample_next(logits.expand(n, 3), u, SamplingParams(temperature=1.0))
-    counts = torch.bincount(tokens, minlength=3).tolist()
-    assert counts == [500, 300, 200]
-    assert torch.allclose(lps[0], torch.tensor(math.log(0.5)), atol=1e-6)
+    # 20000 draws: a share's standard error is at most 0.0036; 0.015 is over 4 of them
+    assert _counts(logits, SamplingParams(temperature=1.0)) == pytest.approx(
+        [0.5, 0.3, 0.2], abs=0.015
+    )
+    noise = gumbel_noise([torch.Generator().manual_seed(0)], 3, "cpu")
+    tokens, lps = sample_next(logits[None], noise, SamplingParams(temperature=1.0))
+    assert lps[0].item() == pytest.approx(math.log([0.5, 0.3, 0.2][tokens[0]]), abs=1e-6)
 
 
 def test_sample_next_top_k_top_p_and_temperature():
-    logits = torch.tensor([math.log(0.5), math.log(0.3), math.log(0.2)]).expand(1000, 3)
-    u = (torch.arange(1000, dtype=torch.float32) + 0.5) / 1000
+    logits = torch.tensor([math.log(0.5), math.log(0.3), math.log(0.2)])
     # top-k 2 renormalises 0.5 / 0.3 over 0.8 for the draw ...
-    tokens, lps = sample_next(logits, u, SamplingParams(top_k=2))
-    assert torch.bincount(tokens, minlength=3).tolist() == [625, 375, 0]
+    assert _counts(logits, SamplingParams(top_k=2)) == pytest.approx([0.625, 0.375, 0], abs=0.015)
     # ... but the reported log-prob is the untruncated one
-    assert lps[tokens == 1][0].item() == pytest.approx(math.log(0.3), abs=1e-6)
+    noise = torch.tensor([[0.0, 9.0, 0.0]], dtype=torch.float64)
+    tokens, lps = sample_next(logits[None], noise, SamplingParams(top_k=2))
+    assert tokens.tolist() == [1] and lps[0].item() == pytest.approx(math.log(0.3), abs=1e-6)
+    # a token outside the top-k is never chosen, whatever its noise
+    noise = torch.tensor([[0.0, 0.0, 50.0]], dtype=torch.float64)
+    assert sample_next(logits[None], noise, SamplingParams(top_k=2))[0].tolist() == [0]
     # top-p 0.6 keeps 0.5 and 0.3 (mass before the 2nd token is 0.5 < 0.6), drops 0.2
-    tokens, _ = sample_next(logits, u, SamplingParams(top_p=0.6))
-    assert torch.bincount(tokens, minlength=3).tolist() == [625, 375, 0]
+    assert _counts(logits, SamplingParams(top_p=0.6)) == pytest.approx([0.625, 0.375, 0], abs=0.015)
     # top-p 0.45 keeps only the first
-    tokens, _ = sample_next(logits, u, SamplingParams(top_p=0.45))
-    assert set(tokens.tolist()) == {0}
+    assert _counts(logits, SamplingParams(top_p=0.45), n=500) == [1.0, 0.0, 0.0]
     # temperature 0.5 squares the probabilities: 25/38, 9/38, 4/38
-    tokens, lps = sample_next(logits, u, SamplingParams(temperature=0.5))
-    counts = torch.bincount(tokens, minlength=3).tolist()
-    assert counts == [658, 237, 105]
-    assert lps[0].item() == pytest.approx(math.log(25 / 38), abs=1e-5)
+    want = [25 / 38, 9 / 38, 4 / 38]
+    assert _counts(logits, SamplingParams(temperature=0.5)) == pytest.approx(want, abs=0.015)
+
+
+def test_sample_next_is_stable_under_float_noise_in_the_logits():
+    """A flat distribution over a large vocabulary (a random model's): logits that differ by
+    float rounding (another batch layout) still give the same tokens for the same streams."""
+    logits = torch.randn(64, 50000, generator=torch.Generator().manual_seed(0)) * 0.01
+    nudged = logits + torch.randn(64, 50000, generator=torch.Generator().manual_seed(1)) * 1e-6
+    noise = gumbel_noise([torch.Generator().manual_seed(s) for s in range(64)], 50000, "cpu")
+    params = SamplingParams(temperature=1.0)
+    assert (
+        sample_next(logits, noise, params)[0].tolist()
+        == sample_next(nudged, noise, params)[0].tolist()
+    )
 
 
 def test_row_seeds_are_distinct_and_deterministic():

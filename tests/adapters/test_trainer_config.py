@@ -16,7 +16,8 @@ def test_defaults_resolve_per_device():
     assert cpu.algorithm == "at-grpo" and cpu.sampling == "tree"
     assert (cpu.candidates, cpu.instances_per_step, cpu.steps) == (4, 1, 6)
     # the paper's horizon T = 4 on both devices (the CPU run shrinks sizes, not the protocol)
-    assert cpu.env_config == {"max_turns": 4} == gpu.env_config
+    assert gpu.env_config == {"max_turns": 4}
+    assert cpu.env_config == {"max_turns": 4, "oracle_tool": "answer"}  # a one-line tool demo
     assert cpu.dtype == "float32" and cpu.old_logprobs == "rollout"
     # on CUDA the AT-GRPO recipe: full fine-tuning, lr 1e-6, 150 steps, batch 128 (A.2.1)
     assert (gpu.lora_rank, gpu.lr, gpu.steps, gpu.instances_per_step) == (0, 1e-6, 150, 128)

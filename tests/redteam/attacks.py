@@ -129,13 +129,17 @@ def _pool() -> QuestionPool:
 
 
 def mae_solver_reward(completion: str, sandbox: Any) -> float:
-    """MAE round on the code question INC: the proposer restates it, the judge (scripted: it
-    grades with the sandboxed tests) scores the solver's answer; the solver's award."""
+    """MAE round on the code question INC: the proposer restates it and the solver's one
+    difficulty answer is the oracle's; in the solver phase (INC again, the reference item) the
+    judge (scripted: it grades with the sandboxed tests) scores ``completion``; the solver's
+    award."""
     env = _make("mae", sandbox, pool=_pool(), num_answers=1)
     env.reset(options={"instance": INC})
     env.step(f"<question>{INC['question']}</question>")
+    env.step(env.oracle("judge"))  # question quality
+    env.step(env.oracle("solver"))  # difficulty answer (the proposer's reward)
     env.step(env.oracle("judge"))
-    env.step(completion)
+    env.step(completion)  # solver phase
     env.step(env.oracle("judge"))
     award = [a for a in env.last_awards if a["agent"] == "solver"]
     return award[0]["reward_parts"]["reward"]
@@ -546,9 +550,9 @@ CONTROLS: list[tuple[Callable[[str, Any], float], str, str]] = [
     (stdin_coder_reward, py(SUM["solution"]), SUM_HONEST),
     (
         tester_reward,
-        "```python\n"
-        + "".join(f"assert clip({i}, 0, 10) == {min(10, max(0, i))}\n" for i in (-3, 0, 10, 12, 5))
-        + "```",
+        # one test per turn (the default max_tester_tests=1): a loop of asserts is one test
+        "```python\nfor x, want in [(-3, 0), (0, 0), (10, 10), (12, 10), (5, 5)]:\n"
+        "    assert clip(x, 0, 10) == want\n```",
         TESTER_HONEST,
     ),
     (math_tool_reward, py("print(6 * 7)"), py("print(41)")),

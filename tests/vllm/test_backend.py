@@ -35,7 +35,7 @@ def _step(params, seed, scale=0.05):
 
 
 def test_per_role_lora_backend(engine):
-    from adapters.policies.vllm_policy import VLLMBackend
+    from adapters.training.backends import VLLMBackend
     from adapters.training.config import TrainConfig
 
     cfg = TrainConfig(model="smollm2", dtype="float32", lora_rank=8, per_role=True)
@@ -68,7 +68,7 @@ def test_per_role_lora_backend(engine):
 
 
 def test_full_finetuning_backend_with_role_prefixes(engine):
-    from adapters.policies.vllm_policy import VLLMBackend
+    from adapters.training.backends import VLLMBackend
     from adapters.training.config import TrainConfig
 
     cfg = TrainConfig(model="smollm2", dtype="float32", lora_rank=0).resolved(cuda=False)
