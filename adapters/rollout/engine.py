@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -132,6 +132,7 @@ class RolloutEngine:
             )
         self.pool = pool if pool is not None else LocalEnvPool()
         self._owns_pool = pool is None
+        self._on_episode: Callable[[Episode], None] | None = None
 
     def policy_id_for(self, role: str) -> str:
         if role in self.role_policy:
@@ -166,8 +167,23 @@ class RolloutEngine:
         return out
 
     # ------------------------------------------------------------------ main loop
-    def run(self, specs: Sequence[EpisodeSpec], seed: int = 0) -> RolloutResult:
-        """Roll out one episode tree (or K parallel episodes) per spec."""
+    def run(
+        self,
+        specs: Sequence[EpisodeSpec],
+        seed: int = 0,
+        on_episode: Callable[[Episode], None] | None = None,
+    ) -> RolloutResult:
+        """Roll out one episode tree (or K parallel episodes) per spec.
+
+        ``on_episode`` is called with each episode as it finishes (e.g. to move a progress bar).
+        """
+        self._on_episode = on_episode
+        try:
+            return self._run(specs, seed)
+        finally:
+            self._on_episode = None
+
+    def _run(self, specs: Sequence[EpisodeSpec], seed: int) -> RolloutResult:
         cfg = self.config
         rng = random.Random(seed)
         parallel = cfg.sampling == "parallel"
@@ -315,7 +331,7 @@ class RolloutEngine:
         return live
 
     def _episode(self, b: _Branch) -> Episode:
-        return Episode(
+        episode = Episode(
             instance=b.instance,
             instance_id=b.view.instance_id,
             branch=b.path,
@@ -325,6 +341,9 @@ class RolloutEngine:
             returns=dict(b.returns),
             final_team=b.last_team,
         )
+        if self._on_episode is not None:
+            self._on_episode(episode)
+        return episode
 
     def _group_key(self, b: _Branch, parallel: bool) -> str:
         v = b.view
