@@ -166,7 +166,7 @@ class SuiteArgs:
     suite: Suite
     policies: tuple[str, ...]
     episodes: int
-    chunk_size: int = 8
+    chunk_size: int = 16
     seed: int = 0
     split: str = "val"
     temperature: float = 0.0
@@ -299,7 +299,7 @@ def run_suite(
     out: str | os.PathLike[str],
     *,
     progress: bool = True,
-    concurrency: int = 8,
+    concurrency: int = 16,
     policy_factory: Callable[[str], Policy] | None = None,
     after_unit: Callable[[Unit], None] | None = None,
     command: str | None = None,
