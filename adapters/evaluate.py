@@ -1,6 +1,6 @@
-"""Evaluate policies on a setting: ``python -m adapters.evaluate --env ID --policy SPEC``.
+"""Evaluate policies on a setting or on the whole suite: ``python -m adapters.evaluate``.
 
-Examples::
+One setting (``--env``)::
 
     python -m adapters.evaluate --env plan_path --policy oracle --episodes 20
     python -m adapters.evaluate --env sokoban --policy smollm2 --episodes 8 --mode single
@@ -9,31 +9,66 @@ Examples::
         --json results.json
     python -m adapters.evaluate --env sokoban --policy runs/my-run/final/shared   # a LoRA adapter
 
+The whole suite (``--suite``)::
+
+    python -m adapters.evaluate --suite default --policy oracle --policy smollm2 --out runs/suite
+    python -m adapters.evaluate --suite sokoban,math:single --policy openai:http://h:8000/v1#m \\
+        --episodes 16 --out runs/suite-m
+
 Policy specs (:mod:`adapters.policies.specs`): ``oracle`` (the env's scripted correct answer),
 ``smollm2`` (the embedded model), ``tiny`` (random tiny model, for smoke tests), a local checkpoint
 directory or a LoRA adapter directory written by the trainer, ``openai:BASE_URL[#MODEL]`` (any
-OpenAI-compatible server). ``ROLE=SPEC`` assigns a policy to one role; a spec without ``ROLE=``
-serves every role that has no explicit one.
+OpenAI-compatible server). With ``--env``, ``ROLE=SPEC`` assigns a policy to one role and a spec
+without ``ROLE=`` serves every role that has no explicit one. With ``--suite``, every ``--policy``
+is one policy to compare, and each plays every role.
 
 Decoding is greedy by default (``--temperature 0``, the AT-GRPO validation setting), one episode
 per instance (parallel sampling with K = 1). Instances come from ``--split`` (default ``val``)
 with seeds derived from ``--seed``, so two evaluations with the same seed see the same
 instances. The table reports the success rate, the mean final team reward, mean turns and steps,
 and per agent the mean per-step reward and the mean episode return; ``--json`` writes the same
-numbers plus one record per episode. This module only parses arguments; the work is done by
-:mod:`adapters.evaluation` (``evaluate``, ``EvalReport``; importing them from here still works but
-is deprecated).
+numbers plus one record per episode.
+
+Suites (:mod:`adapters.evaluation.suite`):
+
+* ``default``: the nine settings in multi-agent mode and the five AT-GRPO settings (sudoku,
+  sokoban, plan_path, code, math) in single-agent mode, on CPU-sized instances (5 x 5 Sokoban
+  with one box, 6 x 6 path planning, 4 x 4 Sudoku, 2 answers for MAE's and SAGE's difficulty, 2
+  CoMAS agents), 8 episodes per entry and policy, at most 128 new tokens;
+* ``all``: the same 14 entries at every setting's default size, 32 episodes, 256 tokens;
+* ``ID,ID:MODE,...``: those settings (``ID``: its entries of ``default``) at ``default``'s sizes.
+
+A suite run writes ``--out DIR`` (default ``runs/suite-NAME``): ``results.json``, ``report.md``
+(success rate, team reward, reward per role, completion tokens and wall time, with 95%
+intervals) and ``charts/SETTING.png``, with a progress bar over all episodes. It saves every
+finished chunk of ``--chunk-size`` episodes, so the same command continues a killed run (other
+arguments on the same ``--out`` are refused). The episodes of a chunk are generated together:
+an ``openai:`` policy keeps up to ``--concurrency`` requests in flight.
+
+This module only parses arguments; the work is done by :mod:`adapters.evaluation` (``evaluate``,
+``EvalReport``; importing them from here still works but is deprecated) and
+:mod:`adapters.evaluation.suite` (``run_suite``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from adapters.evaluation import EvalReport, evaluate, with_prompt_prefixes
+from adapters.evaluation import (
+    ArgumentMismatch,
+    EvalReport,
+    SuiteArgs,
+    evaluate,
+    resolve_suite,
+    run_suite,
+    with_prompt_prefixes,
+)
 from adapters.policies.specs import build_policies, parse_policy_spec
 from adapters.rollout import env_roles
 from adapters.training.flags import parse_key_values, parse_value
@@ -46,26 +81,41 @@ __all__ = ["EvalReport", "build_parser", "build_policies", "evaluate", "main", "
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m adapters.evaluate",
-        description="Evaluate policies on a multi-agent setting (greedy, one episode/instance).",
+        description="Evaluate policies on a multi-agent setting (--env; greedy, one episode per "
+        "instance), or compare policies on the whole suite (--suite) with a report directory.",
+        epilog="Suites: default (9 settings multi + 5 single, CPU-sized, 8 episodes), all (the "
+        "same at default sizes, 32 episodes), or ID,ID:MODE,... See the module docstring.",
     )
-    p.add_argument("--env", required=True, help="setting id (see envs.list_envs())")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--env", help="setting id (see envs.list_envs())")
+    what.add_argument(
+        "--suite",
+        metavar="default|all|NAMES",
+        help="benchmark the suite: default, all, or a comma-separated list of setting ids / "
+        "ID:MODE; writes results.json, report.md and charts/ to --out",
+    )
     p.add_argument(
         "--policy",
         action="append",
         required=True,
-        help="SPEC or ROLE=SPEC (repeatable): oracle | smollm2 | tiny | PATH | "
-        "openai:BASE_URL[#MODEL]",
+        help="repeatable: oracle | smollm2 | tiny | PATH | openai:BASE_URL[#MODEL]. With --env: "
+        "SPEC or ROLE=SPEC (one policy per role). With --suite: each --policy is one policy to "
+        "compare, playing every role",
     )
-    p.add_argument("--episodes", type=int, default=8)
+    p.add_argument(
+        "--episodes", type=int, default=None, help="(default: 8; with --suite the suite's)"
+    )
     p.add_argument("--split", default="val", choices=("train", "val", "test"))
-    p.add_argument("--mode", default=None, help="multi | single (the setting's default: multi)")
-    p.add_argument("--max-turns", type=int, default=None)
-    p.add_argument("--env-config", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--instance", default=None, help="explicit instance as JSON")
+    p.add_argument("--mode", default=None, help="multi | single (--env; default: multi)")
+    p.add_argument("--max-turns", type=int, default=None, help="(--env)")
+    p.add_argument("--env-config", action="append", default=[], metavar="KEY=VALUE", help="(--env)")
+    p.add_argument("--instance", default=None, help="explicit instance as JSON (--env)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument(
+        "--max-new-tokens", type=int, default=None, help="(default: 256; with --suite the suite's)"
+    )
     p.add_argument("--system-prompt", default=None, help="system message for model policies")
     p.add_argument(
         "--demos",
@@ -78,22 +128,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: checkpoint's)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--json", default=None, help="write the report as JSON here")
+    p.add_argument("--json", default=None, help="write the report as JSON here (--env)")
+    suite = p.add_argument_group("suite runs (--suite)")
+    suite.add_argument("--out", default=None, help="report directory (default: runs/suite-NAME)")
+    suite.add_argument(
+        "--chunk-size",
+        type=int,
+        default=16,
+        help="episodes generated together (an openai: policy's concurrent requests) and saved "
+        "as one unit (what a killed run loses at most)",
+    )
+    suite.add_argument(
+        "--concurrency", type=int, default=16, help="requests in flight per openai: policy"
+    )
+    suite.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
+# flags that describe one setting; a suite run takes its settings from the suite
+_SETTING_FLAGS = {
+    "mode": "--mode",
+    "max_turns": "--max-turns",
+    "env_config": "--env-config",
+    "instance": "--instance",
+    "json": "--json",
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if args.suite is not None:
+        return _main_suite(parser, args, argv)
     env_config = parse_key_values(args.env_config, "--env-config")
     if args.mode:
         env_config["mode"] = args.mode
     if args.max_turns:
         env_config["max_turns"] = args.max_turns
     instance = parse_value(args.instance) if args.instance else None
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    max_new_tokens = 256 if args.max_new_tokens is None else args.max_new_tokens
     roles = env_roles(args.env, env_config)
     policies, role_policy = build_policies(
         args.policy, roles, device=args.device, dtype=args.dtype, batch_size=args.batch_size
@@ -106,26 +183,74 @@ def main(argv: Sequence[str] | None = None) -> int:
             role_policy,
             system_prompt=args.system_prompt,
             demos=args.demos,
-            max_new_tokens=args.max_new_tokens,
+            max_new_tokens=max_new_tokens,
             seed=args.seed,
         )
     report = evaluate(
         args.env,
         policies,
-        episodes=args.episodes,
+        episodes=8 if args.episodes is None else args.episodes,
         env_config=env_config,
         role_policy=role_policy,
         split=args.split,
         seed=args.seed,
         temperature=args.temperature,
         top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens,
+        max_new_tokens=max_new_tokens,
         instance=instance,
     )
     print(report.table())
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
         print(f"wrote {args.json}")
+    return 0
+
+
+def _main_suite(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str] | None
+) -> int:
+    given = [flag for key, flag in _SETTING_FLAGS.items() if getattr(args, key)]
+    if given:
+        parser.error(f"{', '.join(given)} describe one setting (--env); a suite sets its own")
+    try:
+        suite = resolve_suite(args.suite)
+        run = SuiteArgs(
+            suite=suite,
+            policies=tuple(args.policy),
+            episodes=suite.episodes if args.episodes is None else args.episodes,
+            chunk_size=args.chunk_size,
+            seed=args.seed,
+            split=args.split,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_new_tokens=(
+                suite.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
+            ),
+            system_prompt=args.system_prompt,
+            demos=args.demos,
+            device=args.device,
+            dtype=args.dtype,
+            batch_size=args.batch_size,
+        )
+    except ValueError as e:
+        parser.error(str(e))
+    out = Path(args.out or f"runs/suite-{re.sub(r'[^A-Za-z0-9_.-]+', '_', suite.name)}")
+    command = "python -m adapters.evaluate " + shlex.join(
+        sys.argv[1:] if argv is None else list(argv)
+    )
+    try:
+        run_suite(
+            run,
+            out,
+            progress=not args.no_progress,
+            concurrency=args.concurrency,
+            command=command,
+        )
+    except ArgumentMismatch as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print((out / "report.md").read_text())
+    print(f"wrote {out / 'results.json'}, {out / 'report.md'} and {out / 'charts'}/")
     return 0
 
 

@@ -5,7 +5,11 @@ default, the AT-GRPO validation setting) on instances of ``split`` (default ``va
 derived from ``seed``, so two evaluations with the same seed see the same instances: the
 trainer's before/after comparison (:func:`compare_reports`) is paired instance by instance. The
 report holds the success rate, the mean final team reward, mean turns and steps, and per agent
-the mean per-step reward and the mean episode return, plus one record per episode.
+the mean per-step reward and the mean episode return, plus one record per episode (its index,
+instance, success, turns, steps, team reward, mean reward, per-role returns and mean per-step
+rewards, completion tokens). ``first`` evaluates episodes ``first ..`` of a longer evaluation
+(the same instances as in one run of it), which is how :mod:`adapters.evaluation.suite` runs a
+benchmark in resumable chunks.
 :func:`with_prompt_prefixes` wraps policies with a system prompt and per-role oracle
 demonstrations, as the trainer does.
 """
@@ -13,7 +17,7 @@ demonstrations, as the trainer does.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,8 +25,10 @@ from adapters.evaluation.stats import paired_difference
 from adapters.policies.base import Policy
 from adapters.policies.wrappers import ManagedPolicy
 from adapters.rollout import (
+    Episode,
     RolloutConfig,
     RolloutEngine,
+    Sample,
     create_shared_objects,
     derive_seed,
     env_roles,
@@ -111,11 +117,15 @@ def evaluate(
     instance: Any = None,
     shared: Mapping[str, Any] | None = None,
     pool: Any = None,
+    first: int = 0,
+    on_episode: Callable[[Episode], None] | None = None,
 ) -> EvalReport:
     """Run ``episodes`` episodes (K = 1) and summarise them.
 
     ``shared`` are the setting's run-wide objects (question pools); by default fresh ones are
-    created, so an evaluation never changes a training run's pools.
+    created, so an evaluation never changes a training run's pools. ``first`` numbers the
+    episodes from ``first`` on (their instances are those episodes of a longer evaluation with the
+    same seed). ``on_episode`` is called as each episode finishes.
     """
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
@@ -131,6 +141,7 @@ def evaluate(
         env_config=full_cfg,
         split=split,
         instance=instance,
+        start=first,
     )
     rcfg = RolloutConfig(
         candidates=1,
@@ -142,9 +153,10 @@ def evaluate(
     engine = RolloutEngine(
         env_id, policies, rcfg, env_config=full_cfg, role_policy=role_policy, pool=pool
     )
+    gen_seed = derive_seed(seed, "eval-generation", *([first] if first else []))
     t0 = time.perf_counter()
     try:
-        result = engine.run(specs, seed=derive_seed(seed, "eval-generation"))
+        result = engine.run(specs, seed=gen_seed, on_episode=on_episode)
     finally:
         engine.close()
     seconds = time.perf_counter() - t0
@@ -173,20 +185,34 @@ def evaluate(
         return_per_agent=returns,
         policies=names,
         seconds=seconds,
-        completion_tokens=sum(len(s.completion_ids) for s in result.samples),
-        per_episode=[
-            {
-                "instance_id": e.instance_id,
-                "success": e.success,
-                "turns": e.turns,
-                "steps": e.steps,
-                "team": e.final_team,
-                "reward": sum(e.returns.values()) / max(e.steps, 1),
-                "returns": e.returns,
-            }
-            for e in eps
-        ],
+        completion_tokens=sum(_completion_tokens(s) for s in result.samples),
+        per_episode=[_episode_record(e, first, result.samples) for e in eps],
     )
+
+
+def _episode_record(e: Episode, first: int, samples: list[Sample]) -> dict[str, Any]:
+    """One episode's numbers (K = 1: the samples of instance ``e.instance`` are its steps)."""
+    own = [s for s in samples if s.instance == e.instance and s.branch == e.branch]
+    by_role: dict[str, list[float]] = {}
+    for s in own:
+        by_role.setdefault(s.role, []).append(s.reward)
+    return {
+        "index": first + e.instance,
+        "instance_id": e.instance_id,
+        "success": e.success,
+        "turns": e.turns,
+        "steps": e.steps,
+        "team": e.final_team,
+        "reward": sum(e.returns.values()) / max(e.steps, 1),
+        "returns": e.returns,
+        "role_reward": {r: sum(xs) / len(xs) for r, xs in by_role.items()},
+        "completion_tokens": sum(_completion_tokens(s) for s in own),
+    }
+
+
+def _completion_tokens(s: Sample) -> int:
+    """Tokens of a completion: its ids, or its log-probs (an HTTP server that sends no ids)."""
+    return len(s.completion_ids) or len(s.logprobs)
 
 
 def _policy_name(engine: RolloutEngine, role: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from adapters.policies.base import Policy
 
-__all__ = ["build_policies", "parse_policy_spec"]
+__all__ = ["build_policies", "parse_policy_spec", "split_role_spec"]
 
 
 def parse_policy_spec(
@@ -81,6 +81,15 @@ def _adapter_policy(path: Path, *, device: Any, dtype: Any, batch_size: int) -> 
     return TransformersPolicy(merged, tok, device=device, batch_size=batch_size, name=str(path))
 
 
+def split_role_spec(raw: str) -> tuple[str | None, str]:
+    """``"tool=oracle"`` -> ``("tool", "oracle")``; a plain spec -> ``(None, spec)`` (an ``=``
+    inside an ``openai:`` URL or a path does not name a role)."""
+    role, sep, spec = raw.partition("=")
+    if sep and not role.startswith("openai:") and "/" not in role:
+        return role, spec
+    return None, raw
+
+
 def build_policies(
     specs: Sequence[str],
     roles: Sequence[str],
@@ -93,14 +102,17 @@ def build_policies(
     default: str | None = None
     per_role: dict[str, str] = {}
     for raw in specs:
-        role, sep, spec = raw.partition("=")
-        if sep and not role.startswith("openai:") and "/" not in role:
+        role, spec = split_role_spec(raw)
+        if role is not None:
             if role not in roles:
                 raise ValueError(f"unknown role {role!r} in --policy {raw!r}; roles: {list(roles)}")
             per_role[role] = spec
         else:
             if default is not None:
-                raise ValueError("more than one --policy without ROLE=; give ROLE=SPEC")
+                raise ValueError(
+                    "more than one --policy without ROLE=; give ROLE=SPEC (to compare "
+                    "policies, each playing every role, use --suite)"
+                )
             default = raw
     missing = [r for r in roles if r not in per_role and default is None]
     if missing:

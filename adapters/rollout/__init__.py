@@ -38,6 +38,7 @@ from adapters.rollout.episodes import (
     derive_seed,
     env_roles,
     episode_specs,
+    has_team_reward,
     oracle_demos,
 )
 from adapters.rollout.keep import KEEP_RULES, KeepRule, select_candidates
@@ -64,6 +65,7 @@ __all__ = [
     "env_roles",
     "episode_specs",
     "flush_dead_steps",
+    "has_team_reward",
     "oracle_demos",
     "select_candidates",
     "write_jsonl",

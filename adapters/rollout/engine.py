@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -149,6 +149,7 @@ class RolloutEngine:
             )
         self.pool = pool if pool is not None else LocalEnvPool()
         self._owns_pool = pool is None
+        self._on_episode: Callable[[Episode], None] | None = None
 
     def policy_id_for(self, role: str) -> str:
         if role in self.role_policy:
@@ -189,13 +190,25 @@ class RolloutEngine:
 
     # ------------------------------------------------------------------ main loop
     def run(
-        self, specs: Sequence[EpisodeSpec], seed: int = 0, instance_offset: int = 0
+        self,
+        specs: Sequence[EpisodeSpec],
+        seed: int = 0,
+        instance_offset: int = 0,
+        on_episode: Callable[[Episode], None] | None = None,
     ) -> RolloutResult:
         """Roll out one episode tree (or K parallel episodes) per spec.
 
         ``instance_offset`` numbers the instances from there (``Sample.instance``, group keys):
         a process that rolls out instances ``[a, b)`` of a larger batch passes ``a``.
+        ``on_episode`` is called with each episode as it finishes (e.g. to move a progress bar).
         """
+        self._on_episode = on_episode
+        try:
+            return self._run(specs, seed, instance_offset)
+        finally:
+            self._on_episode = None
+
+    def _run(self, specs: Sequence[EpisodeSpec], seed: int, instance_offset: int) -> RolloutResult:
         cfg = self.config
         rng = random.Random(seed)
         parallel = cfg.sampling == "parallel"
@@ -410,7 +423,7 @@ class RolloutEngine:
         return live
 
     def _episode(self, b: _Branch) -> Episode:
-        return Episode(
+        episode = Episode(
             instance=b.instance,
             instance_id=b.view.instance_id,
             branch=b.path,
@@ -420,6 +433,9 @@ class RolloutEngine:
             returns=dict(b.returns),
             final_team=b.last_team,
         )
+        if self._on_episode is not None:
+            self._on_episode(episode)
+        return episode
 
     def _group_key(self, b: _Branch, parallel: bool) -> str:
         v = b.view

@@ -5,6 +5,7 @@ integrations) without stepping it:
 
 * :func:`env_roles` - the setting's agents in turn order for a config;
 * :func:`delayed_rewards` - whether some of its rewards arrive later (``award()``);
+* :func:`has_team_reward` - whether its rewards mix in a team reward (``mixing != "none"``);
 * :func:`create_shared_objects` - its run-wide shared objects (``create_shared``: the MAE/SAGE
   question pools), created once per run and handed to every env instance;
 * :func:`episode_specs` - ``n`` :class:`~adapters.rollout.envpool.EpisodeSpec` with seeds derived
@@ -30,6 +31,7 @@ __all__ = [
     "derive_seed",
     "env_roles",
     "episode_specs",
+    "has_team_reward",
     "oracle_demos",
 ]
 
@@ -68,6 +70,13 @@ def award_lookahead(env_id: str, env_config: Mapping[str, Any] | None = None) ->
     return int(raw.award_lookahead()) if hasattr(raw, "award_lookahead") else 0
 
 
+def has_team_reward(env_id: str, env_config: Mapping[str, Any] | None = None) -> bool:
+    """Whether the setting's rewards mix in a team reward (its ``rewards.mixing`` is not
+    ``"none"``); MAE, SAGE, CoMAS and MarsRL pay per-role rewards only."""
+    rewards = _raw_env(env_id, env_config or {}).config.rewards
+    return str(getattr(rewards, "mixing", "none")) != "none"
+
+
 def env_roles(env_id: str, env_config: Mapping[str, Any] | None = None) -> list[str]:
     """The setting's agents (roles) in turn order for this config."""
     return list(_raw_env(env_id, env_config or {}).possible_agents)
@@ -88,8 +97,10 @@ def episode_specs(
     env_config: Mapping[str, Any],
     split: str | None = None,
     instance: Any = None,
+    start: int = 0,
 ) -> list[EpisodeSpec]:
-    """``n`` specs with seeds derived from ``(seed, tag, i)``; an explicit instance wins."""
+    """``n`` specs with seeds derived from ``(seed, tag, i)`` for ``i`` in ``start .. start + n - 1``
+    (so episodes ``start ..`` of a longer run); an explicit instance wins."""
     options: dict[str, Any] | None
     if instance is not None:
         options = {"instance": instance}
@@ -99,7 +110,7 @@ def episode_specs(
         EpisodeSpec(
             env_id, seed=derive_seed(seed, tag, i), config=dict(env_config), options=options
         )
-        for i in range(n)
+        for i in range(start, start + n)
     ]
 
 

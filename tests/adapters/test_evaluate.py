@@ -127,3 +127,19 @@ def test_openai_spec_against_a_local_server(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_later_episodes_play_the_same_instances_and_are_reported_as_they_finish():
+    whole = evaluate("plan_path", OraclePolicy(), episodes=3, env_config=SMALL, seed=2)
+    seen = []
+    tail = evaluate(
+        "plan_path", OraclePolicy(), episodes=2, env_config=SMALL, seed=2, first=1,
+        on_episode=seen.append,
+    )  # fmt: skip
+    assert [e["instance_id"] for e in tail.per_episode] == [
+        e["instance_id"] for e in whole.per_episode[1:]
+    ]
+    assert [e["index"] for e in tail.per_episode] == [1, 2]
+    assert sorted(e.instance_id for e in seen) == sorted(e["instance_id"] for e in tail.per_episode)
+    rec = whole.per_episode[0]
+    assert rec["role_reward"] == {"tool": 1.0, "planner": 1.0} and rec["completion_tokens"] == 0

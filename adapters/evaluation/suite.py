@@ -1,0 +1,403 @@
+"""The whole-suite benchmark: every setting, both modes, several policies, fixed seeds, resumable.
+
+``python -m adapters.evaluate --suite default --policy oracle --policy smollm2 --out DIR`` is the
+command line; :func:`run_suite` is the same from Python.
+
+**Suites** (:data:`SUITES`, :func:`resolve_suite`). An entry is a setting, a mode and the
+setting's options:
+
+* ``default`` - sized to finish on a 2-core CPU with the embedded 135M model: each of the nine
+  settings in ``multi`` mode, plus ``single`` mode for the five AT-GRPO settings (sudoku,
+  sokoban, plan_path, code, math), on small instances where a setting has size options
+  (:data:`CPU_OPTIONS`: 5 x 5 Sokoban with one box, 6 x 6 path planning; MAE and SAGE estimate
+  difficulty from 2 answers, CoMAS discusses with 2 agents, as the training recipes' CPU
+  scale-down does); 8 episodes per entry and policy, 128 new tokens per completion. The
+  protocol (agents, turn horizon, rewards) is each setting's own.
+* ``all`` - the same 14 entries with every setting's default sizes (the papers' protocols), 32
+  episodes, 256 new tokens.
+* ``NAMES`` - a comma-separated list of setting ids (``sokoban``: its entries of ``default``)
+  or ``id:mode`` (``sokoban:single``), with ``default``'s sizes and episodes.
+
+**What is run.** Each policy plays every role. For every entry and policy the suite plays
+``episodes`` greedy episodes (by default: ``temperature`` 0, one episode per instance) on
+``split`` instances whose seeds derive from ``seed``: every policy sees the same instances. The
+episodes are played in chunks of ``chunk_size``, one :class:`~adapters.rollout.RolloutEngine`
+run each, whose prompts at every wave go to the policy in one ``generate`` call; an HTTP policy
+(``openai:``) sends them concurrently (up to ``concurrency`` requests in flight), so a server
+that batches (vLLM, SGLang) sees a chunk's episodes at once. A chunk starts from fresh shared
+objects (the MAE and SAGE question pools), so its numbers depend on its arguments alone.
+
+**Resuming.** ``OUT/run.json`` holds the arguments (the suite's entries with their options, the
+policies, episodes, chunk size, seed, split, decoding, prompt prefixes, device and dtype).
+Every finished chunk is written at once to ``OUT/units/SETTING.MODE.POLICY.cNNN.json`` (a
+temporary name, then a rename), so a killed run loses at most the chunks it was playing. Run
+the same command with the same ``--out`` again and it plays only the missing chunks; different
+arguments are refused with the list of differences (use another ``--out``). When every chunk is
+there, the report is written from the chunk files (:mod:`adapters.evaluation.report`):
+``results.json`` (every number, per episode too), ``report.md`` (the table, with 95% intervals)
+and ``charts/SETTING.png`` (bars per policy, error bars = the intervals). A finished run started
+again only rewrites the report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import envs
+from adapters.evaluation import report as report_mod
+from adapters.evaluation.runner import evaluate, with_prompt_prefixes
+from adapters.policies.base import Policy
+from adapters.policies.specs import parse_policy_spec, split_role_spec
+from adapters.rollout import env_roles, has_team_reward
+
+__all__ = [
+    "CPU_OPTIONS",
+    "SUITES",
+    "ArgumentMismatch",
+    "Suite",
+    "SuiteArgs",
+    "SuiteEntry",
+    "Unit",
+    "plan_units",
+    "resolve_suite",
+    "run_suite",
+]
+
+FORMAT_VERSION = 1
+
+# the settings with a single-agent mode (AT-GRPO's five); every setting runs in multi-agent mode
+SINGLE_AGENT = ("sudoku", "sokoban", "plan_path", "code", "math")
+
+# Small instances for a CPU (setting -> options); the protocol of every setting is untouched.
+# num_answers / num_samples / num_agents are the training recipes' CPU scale-down
+# (adapters/training/recipes.py, cpu_env_config; tests/adapters/test_suite.py checks they agree).
+CPU_OPTIONS: dict[str, dict[str, Any]] = {
+    "sudoku": {"size": 4},
+    "sokoban": {"height": 5, "width": 5, "num_boxes": 1},
+    "plan_path": {"height": 6, "width": 6, "min_distance": 3},
+    "propose_solve_judge": {"num_answers": 2},
+    "challenge_plan_solve": {"num_samples": 2},
+    "discussion": {"num_agents": 2},
+}
+
+
+@dataclass(frozen=True)
+class SuiteEntry:
+    """One row group of the benchmark: a setting in a mode with its options."""
+
+    setting: str
+    mode: str = "multi"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.setting}:{self.mode}"
+
+    def env_config(self) -> dict[str, Any]:
+        return {**dict(self.options), "mode": self.mode}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"setting": self.setting, "mode": self.mode, "options": dict(self.options)}
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named list of entries with its default episodes and completion length."""
+
+    name: str
+    entries: tuple[SuiteEntry, ...]
+    episodes: int
+    max_new_tokens: int
+
+
+def _entries(options: Mapping[str, Mapping[str, Any]]) -> tuple[SuiteEntry, ...]:
+    multi = [SuiteEntry(s, "multi", dict(options.get(s, {}))) for s in envs.list_envs()]
+    single = [SuiteEntry(s, "single", dict(options.get(s, {}))) for s in SINGLE_AGENT]
+    return (*multi, *single)
+
+
+SUITES: dict[str, Suite] = {
+    "default": Suite("default", _entries(CPU_OPTIONS), episodes=8, max_new_tokens=128),
+    "all": Suite("all", _entries({}), episodes=32, max_new_tokens=256),
+}
+
+
+def resolve_suite(spec: str) -> Suite:
+    """``default``, ``all``, or a comma-separated list of ``id`` / ``id:mode`` (see above)."""
+    spec = spec.strip()
+    if spec in SUITES:
+        return SUITES[spec]
+    base = SUITES["default"]
+    chosen: list[SuiteEntry] = []
+    for name in (n.strip() for n in spec.split(",")):
+        if not name:
+            continue
+        setting, _, mode = name.partition(":")
+        try:
+            setting = envs.spec(setting).id
+        except ValueError as e:
+            raise ValueError(f"--suite {spec!r}: {e} (or default, all; id:mode)") from None
+        if not mode:
+            found = [e for e in base.entries if e.setting == setting]
+        else:
+            if mode not in ("multi", "single"):
+                raise ValueError(f"mode must be multi or single in --suite {name!r}")
+            found = [SuiteEntry(setting, mode, dict(CPU_OPTIONS.get(setting, {})))]
+            try:
+                env_roles(setting, found[0].env_config())
+            except ValueError as e:
+                raise ValueError(f"--suite {name!r}: {e}") from None
+        chosen.extend(e for e in found if e not in chosen)
+    if not chosen:
+        raise ValueError(f"--suite {spec!r} names no setting")
+    return Suite(spec, tuple(chosen), base.episodes, base.max_new_tokens)
+
+
+@dataclass(frozen=True)
+class SuiteArgs:
+    """Everything that decides a suite run's numbers (``run.json``; checked on resume)."""
+
+    suite: Suite
+    policies: tuple[str, ...]
+    episodes: int
+    chunk_size: int = 16
+    seed: int = 0
+    split: str = "val"
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    system_prompt: str | None = None
+    demos: int = 0
+    device: str | None = None
+    dtype: str | None = None
+    batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        if not self.policies:
+            raise ValueError("a suite run needs at least one --policy")
+        if len(set(self.policies)) != len(self.policies):
+            raise ValueError(f"a policy is given twice: {list(self.policies)}")
+        for p in self.policies:
+            if split_role_spec(p)[0] is not None:
+                raise ValueError(
+                    f"--policy {p!r}: with --suite each policy plays every role (ROLE=SPEC is "
+                    "for single-setting runs with --env)"
+                )
+        if self.episodes < 1 or self.chunk_size < 1:
+            raise ValueError("episodes and chunk size must be >= 1")
+
+    def fingerprint(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["suite"] = {
+            "name": self.suite.name,
+            "entries": [e.to_dict() for e in self.suite.entries],
+        }
+        out["policies"] = list(self.policies)
+        return {"format": FORMAT_VERSION, **out}
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A chunk of episodes of one entry played by one policy: the unit of work and of saving."""
+
+    entry: SuiteEntry
+    policy: str
+    policy_index: int
+    chunk: int
+    first: int
+    episodes: int
+
+    @property
+    def filename(self) -> str:
+        return f"{self.entry.setting}.{self.entry.mode}.{policy_slug(self.policy, self.policy_index)}.c{self.chunk:03d}.json"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.entry.to_dict(),
+            "policy": self.policy,
+            "chunk": self.chunk,
+            "first": self.first,
+            "episodes": self.episodes,
+        }
+
+
+def policy_slug(spec: str, index: int) -> str:
+    """A file-name-safe label of a policy spec: ``p1-smollm2``, ``p2-openai_http_...``."""
+    return f"p{index}-" + re.sub(r"[^A-Za-z0-9_-]+", "_", spec).strip("_")[:40]
+
+
+def plan_units(args: SuiteArgs) -> list[Unit]:
+    """Every chunk of the run, in the order they are played (entry, policy, chunk)."""
+    units = []
+    for entry in args.suite.entries:
+        for pi, policy in enumerate(args.policies):
+            for c, first in enumerate(range(0, args.episodes, args.chunk_size)):
+                n = min(args.chunk_size, args.episodes - first)
+                units.append(Unit(entry, policy, pi, c, first, n))
+    return units
+
+
+class ArgumentMismatch(ValueError):
+    """The output directory holds a run with other arguments."""
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write ``path`` through a temporary sibling and a rename: readers see all of it or none."""
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(raw)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _check_run_file(out: Path, fingerprint: dict[str, Any]) -> None:
+    path = out / "run.json"
+    if not path.exists():
+        write_atomic(path, json.dumps(fingerprint, indent=2, sort_keys=True))
+        return
+    try:
+        saved = json.loads(path.read_text())
+    except ValueError:
+        raise ArgumentMismatch(f"{path} is not valid JSON; use another --out") from None
+    diffs = [
+        f"{k}: {json.dumps(saved.get(k))} -> {json.dumps(fingerprint.get(k))}"
+        for k in sorted(set(saved) | set(fingerprint))
+        if saved.get(k) != fingerprint.get(k)
+    ]
+    if diffs:
+        raise ArgumentMismatch(
+            f"{out} holds a suite run with other arguments, so it cannot be resumed with these "
+            "(use another --out, or the same arguments to continue it):\n  " + "\n  ".join(diffs)
+        )
+
+
+def _load_unit(path: Path, unit: Unit) -> dict[str, Any] | None:
+    """A saved chunk, or None if there is none (a damaged file is an error, not a redo)."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except ValueError:
+        raise ValueError(
+            f"{path} is damaged (not JSON); delete it to play that chunk again"
+        ) from None
+    if data.get("unit") != unit.to_dict():
+        raise ValueError(f"{path} holds another chunk ({data.get('unit')}); delete it")
+    return data
+
+
+def run_suite(
+    args: SuiteArgs,
+    out: str | os.PathLike[str],
+    *,
+    progress: bool = True,
+    concurrency: int = 16,
+    policy_factory: Callable[[str], Policy] | None = None,
+    after_unit: Callable[[Unit], None] | None = None,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """Play every missing chunk of ``args`` into ``out``, then write the report; returns the
+    results (``results.json``'s content).
+
+    ``policy_factory`` builds a policy from a spec (default: :func:`~adapters.policies.specs.
+    parse_policy_spec` with ``args``' device, dtype and batch size); policies are built only when
+    a chunk needs them and reused across settings. ``after_unit`` is called after each chunk is
+    saved. ``command`` is shown at the top of ``report.md``.
+    """
+    from tqdm.auto import tqdm
+
+    root = Path(out)
+    (root / "units").mkdir(parents=True, exist_ok=True)
+    _check_run_file(root, args.fingerprint())
+    units = plan_units(args)
+    saved = [_load_unit(root / "units" / u.filename, u) for u in units]
+    todo = [i for i, data in enumerate(saved) if data is None]
+    built: dict[str, Policy] = {}
+
+    def policy(spec: str) -> Policy:
+        if spec not in built:
+            built[spec] = (policy_factory or _default_factory(args, concurrency))(spec)
+        return built[spec]
+
+    total = sum(u.episodes for u in units)
+    done = total - sum(units[i].episodes for i in todo)
+    with tqdm(
+        total=total, initial=done, unit="ep", disable=not progress, dynamic_ncols=True
+    ) as bar:
+        for i in todo:
+            u = units[i]
+            bar.set_postfix_str(f"{u.entry.key} {u.policy}", refresh=True)
+            data = _play(args, u, policy(u.policy), lambda _e: bar.update(1))
+            write_atomic(root / "units" / u.filename, json.dumps(data))
+            saved[i] = data
+            if after_unit is not None:
+                after_unit(u)
+    entries = [
+        {**e.to_dict(), "key": e.key, "has_team_reward": has_team_reward(e.setting, e.env_config())}
+        for e in args.suite.entries
+    ]
+    results = report_mod.summarise(
+        args.fingerprint(),
+        entries,
+        list(args.policies),
+        [(u.to_dict(), data["report"]) for u, data in zip(units, saved) if data is not None],
+    )
+    write_atomic(root / "results.json", json.dumps(results, indent=1))
+    write_atomic(root / "report.md", report_mod.markdown(results, command=command))
+    (root / "charts").mkdir(exist_ok=True)
+    for setting, png in report_mod.charts(results).items():
+        write_atomic(root / "charts" / f"{setting}.png", png)
+    return results
+
+
+def _default_factory(args: SuiteArgs, concurrency: int) -> Callable[[str], Policy]:
+    def build(spec: str) -> Policy:
+        p = parse_policy_spec(
+            spec, device=args.device, dtype=args.dtype, batch_size=args.batch_size
+        )
+        if hasattr(p, "max_concurrency"):  # an HTTP policy: requests in flight per generate
+            p.max_concurrency = max(1, concurrency)
+        return p
+
+    return build
+
+
+def _play(args: SuiteArgs, u: Unit, policy: Policy, on_episode: Any) -> dict[str, Any]:
+    cfg = u.entry.env_config()
+    roles = env_roles(u.entry.setting, cfg)
+    policies: dict[str, Policy] = {u.policy: policy}
+    role_policy = {r: u.policy for r in roles}
+    if args.system_prompt or args.demos:
+        policies, role_policy = with_prompt_prefixes(
+            u.entry.setting,
+            cfg,
+            policies,
+            role_policy,
+            system_prompt=args.system_prompt,
+            demos=args.demos,
+            max_new_tokens=args.max_new_tokens,
+            seed=args.seed,
+        )
+    rep = evaluate(
+        u.entry.setting,
+        policies,
+        episodes=u.episodes,
+        env_config=cfg,
+        role_policy=role_policy,
+        split=args.split,
+        seed=args.seed,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        first=u.first,
+        on_episode=on_episode,
+    )
+    return {"unit": u.to_dict(), "report": rep.to_dict()}

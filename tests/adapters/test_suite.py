@@ -1,0 +1,327 @@
+"""The whole-suite benchmark (``adapters.evaluation.suite``, ``python -m adapters.evaluate --suite``):
+suites, the report (table, JSON, charts) against the episodes, resuming a killed run, refusing
+other arguments, concurrent requests to an HTTP policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from adapters.evaluate import main
+from adapters.evaluation import SUITES, ArgumentMismatch, SuiteArgs, resolve_suite, run_suite
+from adapters.evaluation.report import fmt_interval
+from adapters.evaluation.suite import CPU_OPTIONS, plan_units
+from adapters.policies import ScriptedPolicy
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = "plan_path,sudoku:single,propose_solve_judge"  # 2 + 1 + 1 entries, with and without team
+
+
+def small_args(**kw) -> SuiteArgs:
+    base = dict(
+        suite=resolve_suite(SMALL),
+        policies=("oracle", "tiny"),
+        episodes=3,
+        chunk_size=2,  # chunks of 2 and 1 episodes
+        max_new_tokens=8,
+    )
+    base.update(kw)
+    return SuiteArgs(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """An uninterrupted run of the small suite: (directory, results)."""
+    out = tmp_path_factory.mktemp("suite-full")
+    return out, run_suite(small_args(), out, progress=False)
+
+
+def comparable(results: dict) -> list[dict]:
+    """The rows without wall times (the only numbers two runs may differ in)."""
+    rows = []
+    for row in results["rows"]:
+        row = {k: v for k, v in row.items() if k != "seconds"}
+        row["chunks"] = [{k: v for k, v in c.items() if k != "seconds"} for c in row["chunks"]]
+        rows.append(row)
+    return rows
+
+
+# ------------------------------------------------------------------------------------ suites
+
+
+def test_suites_cover_every_setting_and_both_modes():
+    import envs
+    from adapters.training.recipes import RECIPES, SETTING_RECIPES
+
+    default, full = SUITES["default"], SUITES["all"]
+    keys = [e.key for e in default.entries]
+    assert keys == [e.key for e in full.entries]
+    assert {e.setting for e in default.entries if e.mode == "multi"} == set(envs.list_envs())
+    assert sorted(e.setting for e in default.entries if e.mode == "single") == sorted(
+        s for s, r in SETTING_RECIPES.items() if r == "at-grpo"
+    )
+    assert full.episodes > default.episodes and all(not e.options for e in full.entries)
+    # the CPU sizes are the training recipes' CPU scale-down where the recipe has one
+    for setting, name in SETTING_RECIPES.items():
+        for key, (value, _why) in RECIPES[name].cpu_env_config.items():
+            assert CPU_OPTIONS[setting][key] == value, (setting, key)
+    for entry in default.entries:  # every entry's options are valid for its setting
+        envs.make(entry.setting, **entry.env_config())
+
+
+def test_resolve_suite_names_and_errors():
+    s = resolve_suite("sokoban, math:single,sokoban:multi")
+    assert [e.key for e in s.entries] == ["sokoban:multi", "sokoban:single", "math:single"]
+    assert s.entries[0].options == CPU_OPTIONS["sokoban"]
+    with pytest.raises(ValueError, match="unknown env id 'nope'"):
+        resolve_suite("nope")
+    with pytest.raises(ValueError, match="multi or single"):
+        resolve_suite("sokoban:duo")
+    with pytest.raises(ValueError, match=r"discussion:single.*mode='single' does not exist"):
+        resolve_suite("discussion:single")
+    with pytest.raises(ValueError, match="names no setting"):
+        resolve_suite(" , ")
+    with pytest.raises(ValueError, match="plays every role"):
+        small_args(policies=("tool=oracle",))
+    with pytest.raises(ValueError, match="given twice"):
+        small_args(policies=("oracle", "oracle"))
+
+
+# ------------------------------------------------------------------------------------ report
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _mean(cell: str) -> float:
+    return float(cell.split(" ± ")[0])
+
+
+def test_report_table_json_and_charts_agree(full_run):
+    out, results = full_run
+    saved = json.loads((out / "results.json").read_text())
+    assert saved == json.loads(json.dumps(results))
+    rows = results["rows"]
+    assert [(r["setting"], r["mode"], r["policy"]) for r in rows] == [
+        (e.setting, e.mode, p) for e in resolve_suite(SMALL).entries for p in ("oracle", "tiny")
+    ]
+    for row in rows:  # the JSON's numbers are the episodes' numbers
+        eps = row["per_episode"]
+        assert [e["index"] for e in eps] == [0, 1, 2] and row["episodes"] == 3
+        assert row["success_rate"]["mean"] == pytest.approx(sum(e["success"] for e in eps) / 3)
+        assert row["completion_tokens"]["mean"] == pytest.approx(
+            sum(e["completion_tokens"] for e in eps) / 3
+        )
+        assert (row["team_reward"] is None) == (row["setting"] == "propose_solve_judge")
+        if row["policy"] == "oracle":  # the upper bound: solved everywhere, no model tokens
+            assert row["success_rate"]["mean"] == 1.0 and row["completion_tokens"]["mean"] == 0
+        else:
+            assert row["completion_tokens"]["mean"] > 0
+        assert [c["episodes"] for c in row["chunks"]] == [2, 1]
+    # the Markdown table: one line per row, in order, with the JSON's numbers
+    md = (out / "report.md").read_text()
+    table = [ln for ln in md.splitlines() if re.match(r"\| [a-z_]+ \| (multi|single) \|", ln)]
+    assert len(table) == len(rows)
+    for line, row in zip(table, rows):
+        c = _cells(line)
+        assert c[:4] == [row["setting"], row["mode"], row["policy"], "3"]
+        assert c[4] == fmt_interval(row["success_rate"])
+        assert _mean(c[4]) == pytest.approx(row["success_rate"]["mean"], abs=0.005)
+        assert c[5] == fmt_interval(row["team_reward"])
+        roles = dict(part.split(" ", 1) for part in c[6].split("<br>"))
+        assert roles == {r: fmt_interval(iv) for r, iv in row["reward_per_role"].items()}
+        assert _mean(c[7]) == pytest.approx(row["completion_tokens"]["mean"], abs=0.5)
+        assert float(c[8]) == pytest.approx(row["seconds"], abs=0.05)
+    for setting, times in results["seconds_per_setting"].items():
+        line = next(
+            ln for ln in md.splitlines() if ln.startswith(f"| {setting} | ") and "±" not in ln
+        )
+        assert float(_cells(line)[-1]) == pytest.approx(times["total"], abs=0.05)
+    # one chart per setting, one panel per mode (the width grows with the panels)
+    widths = {}
+    for setting in ("plan_path", "sudoku", "propose_solve_judge"):
+        png = (out / "charts" / f"{setting}.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        widths[setting] = struct.unpack(">I", png[16:20])[0]
+    assert sorted(p.name for p in (out / "charts").iterdir()) == [
+        "plan_path.png",
+        "propose_solve_judge.png",
+        "sudoku.png",
+    ]
+    assert widths["plan_path"] == 2 * widths["sudoku"] == 2 * widths["propose_solve_judge"]
+
+
+# ------------------------------------------------------------------------------------ resume
+
+
+class Killed(Exception):
+    pass
+
+
+def test_killed_run_resumes_without_replaying_an_episode(tmp_path, full_run):
+    _out, full = full_run
+    args = small_args()
+    total = len(plan_units(args))
+    played = []
+
+    def kill_after_five(unit):
+        played.append(unit.filename)
+        if len(played) == 5:
+            raise Killed
+
+    with pytest.raises(Killed):
+        run_suite(args, tmp_path, progress=False, after_unit=kill_after_five)
+    assert sorted(p.name for p in (tmp_path / "units").glob("*.json")) == sorted(played)
+    assert not (tmp_path / "results.json").exists()
+    # what a kill in the middle of writing a chunk leaves behind: a temporary file
+    (tmp_path / "units" / f".{played[0]}.999.tmp").write_text('{"unit": ')
+    replayed: list = []
+    episodes: list = []
+    results = run_suite(
+        args, tmp_path, progress=False, after_unit=lambda u: replayed.append(u.filename)
+    )
+    assert len(replayed) == total - 5 and not set(replayed) & set(played)
+    assert comparable(results) == comparable(full)
+    # a finished run started again plays nothing and writes the same report
+    again = run_suite(args, tmp_path, progress=False, after_unit=episodes.append)
+    assert episodes == [] and again == results
+
+
+def test_other_arguments_on_the_same_out_are_refused(tmp_path, full_run, capsys):
+    out, _ = full_run
+    before = sorted(p.name for p in (out / "units").iterdir())
+    with pytest.raises(ArgumentMismatch, match=r"episodes: 3 -> 4") as err:
+        run_suite(small_args(episodes=4), out, progress=False)
+    assert "max_new_tokens" not in str(err.value)
+    with pytest.raises(
+        ArgumentMismatch, match=r"policies: \[\"oracle\", \"tiny\"\] -> \[\"oracle\"\]"
+    ):
+        run_suite(small_args(policies=("oracle",)), out, progress=False)
+    assert sorted(p.name for p in (out / "units").iterdir()) == before
+    # the command line says so and exits with status 2
+    rc = main(
+        ["--suite", SMALL, "--policy", "oracle", "--episodes", "3", "--chunk-size", "2",
+         "--max-new-tokens", "8", "--out", str(out), "--no-progress"]
+    )  # fmt: skip
+    assert rc == 2 and "other arguments" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_sigkilled_process_resumes_with_the_same_numbers(tmp_path):
+    """A real kill -9 of the command line while it plays, then the same command again."""
+    cmd = [
+        sys.executable, "-m", "adapters.evaluate", "--suite", "plan_path:single",
+        "--policy", "tiny", "--episodes", "12", "--chunk-size", "1", "--max-new-tokens", "48",
+        "--threads", "1", "--no-progress",
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(killed)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            if len(list((killed / "units").glob("*.json"))) >= 2:
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    saved = len(list((killed / "units").glob("*.json")))
+    assert 2 <= saved < 12 and not (killed / "results.json").exists()
+    for out in (killed, tmp_path / "clean"):
+        done = subprocess.run(
+            [*cmd, "--out", str(out)], cwd=REPO, env=env, capture_output=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+    resumed = json.loads((killed / "results.json").read_text())
+    clean = json.loads((tmp_path / "clean" / "results.json").read_text())
+    assert comparable(resumed) == comparable(clean)
+    assert resumed["rows"][0]["episodes"] == 12
+
+
+# ------------------------------------------------------------------------------------ HTTP
+
+
+def test_http_policy_gets_concurrent_requests(tmp_path):
+    from adapters.integrations.openai_server import make_server
+
+    def slow_answer(_prompt: str) -> str:
+        time.sleep(0.02)
+        return "#### [U]"
+
+    server = make_server(ScriptedPolicy(slow_answer), model_name="slow")
+    inflight = peak = 0
+    lock = threading.Lock()
+    respond = server.completion_response
+
+    def counting(body):  # requests the server holds at once (before its generation lock)
+        nonlocal inflight, peak
+        with lock:
+            inflight += 1
+            peak = max(peak, inflight)
+        try:
+            return respond(body)
+        finally:
+            with lock:
+                inflight -= 1
+
+    server.completion_response = counting  # type: ignore[method-assign]
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}).start()
+    try:
+        args = SuiteArgs(
+            suite=resolve_suite("plan_path:single"),
+            policies=(f"openai:{server.url}#slow",),
+            episodes=6,
+            chunk_size=6,
+        )
+        results = run_suite(args, tmp_path, progress=False, concurrency=4)
+    finally:
+        server.shutdown()
+        server.server_close()
+    (row,) = results["rows"]
+    assert row["episodes"] == 6 and row["success_rate"]["mean"] == 0.0
+    assert 2 <= peak <= 4  # requests overlapped, up to the concurrency asked for
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+
+def test_cli_suite_run_and_flag_checks(tmp_path, capsys):
+    rc = main(
+        ["--suite", "plan_path:single", "--policy", "oracle", "--episodes", "2",
+         "--out", str(tmp_path / "r"), "--no-progress"]
+    )  # fmt: skip
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "| plan_path | single | oracle | 2 | 1.00 ± 0.00 | 1.00 ± 0.00 |" in text
+    assert (tmp_path / "r" / "charts" / "plan_path.png").is_file()
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert run["max_new_tokens"] == SUITES["default"].max_new_tokens and run["episodes"] == 2
+    for extra in (["--env-config", "height=5"], ["--mode", "single"], ["--json", "x.json"]):
+        with pytest.raises(SystemExit):
+            main(["--suite", "plan_path", "--policy", "oracle", *extra])
+        assert "describe one setting" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--suite", "plan_path", "--policy", "planner=oracle"])
+    assert "plays every role" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--suite", "plan_path", "--env", "plan_path", "--policy", "oracle"])
+    assert "not allowed with" in capsys.readouterr().err
