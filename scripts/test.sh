@@ -4,7 +4,7 @@
 # Installs the project with its test extras (scripts/setup.sh --test), makes sure a Docker Engine
 # is running (starting dockerd if none answers, and stopping it again at the end), builds the
 # sandbox image if it is missing, lints and type-checks, runs pytest in .venv, then builds .venv-vllm
-# (scripts/setup_vllm.sh) and runs the vLLM tests there. Docker and vLLM tests are required here,
+# (scripts/setup_vllm.sh --train) and runs the vLLM tests there. Docker and vLLM tests are required here,
 # not skipped (MAS_REQUIRE_DOCKER=1, MAS_REQUIRE_VLLM=1). MAS_SKIP_VLLM=1 skips the vLLM stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +39,6 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=
 .venv/bin/python -m pytest --ignore=tests/vllm "$@"
 
 if [ "${MAS_SKIP_VLLM:-0}" != 1 ]; then
-  bash scripts/setup_vllm.sh
+  bash scripts/setup_vllm.sh --train  # --train: the 2-rank training run against a vLLM server
   MAS_REQUIRE_VLLM=1 .venv-vllm/bin/python -m pytest tests/vllm -q -p no:cacheprovider
 fi

@@ -283,6 +283,7 @@ def compare_reports(
         f"  {'metric':<18}{'before':>8}{'after':>8}{'diff':>8}   {pct} interval        p",
     ]
     rows = [("mean reward", "reward"), ("success rate", "success"), ("team reward", "team")]
+    starred = False
     for label, key in rows:
         d = paired_difference(
             [float(e[key]) for e in b["per_episode"]],
@@ -290,6 +291,7 @@ def compare_reports(
             confidence,
         )
         mark = " *" if d.excludes_zero else ""
+        starred = starred or d.excludes_zero
         lines.append(
             f"  {label:<18}{d.mean_before:>8.3f}{d.mean_after:>8.3f}{d.mean_diff:>+8.3f}"
             f"   [{d.low:+.3f}, {d.high:+.3f}]  {d.p_value:.3g}{mark}"
@@ -297,5 +299,9 @@ def compare_reports(
     for role, v in a["reward_per_agent"].items():
         x = b["reward_per_agent"].get(role, 0.0)
         lines.append(f"  {'reward/' + role:<18}{x:>8.3f}{v:>8.3f}{v - x:>+8.3f}   (per step)")
-    lines.append("  * the interval excludes zero")
+    lines.append(
+        "  * the interval excludes zero"
+        if starred
+        else "  no interval excludes zero: no significant change"
+    )
     return "\n".join(lines)

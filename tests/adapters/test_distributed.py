@@ -391,7 +391,7 @@ def test_torchrun_acceptance_command(tmp_path):
         ),
         timeout=900,
     )
-    assert "2 ranks" in out and "done in" in out
+    assert "2 ranks" in out and "2 training steps in" in out and "paired per instance" in out
     assert out.count("step 1/2") == 1  # only rank 0 prints
     rows = _rows((run_dir / "metrics.jsonl").read_text().splitlines())
     assert [r["step"] for r in rows] == [1, 2] and rows[0]["world_size"] == 2.0

@@ -63,5 +63,8 @@ def test_compare_reports_prints_the_paired_interval():
     line = next(x for x in table.splitlines() if x.strip().startswith("mean reward"))
     assert "+0.400" in line and "[+0.175, +0.625]" in line and line.endswith("*")
     assert "4 val instances never trained on" in table
+    assert table.endswith("* the interval excludes zero")
+    same = compare_reports(_report([0.0, 0.5]), _report([0.0, 0.5]))
+    assert "*" not in same and same.endswith("no interval excludes zero: no significant change")
     with pytest.raises(ValueError, match="same instances"):
         compare_reports(_report([0.1, 0.2]), _report([0.1, 0.2], ids=["x", "y"]))

@@ -53,7 +53,7 @@ def write_config(path: Path) -> Path:
         "candidates": 4,
         "instances_per_step": 1,
         "steps": 3,
-        "temperature": 0.7,
+        "temperature": 1.0,  # with seed 3: rewards differ within the group at every step
         "max_new_tokens": 12,
         "lr": 1e-3,
         "eval_episodes": 1,
