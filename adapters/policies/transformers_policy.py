@@ -95,9 +95,11 @@ class PromptBatch:
 
 
 def prompt_batch(
-    prompts: Sequence[Sequence[int]], pad_id: int, device: Any, min_shared: int = 32
+    prompts: Sequence[Sequence[int]], pad_id: int, device: Any, min_shared: int | None = 32
 ) -> PromptBatch:
     """Lay out ``prompts`` for one prefill (see :class:`PromptBatch`).
+
+    A common prefix shorter than ``min_shared`` tokens is not split off (``None``: never).
 
     The K candidates of a tree-sampling group share their whole prompt, and the prompts of one
     role share their system message, demonstrations and task preamble; both are computed once.
@@ -119,7 +121,7 @@ def prompt_batch(
         first, shortest = distinct[0], min(len(p) for p in distinct)
         while shared < shortest - 1 and all(p[shared] == first[shared] for p in distinct):
             shared += 1
-    if shared < min_shared:
+    if min_shared is None or shared < min_shared:
         shared = 0
     rests = [p[shared:] for p in distinct]
     width = max(len(r) for r in rests)
@@ -352,8 +354,9 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
             attn = attn.index_select(0, expand)
             next_pos = positions[:, -1].index_select(0, expand) + 1
             # one random stream per row (its seed): the same row draws the same noise whatever
-            # else shares the chunk; CPU generators, so the streams are alike on every device
-            gens = [torch.Generator().manual_seed(s) for s in seeds]
+            # else shares the chunk; on the model's device, so the (rows x vocab) draws of a
+            # step never cross the bus (a CUDA stream differs from the CPU one of the same seed)
+            gens = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
             vocab = int(logits.shape[-1])
             active = list(range(len(prompts)))
             tokens_out: list[list[int]] = [[] for _ in prompts]

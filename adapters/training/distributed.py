@@ -388,6 +388,8 @@ class RankParallel(DataParallel):
 
     def forward(self, pm: Any, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         self._set_sync(pm.pid)  # DDP reads the flag in forward, FSDP2 in backward
+        if self.is_sharded(pm.pid):  # see completion_logprobs: FSDP2 and the shared prefix
+            kw["share_prefix"] = False
         return self.wrappers[pm.pid](fn, *args, **kw)
 
     def finish_micro_batches(self, pm: Any) -> None:

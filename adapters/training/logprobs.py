@@ -198,18 +198,23 @@ def completion_logprobs(
     pad_id: int,
     temperature: float = 1.0,
     share_prompt: bool = True,
+    share_prefix: bool = True,
     chunk_size: int = 1024,
 ) -> torch.Tensor:
     """Log-probs of each completion's tokens given its prompt, as a right-padded (N, C) tensor.
 
     Differentiable. With ``share_prompt`` (and a Llama/Qwen-style model) every distinct prompt
-    is run once and its KV cache is shared by its completions (see the module docstring).
+    is run once and its KV cache is shared by its completions (see the module docstring);
+    ``share_prefix`` also runs the prompts' common prefix once (off under FSDP2: a forward whose
+    outputs carry no gradient, only its cache, is never re-gathered for backward there).
     """
     dev = next(model.parameters()).device
     parts = plain_head(model) if share_prompt else None
     if parts is None:
         return _full_logprobs(model, prompts, completions, pad_id, temperature, chunk_size, dev)
-    h, head, targets, sel = _completion_hidden(model, parts[0], prompts, completions, pad_id, dev)
+    h, head, targets, sel = _completion_hidden(
+        model, parts[0], prompts, completions, pad_id, dev, share_prefix
+    )
     lp = ChunkedLogprob.apply(h, head.weight, head.bias, targets, 1.0 / temperature, chunk_size)
     return lp.new_zeros(sel.shape).masked_scatter(sel, lp)
 
@@ -221,6 +226,7 @@ def completion_logprobs_and_entropy(
     *,
     pad_id: int,
     temperature: float = 1.0,
+    share_prefix: bool = True,
     chunk_size: int = 1024,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`completion_logprobs` and the entropy of ``softmax(logits / T)`` at every completion
@@ -237,7 +243,9 @@ def completion_logprobs_and_entropy(
             f"over the decoder ({sorted(PLAIN_HEAD_TYPES)}); got model_type {model_type!r}"
         )
     dev = next(model.parameters()).device
-    h, head, targets, sel = _completion_hidden(model, parts[0], prompts, completions, pad_id, dev)
+    h, head, targets, sel = _completion_hidden(
+        model, parts[0], prompts, completions, pad_id, dev, share_prefix
+    )
     inv_t = 1.0 / temperature
     lp = ChunkedLogprob.apply(h, head.weight, head.bias, targets, inv_t, chunk_size)
     ent = chunked_entropy(h, head.weight, head.bias, inv_t, chunk_size)
@@ -277,17 +285,6 @@ def chunked_entropy(
     return torch.cat(parts) if parts else h.new_zeros(0, dtype=torch.float32)
 
 
-_FSDP_NO_PREFIX = 1 << 62
-
-
-def _is_fsdp(model: Any) -> bool:
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # pragma: no cover - torch without distributed
-        return False
-    return any(isinstance(m, FSDPModule) for m in model.modules())
-
-
 def _completion_hidden(
     model: Any,
     decoder: Any,
@@ -295,6 +292,7 @@ def _completion_hidden(
     completions: Sequence[Sequence[int]],
     pad_id: int,
     dev: Any,
+    share_prefix: bool = True,
 ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
     """The hidden states that predict each completion token (shared-prompt forward).
 
@@ -305,11 +303,7 @@ def _completion_hidden(
     head = model.get_output_embeddings()
     lengths = [len(c) for c in completions]
     width = max(lengths)
-    # Under FSDP2 a forward whose outputs carry no gradient (the shared prefix's: only its cache
-    # does) never re-gathers its layers for backward, so sharded models skip the prefix split.
-    batch = prompt_batch(
-        prompts, pad_id, dev, min_shared=_FSDP_NO_PREFIX if _is_fsdp(model) else 32
-    )
+    batch = prompt_batch(prompts, pad_id, dev, **({} if share_prefix else {"min_shared": None}))
     index, attn = batch.index, batch.attn
     cache = DynamicCache(config=model.config)
 
