@@ -471,11 +471,12 @@ def bwrap_command(
     exe_dir = os.path.dirname(python)
     if not (exe_dir.startswith(("/usr/", prefix + "/")) or exe_dir in ("/bin", "/sbin")):
         a += ["--ro-bind", python, python]
-    for path in extra_ro:
-        a += bind(path)
     a += ["--proc", "/proc", "--dev", "/dev"]
     a += ["--size", str(16 << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
     a += ["--size", str(tmp_size_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
+    made.update(("/dev", "/dev/shm", "/tmp"))  # mounted above: their modes stay
+    for path in extra_ro:  # after the tmpfs mounts, so that a path under /tmp stays visible
+        a += bind(path)
     # Nothing but /tmp and /dev/shm stays writable (without root the root directory is a
     # tmpfs of the sandbox user's; it is never wiped and has no size limit).
     a += ["--remount-ro", "/", "--remount-ro", "/dev"]

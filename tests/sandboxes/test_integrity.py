@@ -351,3 +351,35 @@ def test_docker_container_limits_follow_the_job():
         r = sb.run(hog, limits=sandboxes.Limits(wall_s=20, cpu_s=20, memory_mb=256))
         assert r.memory_exceeded, r
         assert sb.run("print(1)").stdout == "1\n"
+
+
+def test_helper_sees_a_read_only_path_under_tmp(tmp_path):
+    """A helper's extra read-only path (a virtual environment, say) may lie under /tmp, which
+    the helper gets as a fresh tmpfs: the path is bound over it, read-only, not hidden by it."""
+    import shutil
+    import subprocess
+    import sys
+
+    from sandboxes.base import release_uid
+    from sandboxes.local import spawn_isolated
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed: the helper would run unisolated")
+    assert str(tmp_path).startswith("/tmp/")
+    (tmp_path / "marker.txt").write_text("visible")
+    code = (
+        f"import pathlib; p = pathlib.Path({str(tmp_path)!r}) / 'marker.txt'; print(p.read_text())\n"
+        "try:\n    p.write_text('x')\nexcept OSError:\n    print('read-only')"
+    )
+    proc, uid = spawn_isolated(
+        [os.path.realpath(sys.executable), "-I", "-c", code],
+        extra_ro=[str(tmp_path)],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if uid is not None:
+            release_uid(uid)
+    assert out.decode().split() == ["visible", "read-only"]
+    assert (tmp_path / "marker.txt").read_text() == "visible"
