@@ -17,7 +17,9 @@ intervals, in the layout of AT-GRPO Table 2 (methods as rows, settings as column
 paired difference of each trained row against the untrained MAS row. ``--budget-min`` is the
 total training wall time, split evenly over the trained runs (each trains until its share is
 spent, at least one step); evaluations are not counted. Every trained run is evaluated every
-``--eval-every`` steps too, and ``learning_curves.png`` draws those validation points.
+``--eval-every`` steps too, and ``learning_curves.png`` draws those validation points. Both trained
+rows start from the MAS row's numbers: a fresh LoRA adapter (B = 0) leaves the frozen model's
+greedy answers unchanged, so their step-0 evaluation is not run again.
 Everything (tables, curves, the raw reports) goes to ``--out``.
 """
 
@@ -49,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-min", type=float, default=60.0, help="total training minutes")
     p.add_argument("--envs", default=",".join(SETTINGS), help="comma-separated setting ids")
     p.add_argument("--episodes", type=int, default=32, help="validation instances")
-    p.add_argument("--eval-every", type=int, default=4, help="steps between curve points")
+    p.add_argument(
+        "--eval-every", type=int, default=4, help="steps between curve points (0: ends only)"
+    )
     p.add_argument("--max-steps", type=int, default=1000, help="cap on steps per run")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -111,8 +115,8 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
             result["reports"]["single"] = _evaluate(single, single_cfg, "single")
             single.close()
             before = result["reports"]["mas"]
-        else:
-            before = _evaluate(trainer, env_config, "before")
+        else:  # fresh LoRA adapters (B = 0) leave the frozen model's greedy answers unchanged
+            before = result["reports"]["mas"]
         curve = [(0, before.mean_reward, before.success_rate)]
         t0 = time.perf_counter()
         train_s = 0.0
@@ -120,7 +124,7 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
             t = time.perf_counter()
             trainer.train_step()
             train_s += time.perf_counter() - t
-            if trainer.step % args.eval_every == 0:
+            if args.eval_every and trainer.step % args.eval_every == 0:
                 rep = _evaluate(trainer, env_config, f"step{trainer.step}")
                 curve.append((trainer.step, rep.mean_reward, rep.success_rate))
         after = _evaluate(trainer, env_config, "after")

@@ -73,6 +73,16 @@ _CPU_COMMON: dict[str, Sourced] = {
     "max_new_tokens": (48, "CPU scale-down"),
 }
 
+# AT-GRPO's grid settings on CPU: six steps must move the greedy policy, so a larger LoRA step and
+# four PPO mini-batches per batch (four optimizer steps for one rollout; the clipped ratio keeps
+# the later mini-batches near the sampling policy). With them the six-step default raises the
+# greedy validation reward of Sokoban and Plan-Path significantly (adapters/training/trainer.py).
+_CPU_AT_GRPO: dict[str, Sourced] = {
+    **_CPU_COMMON,
+    "lr": (1e-3, "CPU scale-down: a LoRA step large enough for a six-step run"),
+    "ppo_minibatches": (4, "CPU scale-down: four optimizer steps per batch (PPO mini-batches)"),
+}
+
 _AT_GRPO_VALUES: dict[str, Sourced] = {
     "algorithm": ("at-grpo", "AT-GRPO Alg. 1"),
     "sampling": ("tree", "AT-GRPO §4.1 and Alg. 1: tree-structured sampling"),
@@ -109,7 +119,7 @@ RECIPES: dict[str, Recipe] = {
         "role-sharing policy",
         values=_AT_GRPO_VALUES,
         env_config={"max_turns": (4, "AT-GRPO §5.1: turn horizon T = 4")},
-        cpu={**_CPU_COMMON},
+        cpu={**_CPU_AT_GRPO},
     ),
     "at-grpo-per-role": Recipe(
         name="at-grpo-per-role",
@@ -120,7 +130,7 @@ RECIPES: dict[str, Recipe] = {
             "per_role": (True, "AT-GRPO §5.1 (e): role-specialized policies"),
         },
         env_config={"max_turns": (4, "AT-GRPO §5.1: turn horizon T = 4")},
-        cpu={**_CPU_COMMON},
+        cpu={**_CPU_AT_GRPO},
     ),
     "mae": Recipe(
         name="mae",

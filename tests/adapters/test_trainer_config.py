@@ -25,7 +25,8 @@ def test_defaults_resolve_per_device():
     assert gpu.dtype == "float32" and gpu.chat_template_kwargs == {"enable_thinking": False}
     lora_gpu = TrainConfig(lora_rank=8).resolved(cuda=True)
     assert lora_gpu.dtype == "bfloat16" and lora_gpu.old_logprobs == "recompute"
-    assert cpu.lr == 1e-4 and cpu.lora_rank == 8 and cpu.lora_alpha == 16.0
+    assert cpu.lr == 1e-3 and cpu.lora_rank == 8 and cpu.lora_alpha == 16.0
+    assert cpu.ppo_minibatches == 4
     # another algorithm than the recipe's brings its own sampling (GRPO: K parallel episodes)
     grpo = TrainConfig(algorithm="grpo").resolved(cuda=False)
     assert grpo.sampling == "parallel" and grpo.sources["sampling"] == "follows algorithm grpo"
