@@ -132,6 +132,7 @@ def tiny_train_config(tmp_path, name: str = "run", **overrides):
         plot_every=0,
         save_final=False,
         lr=1e-2,
+        ppo_minibatches=1,  # one optimizer step per batch (the CPU recipe makes 4)
         output_dir=str(tmp_path / name),
     )
     base.update(overrides)

@@ -56,6 +56,7 @@ BASE = {
     "plot_every": 0,
     "save_final": False,
     "lr": 1e-2,
+    "ppo_minibatches": 1,  # one optimizer step per batch (the CPU recipe makes 4)
     "temperature": 1.0,
     "device": "cpu",
 }
