@@ -24,7 +24,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-# about 12 minutes on a 2-core machine: six training steps and two evaluations
+# six training steps and two evaluations: 36 min measured while two other training runs shared
+# the 2 cores (the same six steps alone beside one other run: 12 min)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
