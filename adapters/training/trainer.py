@@ -44,9 +44,12 @@ compared instance by instance (:func:`~adapters.evaluation.compare_reports`, las
 output). Measured on the project's 2-core machine, 1 torch thread while a second run shared the
 cores: Sokoban 6 steps in 727 s of training wall time, mean validation reward 0.317 -> 0.392
 (paired difference +0.075, 95% interval [+0.066, +0.085]); Plan-Path 881 s, 0.147 -> 0.196
-(+0.049 [+0.042, +0.056]); each evaluation of 32 episodes took 12-15 minutes. What the 135M
+(+0.049 [+0.042, +0.056]); Sudoku (4 x 4) 0.048 -> 0.165 (+0.118 [+0.108, +0.127]), 1577 s of
+training wall time while two more jobs shared the cores; each evaluation of 32 episodes took 12-25
+minutes. What the 135M
 model learns in six steps is modest, and the per-agent rows say where it is: the gain is the
-tool's (Sokoban tool reward 0.285 -> 0.436 per step, Plan-Path 0.181 -> 0.280: its greedy
+tool's (Sokoban tool reward 0.285 -> 0.436 per step, Plan-Path 0.181 -> 0.280, Sudoku 0.015 ->
+0.251: its greedy
 programs earn the format and potential terms on more steps), the planner's reward does not change
 and no instance is solved. On CUDA the defaults are the paper's sizes (see :mod:`adapters.training.recipes`).
 """
