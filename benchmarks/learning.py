@@ -114,9 +114,8 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
             )
             result["reports"]["single"] = _evaluate(single, single_cfg, "single")
             single.close()
-            before = result["reports"]["mas"]
-        else:  # fresh LoRA adapters (B = 0) leave the frozen model's greedy answers unchanged
-            before = result["reports"]["mas"]
+        # step 0 of both trained rows: fresh LoRA adapters (B = 0) leave the greedy answers as is
+        before = result["reports"]["mas"]
         curve = [(0, before.mean_reward, before.success_rate)]
         t0 = time.perf_counter()
         train_s = 0.0
