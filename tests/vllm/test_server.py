@@ -205,6 +205,8 @@ def test_two_rank_training_on_the_server_leaves_the_trained_adapters_there(serve
     cmd += ["--backend", "vllm-server", "--vllm-servers", server, "--steps", "2"]
     cmd += ["--instances-per-step", "2", "--candidates", "2", "--max-new-tokens", "8"]
     cmd += ["--eval-episodes", "0", "--demos", "0", "--lr", "1e-2", "--no-progress"]
+    # one optimizer step: approx_kl compares the server's log-probs with the not-yet-updated policy
+    cmd += ["--ppo-minibatches", "1"]
     cmd += ["--output-dir", str(run)]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
