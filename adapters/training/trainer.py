@@ -45,7 +45,9 @@ Measured on the project's 2-core machine, 1 torch thread while a second run shar
 Sokoban 6 steps in 727 s of training wall time, mean validation reward 0.317 -> 0.392 (paired
 difference +0.075, 95% interval [+0.066, +0.085]); Plan-Path 881 s, 0.147 -> 0.196 (+0.049 [+0.042,
 +0.056]); Sudoku (4 x 4) 0.048 -> 0.165 (+0.118 [+0.108, +0.127]), 1577 s of training wall time
-while two more jobs shared the cores; each evaluation of 32 episodes took 12-25 minutes. What the
+while two more jobs shared the cores; each evaluation of 32 episodes took 12-25 minutes. On the
+otherwise idle machine with 2 threads (``benchmarks/learning.py``) a training step took 71 s
+(Sokoban), 69 s (Plan-Path) and 131 s (Sudoku: 6 steps about 13 minutes). What the
 135M model learns in six steps is modest, and the per-agent rows say where it is: the gain is the
 tool's (Sokoban tool reward 0.285 -> 0.436 per step, Plan-Path 0.181 -> 0.280, Sudoku 0.015 ->
 0.251: its greedy programs earn the format and potential terms on more steps), the planner's reward
