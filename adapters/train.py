@@ -75,21 +75,6 @@ def config_from_argv(argv: Sequence[str] | None = None) -> tuple[TrainConfig, ar
     return cfg, argparse.Namespace(**control, overrides=overrides)
 
 
-def _cpu_scale_down(c: TrainConfig) -> str:
-    """The values a CPU run resolved from a CPU scale-down, as ``name=value`` pairs (call it for
-    CPU runs only: a device default's source names its CPU value whatever the device)."""
-    pairs = []
-    for name, why in c.sources.items():
-        if "CPU" not in why:
-            continue
-        if name.startswith("env_config."):
-            value = c.env_config.get(name.removeprefix("env_config."))
-        else:
-            value = getattr(c, name, None)
-        pairs.append(f"{name}={value!r}")
-    return ", ".join(pairs)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -137,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{ranks}",
             flush=True,
         )
-        scaled = _cpu_scale_down(c) if trainer.device.type == "cpu" else ""
+        scaled = ", ".join(f"{k}={v!r}" for k, v in c.cpu_scale_down().items())
         if scaled:
             print(
                 "CPU scale-down (no CUDA; agents, turns and rewards are the paper's): "

@@ -331,7 +331,9 @@ class TrainConfig:
                 return value, f"recipe {recipe.name}: {why}"
             if name in recipes.DEVICE_DEFAULTS:
                 cpu_v, cuda_v, why = recipes.DEVICE_DEFAULTS[name]
-                return (cuda_v if cuda else cpu_v), why
+                if cuda or cpu_v == cuda_v:
+                    return (cuda_v if cuda else cpu_v), why
+                return cpu_v, f"{why} (CPU scale-down; CUDA: {cuda_v!r})"
             return None
 
         if c.algorithm is not None and c.sampling is None:  # the user changed the algorithm
@@ -395,6 +397,17 @@ class TrainConfig:
             )
         c.check()
         return c
+
+    def cpu_scale_down(self) -> dict[str, Any]:
+        """The resolved values a CPU run took from a CPU scale-down (a recipe's ``cpu`` values,
+        ``CPU_INSTANCES``, a device default's CPU value), by field (``env_config.KEY`` for an env
+        option). Their sources are the ones that name the CPU; on CUDA there are none."""
+        out: dict[str, Any] = {}
+        for name, why in self.sources.items():
+            if "CPU" in why:
+                key = name.removeprefix("env_config.")
+                out[name] = self.env_config.get(key) if key != name else getattr(self, name)
+        return out
 
     def sampling_temperature(self, role: str) -> float:
         """The temperature ``role`` samples at during training, for scoring its log-probs

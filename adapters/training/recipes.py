@@ -325,7 +325,7 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "demos": (
         1,
         0,
-        "suite default: oracle demonstrations per role (CPU: the 135M model needs one)",
+        "suite default: oracle demonstrations per role (the 135M model needs one)",
     ),
     "keep": ("best", "best", "suite default (unused without tree sampling)"),
     "keep_n": (1, 1, "suite default"),
