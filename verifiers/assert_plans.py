@@ -38,6 +38,7 @@ from typing import Any
 from sandboxes import plain
 from sandboxes.calls import Call, CallResult
 from verifiers.host_eval import (
+    MAX_DEPTH,
     PENDING,
     AssertFailed,
     Evaluator,
@@ -214,7 +215,7 @@ def _plan(code: str, entry_point: str | None, prelude: str) -> Plan:
     if not built.ok:
         return Plan(code, error=built.reason)
     try:
-        tree = bounded_parse(code)
+        tree = bounded_parse(code, limit=MAX_DEPTH)
     except SyntaxError as exc:
         return Plan(code, error=str(exc))
     known = prelude_names(prelude)
@@ -224,7 +225,7 @@ def _plan(code: str, entry_point: str | None, prelude: str) -> Plan:
     ev = Evaluator(lambda path, args, kwargs: PENDING, discover=True, bound=_remotes(bound))
     why = ""
     try:
-        ev.run(module)
+        ev.run(module, checked=True)  # bounded_parse checked the depth
     except AssertFailed:
         pass  # fails whatever the program does: the verdict will say so
     except TooExpensive as exc:
