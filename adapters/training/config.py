@@ -363,7 +363,7 @@ class TrainConfig:
             k: (v, f"recipe {recipe.name}: {why}") for k, (v, why) in recipe.env_config.items()
         }
         if not cuda:
-            for k, (v, why) in recipes.CPU_INSTANCES.get(_canonical_env(c.env), {}).items():
+            for k, (v, why) in recipes.cpu_instance_options(c.env).items():
                 env_sources[k] = (v, why)
             for k, (v, why) in recipe.cpu_env_config.items():
                 env_sources[k] = (v, f"recipe {recipe.name}: {why}")
@@ -400,7 +400,7 @@ class TrainConfig:
 
     def cpu_scale_down(self) -> dict[str, Any]:
         """The resolved values a CPU run took from a CPU scale-down (a recipe's ``cpu`` values,
-        ``CPU_INSTANCES``, a device default's CPU value), by field (``env_config.KEY`` for an env
+        the setting's CPU instance options, a device default's CPU value), by field (``env_config.KEY`` for an env
         option). Their sources are the ones that name the CPU; on CUDA there are none."""
         out: dict[str, Any] = {}
         for name, why in self.sources.items():
@@ -461,12 +461,6 @@ class TrainConfig:
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def _canonical_env(env_id: str) -> str:
-    import envs
-
-    return envs.spec(env_id).id
 
 
 def _cuda_wanted(device: str) -> bool:

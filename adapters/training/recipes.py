@@ -41,6 +41,7 @@ __all__ = [
     "RECIPES",
     "SETTING_RECIPES",
     "Recipe",
+    "cpu_instance_options",
     "describe_recipes",
     "recipe_for",
 ]
@@ -344,6 +345,13 @@ def recipe_for(env_id: str) -> Recipe:
 
     canonical = envs.spec(env_id).id
     return RECIPES[SETTING_RECIPES[canonical]]
+
+
+def cpu_instance_options(env_id: str) -> Mapping[str, Sourced]:
+    """The env options a CPU run of a setting (its id or alias) changes, with their sources."""
+    import envs
+
+    return CPU_INSTANCES.get(envs.spec(env_id).id, {})
 
 
 def describe_recipes() -> str:
