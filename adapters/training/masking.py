@@ -3,15 +3,34 @@
 Completions in a batch have different lengths. Every per-token tensor of the training code
 (log-probs, advantages, KL terms) is right-padded to ``(B, T)`` and paired with a ``mask`` that is
 1 on real completion tokens and 0 on padding; these helpers build and reduce such tensors.
+
+:func:`mastered_positive_mask` is MarsRL's dynamic masking of well-mastered positive tokens
+(MarsRL §2.3, which defers to UloRL, Du et al. 2025, arXiv 2507.19766, §3.2.2 Eq. 9-10): a token
+of a positive sample whose probability is at least ``tau`` is dropped from the policy-gradient
+sum, but only for samples whose mean token entropy is below the target ``sigma``. UloRL's
+values: ``tau = 0.99``, ``sigma = 0.2`` (its "Hyperparameter Settings"). Choices where UloRL is
+terse, kept here: "positive" is a sample with advantage > 0 (UloRL's rewards are 0/1, where this
+is the same set wherever the gradient is non-zero); the probability and the entropy are the
+current policy's, detached (UloRL makes one optimizer step per rollout, where they equal the
+behaviour policy's); masked tokens leave the numerator only, the token-mean denominator still
+counts them (Eq. 10's ``1 / sum |o_i|``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 
-__all__ = ["check_token_shapes", "length_mask", "masked_mean", "masked_whiten", "pad_rows"]
+__all__ = [
+    "check_token_shapes",
+    "length_mask",
+    "masked_mean",
+    "masked_whiten",
+    "mastered_positive_mask",
+    "pad_rows",
+]
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -57,3 +76,36 @@ def length_mask(lengths: Sequence[int], width: int) -> torch.Tensor:
     [[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
     """
     return (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).float()
+
+
+def mastered_positive_mask(
+    logprobs: torch.Tensor,
+    entropy: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    tau: float = 0.99,
+    target_entropy: float = 0.2,
+) -> torch.Tensor:
+    """The (B, T) 0/1 tensor that is 1 on the well-mastered positive tokens to drop (UloRL Eq. 10).
+
+    ``I[i, t] = 1`` iff sample ``i`` is positive (advantage > 0), ``exp(logprobs[i, t]) >= tau``,
+    and the sample's mean token entropy ``H_i = mean_t entropy[i, t]`` is below
+    ``target_entropy``; 0 on padding. ``advantages`` is (B,) or (B, T) (its first valid token is
+    the sample's sign). The loss keeps ``mask * (1 - I)`` in its numerator.
+
+    >>> lp = torch.log(torch.tensor([[0.995, 0.5], [0.999, 0.999]]))
+    >>> ent = torch.tensor([[0.1, 0.1], [0.1, 0.1]])
+    >>> mastered_positive_mask(lp, ent, torch.tensor([1.0, -1.0]), torch.ones(2, 2)).tolist()
+    [[1.0, 0.0], [0.0, 0.0]]
+    """
+    check_token_shapes(mask, logprobs, entropy)
+    if not 0.0 < tau <= 1.0:
+        raise ValueError(f"tau must be in (0, 1], got {tau}")
+    m = mask.to(logprobs.dtype)
+    adv = advantages if advantages.dim() == 1 else advantages[:, 0]
+    with torch.no_grad():
+        positive = (adv > 0).to(m.dtype)[:, None]
+        low_entropy = (masked_mean(entropy.detach(), m, dim=-1) < target_entropy).to(m.dtype)
+        mastered = logprobs.detach().double() >= math.log(tau)
+        return mastered.to(m.dtype) * positive * low_entropy[:, None] * m
