@@ -20,11 +20,8 @@ from tests.envs.contract import (
 )
 
 ALL = envs.list_envs()
-MODES = ["multi", "single"]
-# Settings whose papers compare a single agent against the team (AT-GRPO); the others are
-# inherently multi-agent.
-WITH_SINGLE = {"sudoku", "sokoban", "plan_path", "code", "math"}
-CASES = [(e, m) for e in ALL for m in MODES if m == "multi" or e in WITH_SINGLE]
+# every setting in every mode its spec registers
+CASES = [(e, m) for e in ALL for m in envs.spec(e).modes]
 
 
 def _ids(case):
