@@ -173,3 +173,34 @@ def test_fuzzed_completions_never_raise(case):
                 break
             idle = 0 if acted else idle + 1
             assert idle < 50, f"{role} never acts: give the other roles a FILLER that reaches it"
+
+
+@pytest.mark.parametrize("env_id", ALL)
+def test_spec_facts_match_the_env(env_id):
+    """What the spec tells the adapters without building an env is what the env does: its
+    modes, awards only where it declares delayed rewards or a lookahead (never further ahead
+    than declared), a team reward only where it declares one."""
+    entry = envs.spec(env_id)
+    for mode in envs.MODES:
+        if mode not in entry.modes:
+            with pytest.raises(ValueError, match="mode"):
+                envs.make(env_id, mode=mode)
+    for mode in entry.modes:
+        env = envs.make(env_id, mode=mode)
+        raw = env.unwrapped
+        assert 0 <= raw.award_lookahead() <= entry.award_lookahead
+        awarded, team = False, False
+        for seed in range(2):
+            env.reset(seed=seed)
+            for agent in env.agent_iter():
+                _, _, term, trunc, _ = env.last()
+                if term or trunc:
+                    env.step(None)
+                    continue
+                env.step(raw.oracle(agent))
+                awarded = awarded or bool(raw.last_awards)
+                team = team or env.infos[agent]["reward_parts"]["team"] != 0
+        if awarded:
+            assert entry.delayed_rewards or raw.award_lookahead() > 0, (env_id, mode)
+        if team:
+            assert entry.team_reward, (env_id, mode)
