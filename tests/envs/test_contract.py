@@ -80,6 +80,30 @@ def test_unknown_env_id_suggests():
         envs.make("sokobam")
 
 
+def test_module_qualified_ids_import_the_module_first(tmp_path, monkeypatch):
+    """``module:id`` (Gymnasium style): the module is imported, then ``id`` looked up."""
+    (tmp_path / "outside_reg.py").write_text(
+        "import envs\n"
+        "envs.register('outside_sokoban', 'envs.sokoban:env', modes=('multi',), recipe='mae')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match="unknown env id 'outside_sokoban'"):
+        envs.spec("outside_sokoban")  # not imported yet
+    try:
+        entry = envs.spec("outside_reg:outside_sokoban")
+        assert (entry.id, entry.modes, entry.recipe) == ("outside_sokoban", ("multi",), "mae")
+        assert envs.make("outside_reg:outside_sokoban", num_boxes=1).unwrapped.config.num_boxes == 1
+    finally:
+        envs.core.registry._REGISTRY.pop("outside_sokoban", None)
+    assert envs.spec("envs.sokoban:sokoban").id == "sokoban"
+    with pytest.raises(ValueError, match="cannot import 'no_such_pkg_xyz'"):
+        envs.make("no_such_pkg_xyz:thing")
+    with pytest.raises(ValueError, match=r"unknown env id 'sokobam' \(after importing 'envs'\)"):
+        envs.make("envs:sokobam")
+    with pytest.raises(ValueError, match="cannot contain ':'"):
+        envs.register("a:b", "envs.sokoban:env")
+
+
 @pytest.mark.parametrize("env_id", ALL)
 def test_step_misuse_raises(env_id):
     env = envs.make(env_id)
