@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         "same at default sizes, 32 episodes), or ID,ID:MODE,... See the module docstring.",
     )
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--env", help="setting id (see envs.list_envs())")
+    what.add_argument("--env", help="setting id (envs.list_envs()) or package.module:id")
     what.add_argument(
         "--suite",
         metavar="default|all|NAMES",

@@ -13,7 +13,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         prog="python -m adapters.serve_env", description="Serve a setting over OpenEnv."
     )
-    p.add_argument("--env", required=True, help="setting id (see envs.list_envs())")
+    p.add_argument(
+        "--env", required=True, help="setting id (envs.list_envs()) or package.module:id"
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     p.add_argument(

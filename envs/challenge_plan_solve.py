@@ -140,7 +140,7 @@ from verifiers.code_tests import TestCase
 from verifiers.extract import clip_text
 from verifiers.formats import check_format, find_tags
 from verifiers.judge import mae_norm, parse_score, sage_norm
-from verifiers.test_parsing import split_assert_block
+from verifiers.written_tests import split_assert_block
 
 __all__ = ["SageConfig", "SageInstance", "SageRewards", "env", "raw_env"]
 
@@ -273,7 +273,6 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         "is_parallelizable": False,
     }
     AGENTS = ("challenger", "planner", "solver", "critic")
-    DELAYED_REWARDS = True  # the challenger's and planner's rewards arrive by award()
     config_cls = SageConfig
     config: SageConfig
 

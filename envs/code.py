@@ -47,7 +47,7 @@ One test per turn (A.2.2: the tester "provides one new high-quality test case" e
 ``max_tester_tests = 1``. An answer with more tests is a format violation: ``valid = 0``, and
 only its first test is used (for coverage, agreement and the history). ``max_tester_tests=5``
 (the earlier default) lets up to 5 tests count. Both formats are read by
-:mod:`verifiers.test_parsing` (``parse_stdin_tests``, ``parse_assert_tests``, re-exported here).
+:mod:`verifiers.written_tests` (``parse_stdin_tests``, ``parse_assert_tests``, re-exported here).
 
 Rewards (``r = lam * team + (1 - lam) * mask * local``; p_k is the share of golden tests the
 coder's current program passes, G_{k-1} the golden tests the coder's previous program passed).
@@ -117,16 +117,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from envs._program import LRU, ProblemPool, ProgramConfig, ProgramEnv, fence, indent
 from envs.core.base import wrap
 from envs.core.config import RewardConfig
+from envs.core.program import LRU, ProblemPool, ProgramConfig, ProgramEnv, fence, indent
 from envs.core.rewards import RewardParts
 from envs.data.records import CodeProblem
 from envs.data.splits import canonical_text
 from verifiers.code_tests import TestCase, TestReport, check_compiles, quiet_parse
 from verifiers.diff_tests import run_tests_many  # plain tests go to verifiers.code_tests
 from verifiers.extract import clip_text, extract_code_block
-from verifiers.test_parsing import parse_assert_tests, parse_stdin_tests
+from verifiers.written_tests import parse_assert_tests, parse_stdin_tests
 
 __all__ = [
     "CodeConfig",

@@ -310,7 +310,6 @@ class raw_env(TurnBasedEnv):
     config_cls = DiscussionConfig
     config: DiscussionConfig
     _shared_attrs = ("_pool",)
-    DELAYED_REWARDS = True  # solution and evaluation rewards arrive by award() after scoring
 
     def __init__(
         self,

@@ -87,9 +87,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from envs._program import ProblemPool, ProgramConfig, ProgramEnv, fence, indent, verdict
 from envs.core.base import wrap
 from envs.core.config import RewardConfig
+from envs.core.program import ProblemPool, ProgramConfig, ProgramEnv, fence, indent, verdict
 from envs.core.rewards import RewardParts
 from envs.data.records import MathProblem
 from envs.data.splits import canonical_text
@@ -207,7 +207,6 @@ class raw_env(ProgramEnv):
     }
     AGENTS: ClassVar[tuple[str, ...]] = ("reasoner", "tool")
     SINGLE_AGENTS: ClassVar[tuple[str, ...]] = ("reasoner",)
-    AWARD_LOOKAHEAD = 1  # the reasoner's team reward comes with the tool's agreeing step
     config_cls = MathConfig
     config: MathConfig
     _shared_attrs: ClassVar[tuple[str, ...]] = ("instance",)

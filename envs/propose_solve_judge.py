@@ -272,7 +272,6 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         "is_parallelizable": False,
     }
     AGENTS = ("proposer", "solver", "judge")
-    DELAYED_REWARDS = True  # the proposer's and solver's rewards arrive by award()
     config_cls = MaeConfig
     config: MaeConfig
 

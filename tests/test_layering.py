@@ -1,11 +1,11 @@
 """Imports run one way: every module may import only from its own layer or the layers below it,
 and no two modules import each other (directly or around a cycle).
 
-Layers, lowest first (DESIGN.md section 1 and ``adapters/README.md``)::
+Layers, lowest first (docs/design.md section 1 and ``adapters/README.md``)::
 
     sandboxes  <-  verifiers  <-  envs  <-  adapters
 
-    envs:      envs.core  <-  envs.data  <-  envs._program, envs.pools  <-  envs.<setting>  <-  envs
+    envs:      envs.core  <-  envs.data  <-  envs.pools  <-  envs.<setting>  <-  envs
     adapters:  policies  <-  rollout  <-  evaluation  <-  training  <-  integrations
                <-  the command lines and deprecated aliases (adapters.train, adapters.evaluate, ...)
 
@@ -138,7 +138,7 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # the project's layers
 
 ADAPTER_LAYERS = ("policies", "rollout", "evaluation", "training", "integrations")
-ENV_HELPERS = ("envs._program", "envs.pools")
+ENV_HELPERS = ("envs.pools",)
 
 
 def project_rank(module: str) -> int:
@@ -233,7 +233,7 @@ def test_no_import_cycles(graph):
 
 
 def test_lower_packages_do_not_import_heavy_libraries():
-    """``import envs`` stays fast and works without the train extra (DESIGN.md section 1)."""
+    """``import envs`` stays fast and works without the train extra (docs/design.md section 1)."""
     heavy = {"torch", "transformers", "vllm", "ray", "peft", "trl", "accelerate"}
     offenders = []
     for pkg in ("sandboxes", "verifiers", "envs"):

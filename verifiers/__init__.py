@@ -5,7 +5,7 @@ Modules (each module docstring is its documentation page; nothing heavy is impor
 * :mod:`verifiers.extract`      code blocks, ``####`` answers, JSON, move lists, clipping
 * :mod:`verifiers.math_answer`  final-answer extraction and grading (math-verify + NumEq)
 * :mod:`verifiers.code_tests`   running programs against stdio / assert tests in a sandbox
-* :mod:`verifiers.test_parsing` reading model-written tests (stdio pairs, assert blocks)
+* :mod:`verifiers.written_tests` reading model-written tests (stdio pairs, assert blocks)
 * :mod:`verifiers.mutation`     AST mutants and the mutation score of a test suite
 * :mod:`verifiers.judge`        LLM-judge score parsing; SAGE / MAE / CoMAS normalisations
 * :mod:`verifiers.formats`      required-tag checks and soft format scores

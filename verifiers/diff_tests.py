@@ -2,7 +2,7 @@
 
 evalplus tests a candidate function by calling it on many inputs and comparing each result with
 the canonical solution's (``evalplus/eval/__init__.py``, ``unsafe_execute``). Here the expected
-values never enter the sandbox (DESIGN.md section 9): one sandbox job per program runs the
+values never enter the sandbox (docs/design.md section 5): one sandbox job per program runs the
 candidate and then calls its entry point on each input through the calls channel of
 :mod:`sandboxes.calls` (results as plain data, one nonce-tagged line per call on fd 3, the job
 ending right after the last call), and the host compares each result with the expected value it

@@ -9,14 +9,16 @@ setting's options:
 * ``default`` - sized to finish on a 2-core CPU with the embedded 135M model: each of the nine
   settings in ``multi`` mode, plus ``single`` mode for the five AT-GRPO settings (sudoku,
   sokoban, plan_path, code, math), on small instances where a setting has size options
-  (:data:`CPU_OPTIONS`: 5 x 5 Sokoban with one box, 6 x 6 path planning; MAE and SAGE estimate
-  difficulty from 2 answers, CoMAS discusses with 2 agents, as the training recipes' CPU
-  scale-down does); 8 episodes per entry and policy, 128 new tokens per completion. The
+  (the ``cpu_options`` of its spec: 5 x 5 Sokoban with one box, 6 x 6 path planning; MAE and SAGE
+  estimate difficulty from 2 answers, CoMAS discusses with 2 agents, as the training recipes'
+  CPU scale-down does); 8 episodes per entry and policy, 128 new tokens per completion. The
   protocol (agents, turn horizon, rewards) is each setting's own.
 * ``all`` - the same 14 entries with every setting's default sizes (the papers' protocols), 32
   episodes, 256 new tokens.
 * ``NAMES`` - a comma-separated list of setting ids (``sokoban``: its entries of ``default``)
-  or ``id:mode`` (``sokoban:single``), with ``default``'s sizes and episodes.
+  or ``id:mode`` (``sokoban:single``), with ``default``'s sizes and episodes. An id may be
+  ``module:id`` (``my_pkg.my_env:my_id``, or ``my_pkg.my_env:my_id:single``): the module is
+  imported first, so a setting registered outside this repository runs too.
 
 **What is run.** Each policy plays every role. For every entry and policy the suite plays
 ``episodes`` greedy episodes (by default: ``temperature`` 0, one episode per instance) on
@@ -57,7 +59,6 @@ from adapters.policies.specs import parse_policy_spec, split_role_spec
 from adapters.rollout import env_roles, has_team_reward
 
 __all__ = [
-    "CPU_OPTIONS",
     "SUITES",
     "ArgumentMismatch",
     "Suite",
@@ -67,24 +68,10 @@ __all__ = [
     "plan_units",
     "resolve_suite",
     "run_suite",
+    "setting_entries",
 ]
 
 FORMAT_VERSION = 1
-
-# the settings with a single-agent mode (AT-GRPO's five); every setting runs in multi-agent mode
-SINGLE_AGENT = ("sudoku", "sokoban", "plan_path", "code", "math")
-
-# Small instances for a CPU (setting -> options); the protocol of every setting is untouched.
-# num_answers / num_samples / num_agents are the training recipes' CPU scale-down
-# (adapters/training/recipes.py, cpu_env_config; tests/adapters/test_suite.py checks they agree).
-CPU_OPTIONS: dict[str, dict[str, Any]] = {
-    "sudoku": {"size": 4},
-    "sokoban": {"height": 5, "width": 5, "num_boxes": 1},
-    "plan_path": {"height": 6, "width": 6, "min_distance": 3},
-    "propose_solve_judge": {"num_answers": 2},
-    "challenge_plan_solve": {"num_samples": 2},
-    "discussion": {"num_agents": 2},
-}
 
 
 @dataclass(frozen=True)
@@ -116,20 +103,36 @@ class Suite:
     max_new_tokens: int
 
 
-def _entries(options: Mapping[str, Mapping[str, Any]]) -> tuple[SuiteEntry, ...]:
-    multi = [SuiteEntry(s, "multi", dict(options.get(s, {}))) for s in envs.list_envs()]
-    single = [SuiteEntry(s, "single", dict(options.get(s, {}))) for s in SINGLE_AGENT]
-    return (*multi, *single)
+def setting_entries(setting: str, cpu: bool = True) -> tuple[SuiteEntry, ...]:
+    """A setting's entries, one per mode of its spec, with its ``cpu_options`` when ``cpu``."""
+    entry = envs.spec(setting)
+    options = dict(entry.cpu_options) if cpu else {}
+    return tuple(SuiteEntry(entry.id, mode, options) for mode in entry.modes)
+
+
+def _entries(cpu: bool) -> tuple[SuiteEntry, ...]:
+    """Every registered setting's entries: all ``multi`` ones first, then the ``single`` ones."""
+    every = [e for s in envs.list_envs() for e in setting_entries(s, cpu)]
+    return tuple(sorted(every, key=lambda e: envs.MODES.index(e.mode)))
 
 
 SUITES: dict[str, Suite] = {
-    "default": Suite("default", _entries(CPU_OPTIONS), episodes=8, max_new_tokens=128),
-    "all": Suite("all", _entries({}), episodes=32, max_new_tokens=256),
+    "default": Suite("default", _entries(cpu=True), episodes=8, max_new_tokens=128),
+    "all": Suite("all", _entries(cpu=False), episodes=32, max_new_tokens=256),
 }
 
 
+def _split_mode(name: str) -> tuple[str, str]:
+    """``id``, ``id:mode``, ``module:id`` or ``module:id:mode`` -> (setting, mode or "")."""
+    left, sep, right = name.rpartition(":")
+    if sep and (right in envs.MODES or left in envs.list_envs(include_aliases=True)):
+        return left, right
+    return name, ""
+
+
 def resolve_suite(spec: str) -> Suite:
-    """``default``, ``all``, or a comma-separated list of ``id`` / ``id:mode`` (see above)."""
+    """``default``, ``all``, or a comma-separated list of ``id`` / ``id:mode`` (see above); an id
+    may be ``module:id`` (a setting registered outside this repository)."""
     spec = spec.strip()
     if spec in SUITES:
         return SUITES[spec]
@@ -138,21 +141,20 @@ def resolve_suite(spec: str) -> Suite:
     for name in (n.strip() for n in spec.split(",")):
         if not name:
             continue
-        setting, _, mode = name.partition(":")
+        setting, mode = _split_mode(name)
         try:
-            setting = envs.spec(setting).id
+            found = setting_entries(setting)
         except ValueError as e:
             raise ValueError(f"--suite {spec!r}: {e} (or default, all; id:mode)") from None
-        if not mode:
-            found = [e for e in base.entries if e.setting == setting]
-        else:
-            if mode not in ("multi", "single"):
+        if mode:
+            if mode not in envs.MODES:
                 raise ValueError(f"mode must be multi or single in --suite {name!r}")
-            found = [SuiteEntry(setting, mode, dict(CPU_OPTIONS.get(setting, {})))]
-            try:
-                env_roles(setting, found[0].env_config())
-            except ValueError as e:
-                raise ValueError(f"--suite {name!r}: {e}") from None
+            if mode not in (e.mode for e in found):
+                raise ValueError(
+                    f"--suite {name!r}: mode={mode!r} does not exist for {found[0].setting} "
+                    f"(its modes: {', '.join(e.mode for e in found)})"
+                )
+            found = tuple(e for e in found if e.mode == mode)
         chosen.extend(e for e in found if e not in chosen)
     if not chosen:
         raise ValueError(f"--suite {spec!r} names no setting")

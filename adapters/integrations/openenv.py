@@ -341,7 +341,8 @@ class MasEnvironment(Environment[MasAction, MasObservation, MasState]):
             name=spec.id,
             description=spec.description or spec.id,
             version="0",
-            documentation_url=f"envs/{spec.id}.py (module docstring)",
+            documentation_url=f"{spec.entry_point.partition(':')[0].replace('.', '/')}.py "
+            "(module docstring)",
         )
 
     def close(self) -> None:

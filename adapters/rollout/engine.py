@@ -388,7 +388,7 @@ class RolloutEngine:
     ) -> None:
         """Counterfactual awards for the candidates tree sampling did not keep.
 
-        In a setting whose awards arrive one step later (``AWARD_LOOKAHEAD = 1``: the math
+        In a setting whose awards arrive one step later (``award_lookahead() == 1``: the math
         reasoner's team reward comes with the tool's agreeing step), only the kept candidate's
         episode reaches that step. Each unkept candidate therefore also plays the K completions
         the next agent wrote on the kept branch; the same keep rule picks one of them, and its

@@ -60,19 +60,31 @@ def _raw_env(env_id: str, env_config: Mapping[str, Any]) -> Any:
 
 
 def delayed_rewards(env_id: str, env_config: Mapping[str, Any] | None = None) -> bool:
-    """Whether the setting pays some step rewards later (``award()``; ``DELAYED_REWARDS``)."""
-    return bool(getattr(_raw_env(env_id, env_config or {}), "DELAYED_REWARDS", False))
+    """Whether the setting pays some step rewards later (``award()``; its spec's
+    ``delayed_rewards``). ``env_config`` does not change it."""
+    import envs
+
+    return envs.spec(env_id).delayed_rewards
 
 
 def award_lookahead(env_id: str, env_config: Mapping[str, Any] | None = None) -> int:
-    """How many steps after a step its award can arrive (``AWARD_LOOKAHEAD``; 0: never)."""
-    raw = _raw_env(env_id, env_config or {})
-    return int(raw.award_lookahead()) if hasattr(raw, "award_lookahead") else 0
+    """How many steps after a step its award can arrive in this configuration (0: never): the
+    env's ``award_lookahead()``, built only when the spec's bound is not 0."""
+    import envs
+
+    if envs.spec(env_id).award_lookahead == 0:
+        return 0
+    return int(_raw_env(env_id, env_config or {}).award_lookahead())
 
 
 def has_team_reward(env_id: str, env_config: Mapping[str, Any] | None = None) -> bool:
-    """Whether the setting's rewards mix in a team reward (its ``rewards.mixing`` is not
-    ``"none"``); MAE, SAGE, CoMAS and MarsRL pay per-role rewards only."""
+    """Whether the setting's rewards mix in a team reward: its spec has one (``team_reward``)
+    and this configuration's ``rewards.mixing`` is not ``"none"``; MAE, SAGE, CoMAS and MarsRL
+    pay per-role rewards only."""
+    import envs
+
+    if not envs.spec(env_id).team_reward:
+        return False
     rewards = _raw_env(env_id, env_config or {}).config.rewards
     return str(getattr(rewards, "mixing", "none")) != "none"
 

@@ -86,7 +86,7 @@ class TrainConfig:
 
     # ---- the setting and its recipe
     env: str = "sokoban"
-    recipe: str | None = None  # None: the setting's paper recipe (recipes.SETTING_RECIPES)
+    recipe: str | None = None  # None: the setting's paper recipe (its spec's recipe)
     env_config: dict[str, Any] = field(default_factory=dict)
     instance: dict[str, Any] | None = None  # explicit instance for every train and eval episode
     system_prompt: str | None = None  # a system message prepended to every prompt

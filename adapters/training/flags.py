@@ -52,7 +52,7 @@ def parse_key_values(items: list[str], flag: str) -> dict[str, Any]:
 
 
 _HELP = {
-    "env": "setting id (see envs.list_envs())",
+    "env": "setting id (see envs.list_envs()), or package.module:id for one registered elsewhere",
     "recipe": "training recipe (default: the setting's paper recipe); see the list below",
     "env_config": "setting option KEY=VALUE (repeatable), e.g. --env-config mode=single",
     "instance": "explicit instance as JSON for every train/eval episode",

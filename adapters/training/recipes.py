@@ -2,7 +2,8 @@
 
 A :class:`Recipe` is plain data: ``TrainConfig`` field -> ``(value, source)``, plus the setting
 options (``env_config``) the recipe relies on, and a CPU scale-down. Every setting trains with
-its paper's recipe by default (:data:`SETTING_RECIPES`); ``--recipe NAME`` picks another one.
+its paper's recipe by default (the ``recipe`` of its spec, :mod:`envs.core.registry`; AT-GRPO's
+when it names none); ``--recipe NAME`` picks another one.
 :meth:`TrainConfig.resolved() <adapters.training.config.TrainConfig.resolved>` fills each field
 the user left unset (``None``) from, in order:
 
@@ -36,10 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "CPU_INSTANCES",
     "DEVICE_DEFAULTS",
     "RECIPES",
-    "SETTING_RECIPES",
     "Recipe",
     "cpu_instance_options",
     "describe_recipes",
@@ -77,7 +76,7 @@ _CPU_COMMON: dict[str, Sourced] = {
 # AT-GRPO's grid settings on CPU: six steps must move the greedy policy, so a larger LoRA step and
 # four PPO mini-batches per batch (four optimizer steps for one rollout; the clipped ratio keeps
 # the later mini-batches near the sampling policy). With them the six-step default raises the
-# greedy validation reward of Sokoban and Plan-Path significantly (adapters/training/trainer.py).
+# greedy validation reward of Sokoban and Plan-Path significantly (benchmarks/learning.py).
 _CPU_AT_GRPO: dict[str, Sourced] = {
     **_CPU_COMMON,
     "lr": (1e-3, "CPU scale-down: a LoRA step large enough for a six-step run"),
@@ -290,33 +289,6 @@ RECIPES: dict[str, Recipe] = {
     ),
 }
 
-# Which recipe each setting trains with by default (env id -> recipe name).
-SETTING_RECIPES: dict[str, str] = {
-    "sudoku": "at-grpo",
-    "sokoban": "at-grpo",
-    "plan_path": "at-grpo",
-    "code": "at-grpo",
-    "math": "at-grpo",
-    "propose_solve_judge": "mae",
-    "challenge_plan_solve": "sage",
-    "discussion": "comas",
-    "solver_verifier_corrector": "marsrl",
-}
-
-# CPU instance sizes per setting (whatever the recipe): smaller puzzles, shorter prompts. The
-# protocol (agents, turns, rewards) is untouched; the run header and config.yaml say so.
-CPU_INSTANCES: dict[str, dict[str, Sourced]] = {
-    "sokoban": {
-        "oracle_tool": ("answer", "CPU: the tool's demonstration is a one-line program"),
-    },
-    "plan_path": {
-        "oracle_tool": ("answer", "CPU: the tool's demonstration is a one-line program"),
-    },
-    "sudoku": {
-        "oracle_tool": ("answer", "CPU: the tool's demonstration is a one-line program"),
-    },
-}
-
 # Engineering values no paper fixes: field -> (CPU value, CUDA value, source)
 DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "eval_episodes": (32, 64, "suite default: validation instances before/after training"),
@@ -340,25 +312,34 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
 
 
 def recipe_for(env_id: str) -> Recipe:
-    """The default recipe of a setting (its id or alias)."""
+    """The default recipe of a setting (its id, alias or ``module:id``): its spec's ``recipe``,
+    AT-GRPO's for a setting whose paper has none."""
     import envs
 
-    canonical = envs.spec(env_id).id
-    return RECIPES[SETTING_RECIPES[canonical]]
+    entry = envs.spec(env_id)
+    name = entry.recipe or "at-grpo"
+    if name not in RECIPES:
+        raise ValueError(
+            f"setting {entry.id!r} names an unknown recipe {name!r}; recipes: {', '.join(RECIPES)}"
+        )
+    return RECIPES[name]
 
 
 def cpu_instance_options(env_id: str) -> Mapping[str, Sourced]:
-    """The env options a CPU run of a setting (its id or alias) changes, with their sources."""
+    """The env options a CPU run of a setting changes, with their sources (whatever the recipe:
+    its spec's ``cpu_train_options``)."""
     import envs
 
-    return CPU_INSTANCES.get(envs.spec(env_id).id, {})
+    return envs.spec(env_id).cpu_train_options
 
 
 def describe_recipes() -> str:
     """One line per recipe and the settings that train with it by default (for ``--help``)."""
     lines = []
+    import envs
+
     for name, r in RECIPES.items():
-        users = [e for e, n in SETTING_RECIPES.items() if n == name]
+        users = [e for e in envs.list_envs() if recipe_for(e).name == name]
         default = f" [default for {', '.join(users)}]" if users else ""
         lines.append(f"{name} ({r.paper}): {r.summary}{default}")
     return "\n".join(lines)

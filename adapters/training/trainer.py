@@ -41,18 +41,8 @@ in 4 PPO mini-batches per step, one oracle demonstration per role (the tool's is
 that prints the answer, ``oracle_tool="answer"``, so that it fits in 48 tokens; the run header
 shows it), and 32 greedy validation episodes before and after training on the same seeds, compared
 instance by instance (:func:`~adapters.evaluation.compare_reports`, last lines of the output).
-Measured on the project's 2-core machine, 1 torch thread while a second run shared the cores:
-Sokoban 6 steps in 727 s of training wall time, mean validation reward 0.317 -> 0.392 (paired
-difference +0.075, 95% interval [+0.066, +0.085]); Plan-Path 881 s, 0.147 -> 0.196 (+0.049 [+0.042,
-+0.056]); Sudoku (4 x 4) 0.048 -> 0.165 (+0.118 [+0.108, +0.127]), 1577 s of training wall time
-while two more jobs shared the cores; each evaluation of 32 episodes took 12-25 minutes. On the
-otherwise idle machine with 2 threads (``benchmarks/learning.py``) a training step took 71 s
-(Sokoban), 69 s (Plan-Path) and 131 s (Sudoku: 6 steps about 13 minutes). What the
-135M model learns in six steps is modest, and the per-agent rows say where it is: the gain is the
-tool's (Sokoban tool reward 0.285 -> 0.436 per step, Plan-Path 0.181 -> 0.280, Sudoku 0.015 ->
-0.251: its greedy programs earn the format and potential terms on more steps), the planner's reward
-does not change and no instance is solved. On CUDA the defaults are the paper's sizes (see
-:mod:`adapters.training.recipes`).
+What such a run takes and what it learns is measured in ``benchmarks/learning.py`` (its page).
+On CUDA the defaults are the paper's sizes (see :mod:`adapters.training.recipes`).
 """
 
 from __future__ import annotations

@@ -19,8 +19,11 @@ A setting subclasses :class:`TurnBasedEnv` and supplies only what is specific to
   ``clone()`` shares instead of copying: the sandbox always, pools and datasets by choice),
   ``create_shared(**config)`` (run-wide objects such as question pools that every instance must
   share and trainers checkpoint) and ``adaptive_preference(agent)`` (MarsRL keep rule);
-  ``DELAYED_REWARDS = True`` when some rewards arrive later through :meth:`award` (rollout
-  engines then refuse tree sampling, which would rank candidates on placeholder rewards).
+  ``award_lookahead()`` when whether awards arrive depends on the configuration.
+
+What the layers above need to know without building an env (the modes, whether some rewards
+arrive later through :meth:`award`, how many steps later at most, the default recipe) is
+registered with the setting's spec (:mod:`envs.core.registry`).
 
 The base class handles agent selection, rewards and cumulative rewards, terminations and
 truncations (termination on ``end_episode()``, truncation at ``max_turns``), dead steps, infos
@@ -83,12 +86,6 @@ class TurnBasedEnv(AECEnv):
     SINGLE_AGENTS: ClassVar[tuple[str, ...]] = ()
     config_cls: ClassVar[type[EnvConfig]] = EnvConfig
     _shared_attrs: ClassVar[tuple[str, ...]] = ()
-    # True when some steps' rewards are paid later by award(): their immediate reward is only a
-    # placeholder, so a trainer must not rank candidates on it (tree sampling refuses such envs)
-    DELAYED_REWARDS: ClassVar[bool] = False
-    # awards arrive at most this many steps after the step they reward (0: no awards). With 1,
-    # tree sampling replays the next step on the unkept candidates to credit them too
-    AWARD_LOOKAHEAD: ClassVar[int] = 0
 
     def __init__(
         self,
@@ -204,9 +201,10 @@ class TurnBasedEnv(AECEnv):
         self._pending_awards.append((agent, parts, int(step)))
 
     def award_lookahead(self) -> int:
-        """At most how many steps after a step its :meth:`award` arrives (0: this
-        configuration pays no awards); rollout engines use it for tree sampling."""
-        return self.AWARD_LOOKAHEAD
+        """At most how many steps after a step its :meth:`award` arrives in this configuration
+        (0: none; never more than the spec's ``award_lookahead``). Rollout engines use it for
+        tree sampling. Default: 0 (a setting with awards overrides it)."""
+        return 0
 
     def mark_untrainable(self, reason: str) -> None:
         """Called by a setting from ``_act``: the current step's sample is not a training sample

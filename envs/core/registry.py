@@ -1,21 +1,78 @@
-"""One registry of settings with string entry points (imported lazily on ``make``)."""
+"""One registry of settings: every fact the layers above need about a setting, in one spec.
+
+A setting is registered once, Gymnasium style, with everything a trainer, an evaluation suite
+or a server must know without building an env::
+
+    register(
+        "sokoban",
+        "envs.sokoban:env",
+        modes=("multi", "single"),
+        recipe="at-grpo",
+        cpu_options={"height": 5, "width": 5, "num_boxes": 1},
+        cpu_train_options={"oracle_tool": ("answer", "CPU: a one-line tool demonstration")},
+    )
+
+* ``entry_point`` - ``"module:callable"`` returning a wrapped AEC env, imported on ``make``;
+* ``modes`` - the modes the setting supports (``"multi"``, and ``"single"`` where its paper
+  compares one agent against the team; the class's ``SINGLE_AGENTS`` says which role acts then);
+* ``recipe`` - the name of its paper's training recipe (:mod:`adapters.training.recipes`), the
+  one it trains with by default; ``None`` for a setting whose paper has none (it trains with
+  AT-GRPO's, the suite's general-purpose recipe);
+* ``cpu_options`` - options that make instances small enough to evaluate on a CPU (the
+  evaluation suite's ``default`` sizes); they never change the protocol (agents, turns, rewards);
+* ``cpu_train_options`` - options a training run on a CPU changes, each with the reason that the
+  run's ``config.yaml`` records;
+* ``delayed_rewards`` - some step rewards arrive later through ``award()`` (so a trainer must not
+  rank candidates on the placeholder: tree sampling refuses such settings);
+* ``award_lookahead`` - awards arrive at most this many steps after the step they pay (0: none);
+  the env's ``award_lookahead()`` may lower it for a configuration;
+* ``team_reward`` - whether the setting has a team reward at all (its ``rewards.mixing`` can
+  still turn it off for one configuration).
+
+``make`` also accepts ``"package.module:id"``: it imports ``package.module`` (which calls
+:func:`register`) and then looks ``id`` up, so a setting can live outside this repository.
+"""
 
 from __future__ import annotations
 
 import difflib
 import importlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
-__all__ = ["EnvSpec", "register", "make", "make_raw", "list_envs", "spec"]
+__all__ = ["MODES", "EnvSpec", "register", "make", "make_raw", "list_envs", "spec"]
+
+MODES = ("multi", "single")
 
 
 @dataclass(frozen=True)
 class EnvSpec:
+    """Everything registered about one setting (see the module docstring)."""
+
     id: str
     entry_point: str  # "module:callable" returning a wrapped AEC env
     aliases: tuple[str, ...] = ()
     description: str = ""
+    modes: tuple[str, ...] = ("multi",)
+    recipe: str | None = None
+    cpu_options: Mapping[str, Any] = field(default_factory=dict)
+    cpu_train_options: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
+    delayed_rewards: bool = False
+    award_lookahead: int = 0
+    team_reward: bool = False
+
+    def __post_init__(self) -> None:
+        bad = [m for m in self.modes if m not in MODES]
+        if not self.modes or bad:
+            raise ValueError(f"{self.id}: modes must be a non-empty subset of {MODES}, got {bad}")
+        if self.award_lookahead < 0:
+            raise ValueError(f"{self.id}: award_lookahead must be >= 0")
+        object.__setattr__(self, "cpu_options", MappingProxyType(dict(self.cpu_options)))
+        object.__setattr__(
+            self, "cpu_train_options", MappingProxyType(dict(self.cpu_train_options))
+        )
 
     def load(self) -> Any:
         module_name, _, attr = self.entry_point.partition(":")
@@ -27,25 +84,45 @@ _REGISTRY: dict[str, EnvSpec] = {}
 _ALIASES: dict[str, str] = {}
 
 
-def register(
-    id: str, entry_point: str, aliases: tuple[str, ...] = (), description: str = ""
-) -> None:
-    """Register a setting. Re-registering an id replaces it."""
-    _REGISTRY[id] = EnvSpec(id, entry_point, tuple(aliases), description)
+def register(id: str, entry_point: str, aliases: tuple[str, ...] = (), **facts: Any) -> EnvSpec:
+    """Register a setting (``facts`` are :class:`EnvSpec` fields). Re-registering an id
+    replaces it. Returns the spec.
+
+    >>> s = register("_doc_toy", "envs.sokoban:env", modes=("multi", "single"))
+    >>> s.recipe, spec("_doc_toy").modes
+    (None, ('multi', 'single'))
+    >>> _ = _REGISTRY.pop("_doc_toy")
+    """
+    if ":" in id:
+        raise ValueError(f"a setting id cannot contain ':' (it separates module and id): {id!r}")
+    entry = EnvSpec(id, entry_point, tuple(aliases), **facts)
+    _REGISTRY[id] = entry
     for alias in aliases:
         _ALIASES[alias] = id
+    return entry
 
 
 def spec(env_id: str) -> EnvSpec:
-    """The spec of ``env_id`` (an id or an alias), with a did-you-mean error for typos."""
+    """The spec of ``env_id`` (an id, an alias, or ``"module:id"`` which imports ``module``
+    first), with a did-you-mean error for typos."""
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string, got {type(env_id).__name__}")
+    module_name, sep, name = env_id.rpartition(":")
+    if sep:
+        try:
+            importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ValueError(f"env id {env_id!r}: cannot import {module_name!r}: {exc}") from exc
+        env_id = name
     key = _ALIASES.get(env_id, env_id)
     if key not in _REGISTRY:
         known = sorted([*_REGISTRY, *_ALIASES])
         close = difflib.get_close_matches(env_id, known, n=3)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise ValueError(f"unknown env id {env_id!r}.{hint} Known ids: {', '.join(list_envs())}")
+        where = f" (after importing {module_name!r})" if sep else ""
+        raise ValueError(
+            f"unknown env id {env_id!r}{where}.{hint} Known ids: {', '.join(list_envs())}"
+        )
     return _REGISTRY[key]
 
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Any
 
-__all__ = ["SPLITS", "stable_hash", "split_of", "check_split"]
+__all__ = ["SPLITS", "stable_hash", "split_of", "split_for", "check_split"]
 
 SPLITS = ("train", "val", "test")
 
@@ -47,3 +47,16 @@ def check_split(split: object) -> str:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     return str(split)
+
+
+def split_for(obj: Any) -> str:
+    """Split of any JSON-able object, or of a record with a ``key`` (problem records).
+
+    >>> split_for("some problem text") in SPLITS
+    True
+    >>> split_for({"a": 1}) == split_for({"a": 1})
+    True
+    """
+    key = getattr(obj, "key", None)
+    digest = key if isinstance(key, str) else stable_hash(obj)
+    return split_of(digest)

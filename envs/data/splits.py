@@ -10,9 +10,9 @@ datasets (MATH and MATH-500, say) cannot be train in one and test in the other.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from envs.core.splits import SPLITS, check_split, split_of, stable_hash
+from envs.core.splits import SPLITS, check_split, split_for, split_of, stable_hash
 
 __all__ = [
     "SPLITS",
@@ -44,19 +44,6 @@ def text_key(text: str) -> str:
     True
     """
     return stable_hash(canonical_text(text))
-
-
-def split_for(obj: Any) -> str:
-    """Split of any JSON-able object, or of a record with a ``key`` (problem records).
-
-    >>> split_for("some problem text") in SPLITS
-    True
-    >>> split_for({"a": 1}) == split_for({"a": 1})
-    True
-    """
-    key = getattr(obj, "key", None)
-    digest = key if isinstance(key, str) else stable_hash(obj)
-    return split_of(digest)
 
 
 def select_split(items: Iterable[T], split: str) -> list[T]:

@@ -1,7 +1,7 @@
 """Regression tests for the rollout engine (tree and parallel sampling) without any model.
 
 Policies are the env oracle and scripted functions with seeded random choices, on Plan-Path and
-Sudoku. Each test targets a way the reference implementation went wrong (see DESIGN.md section 7):
+Sudoku. Each test targets a way the reference implementation went wrong (see docs/design.md section 4):
 identical rewards for the second agent's candidates, the wrong branch continuing, groups that mix
 instances.
 """

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
+import envs
 from adapters.evaluate import main
 from adapters.evaluation import SUITES, ArgumentMismatch, SuiteArgs, resolve_suite, run_suite
 from adapters.evaluation.report import fmt_interval
-from adapters.evaluation.suite import CPU_OPTIONS, plan_units
+from adapters.evaluation.suite import plan_units
 from adapters.policies import ScriptedPolicy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,21 +61,22 @@ def comparable(results: dict) -> list[dict]:
 
 
 def test_suites_cover_every_setting_and_both_modes():
-    import envs
-    from adapters.training.recipes import RECIPES, SETTING_RECIPES
+    from adapters.training.recipes import RECIPES
 
+    setting_recipes = {s: envs.spec(s).recipe for s in envs.list_envs()}
+    cpu_options = {s: envs.spec(s).cpu_options for s in envs.list_envs()}
     default, full = SUITES["default"], SUITES["all"]
     keys = [e.key for e in default.entries]
     assert keys == [e.key for e in full.entries]
     assert {e.setting for e in default.entries if e.mode == "multi"} == set(envs.list_envs())
     assert sorted(e.setting for e in default.entries if e.mode == "single") == sorted(
-        s for s, r in SETTING_RECIPES.items() if r == "at-grpo"
+        s for s, r in setting_recipes.items() if r == "at-grpo"
     )
     assert full.episodes > default.episodes and all(not e.options for e in full.entries)
     # the CPU sizes are the training recipes' CPU scale-down where the recipe has one
-    for setting, name in SETTING_RECIPES.items():
+    for setting, name in setting_recipes.items():
         for key, (value, _why) in RECIPES[name].cpu_env_config.items():
-            assert CPU_OPTIONS[setting][key] == value, (setting, key)
+            assert cpu_options[setting][key] == value, (setting, key)
     for entry in default.entries:  # every entry's options are valid for its setting
         envs.make(entry.setting, **entry.env_config())
 
@@ -82,7 +84,7 @@ def test_suites_cover_every_setting_and_both_modes():
 def test_resolve_suite_names_and_errors():
     s = resolve_suite("sokoban, math:single,sokoban:multi")
     assert [e.key for e in s.entries] == ["sokoban:multi", "sokoban:single", "math:single"]
-    assert s.entries[0].options == CPU_OPTIONS["sokoban"]
+    assert s.entries[0].options == envs.spec("sokoban").cpu_options
     with pytest.raises(ValueError, match="unknown env id 'nope'"):
         resolve_suite("nope")
     with pytest.raises(ValueError, match="multi or single"):

@@ -1,4 +1,4 @@
-"""Reusable checks of the environment contract (DESIGN.md section 3), used by the per-setting
+"""Reusable checks of the environment contract (docs/design.md section 3), used by the per-setting
 tests and by test_contract.py over every registered setting."""
 
 from __future__ import annotations

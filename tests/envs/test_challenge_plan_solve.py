@@ -1,4 +1,4 @@
-"""challenge_plan_solve (SAGE): schedule, every reward of DESIGN.md section 4 against
+"""challenge_plan_solve (SAGE): schedule, every reward of its module docstring against
 hand-computed values (accepted / filtered questions, invalid verifiers, gated and ungated plans,
 missing tags, planning off), external verification (math and code) and the question pool."""
 

@@ -20,11 +20,8 @@ from tests.envs.contract import (
 )
 
 ALL = envs.list_envs()
-MODES = ["multi", "single"]
-# Settings whose papers compare a single agent against the team (AT-GRPO); the others are
-# inherently multi-agent.
-WITH_SINGLE = {"sudoku", "sokoban", "plan_path", "code", "math"}
-CASES = [(e, m) for e in ALL for m in MODES if m == "multi" or e in WITH_SINGLE]
+# every setting in every mode its spec registers
+CASES = [(e, m) for e in ALL for m in envs.spec(e).modes]
 
 
 def _ids(case):
@@ -81,6 +78,30 @@ def test_make_resolves_and_errors(env_id):
 def test_unknown_env_id_suggests():
     with pytest.raises(ValueError, match=r"[Dd]id you mean"):
         envs.make("sokobam")
+
+
+def test_module_qualified_ids_import_the_module_first(tmp_path, monkeypatch):
+    """``module:id`` (Gymnasium style): the module is imported, then ``id`` looked up."""
+    (tmp_path / "outside_reg.py").write_text(
+        "import envs\n"
+        "envs.register('outside_sokoban', 'envs.sokoban:env', modes=('multi',), recipe='mae')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match="unknown env id 'outside_sokoban'"):
+        envs.spec("outside_sokoban")  # not imported yet
+    try:
+        entry = envs.spec("outside_reg:outside_sokoban")
+        assert (entry.id, entry.modes, entry.recipe) == ("outside_sokoban", ("multi",), "mae")
+        assert envs.make("outside_reg:outside_sokoban", num_boxes=1).unwrapped.config.num_boxes == 1
+    finally:
+        envs.core.registry._REGISTRY.pop("outside_sokoban", None)
+    assert envs.spec("envs.sokoban:sokoban").id == "sokoban"
+    with pytest.raises(ValueError, match="cannot import 'no_such_pkg_xyz'"):
+        envs.make("no_such_pkg_xyz:thing")
+    with pytest.raises(ValueError, match=r"unknown env id 'sokobam' \(after importing 'envs'\)"):
+        envs.make("envs:sokobam")
+    with pytest.raises(ValueError, match="cannot contain ':'"):
+        envs.register("a:b", "envs.sokoban:env")
 
 
 @pytest.mark.parametrize("env_id", ALL)
@@ -176,3 +197,34 @@ def test_fuzzed_completions_never_raise(case):
                 break
             idle = 0 if acted else idle + 1
             assert idle < 50, f"{role} never acts: give the other roles a FILLER that reaches it"
+
+
+@pytest.mark.parametrize("env_id", ALL)
+def test_spec_facts_match_the_env(env_id):
+    """What the spec tells the adapters without building an env is what the env does: its
+    modes, awards only where it declares delayed rewards or a lookahead (never further ahead
+    than declared), a team reward only where it declares one."""
+    entry = envs.spec(env_id)
+    for mode in envs.MODES:
+        if mode not in entry.modes:
+            with pytest.raises(ValueError, match="mode"):
+                envs.make(env_id, mode=mode)
+    for mode in entry.modes:
+        env = envs.make(env_id, mode=mode)
+        raw = env.unwrapped
+        assert 0 <= raw.award_lookahead() <= entry.award_lookahead
+        awarded, team = False, False
+        for seed in range(2):
+            env.reset(seed=seed)
+            for agent in env.agent_iter():
+                _, _, term, trunc, _ = env.last()
+                if term or trunc:
+                    env.step(None)
+                    continue
+                env.step(raw.oracle(agent))
+                awarded = awarded or bool(raw.last_awards)
+                team = team or env.infos[agent]["reward_parts"]["team"] != 0
+        if awarded:
+            assert entry.delayed_rewards or raw.award_lookahead() > 0, (env_id, mode)
+        if team:
+            assert entry.team_reward, (env_id, mode)

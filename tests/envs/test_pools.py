@@ -25,7 +25,7 @@ from envs.pools import (
     verify_answer,
 )
 from verifiers.code_tests import TestCase
-from verifiers.test_parsing import split_assert_block
+from verifiers.written_tests import split_assert_block
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "fixtures"
 

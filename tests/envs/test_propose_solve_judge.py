@@ -1,4 +1,4 @@
-"""propose_solve_judge (MAE): schedule, every reward of DESIGN.md section 4 against hand-computed
+"""propose_solve_judge (MAE): schedule, every reward of its module docstring against hand-computed
 values, delayed awards, the quality filter and the question pool."""
 
 from __future__ import annotations

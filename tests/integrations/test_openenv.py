@@ -272,3 +272,22 @@ def test_pools_are_per_session_unless_shared():
     with pytest.raises(ValueError, match="does not accept env config"):
         strict.reset(seed=1, config={"max_turns": 2})
     assert strict.reset(seed=1).agent == "tool"
+
+
+def test_a_setting_registered_outside_is_served_by_module_id(tmp_path, monkeypatch):
+    """``--env package.module:id`` imports the module that registers the setting first."""
+    from adapters.integrations.openenv import create_app
+
+    (tmp_path / "outside_serve.py").write_text(
+        "import envs\nenvs.register('outside_plan_path', 'envs.plan_path:env')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        app = create_app("outside_serve:outside_plan_path", {"height": 4, "width": 4})
+        env = app.state.env_factory()
+        meta = env.get_metadata()
+        assert meta.name == "outside_plan_path" and meta.documentation_url.startswith("envs/plan")
+        assert env.reset(seed=1).agent == "tool" and env.raw.config.height == 4
+        env.close()
+    finally:
+        envs.core.registry._REGISTRY.pop("outside_plan_path", None)

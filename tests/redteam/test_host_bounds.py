@@ -13,7 +13,7 @@ from envs.pools import PoolItem, QuestionPool
 from verifiers.assert_plans import plan_test
 from verifiers.code_tests import TestCase, run_tests
 from verifiers.host_eval import MAX_STEPS
-from verifiers.test_parsing import parse_assert_tests, parse_stdin_tests, split_assert_block
+from verifiers.written_tests import parse_assert_tests, parse_stdin_tests, split_assert_block
 
 from .attacks import CLIP, INC, SUM
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from envs.core.base import TurnBasedEnv
 from envs.core.config import EnvConfig
-from envs.core.splits import SPLITS, check_split
+from envs.core.splits import SPLITS, check_split, split_for
 from verifiers.extract import clip_text
 
 __all__ = [
@@ -216,8 +216,6 @@ class ProblemPool(Generic[T]):
     """
 
     def __init__(self, problems: Sequence[T], name: str) -> None:
-        from envs.data.splits import split_for
-
         self.name = name
         self.problems = tuple(problems)
         self.by_split: dict[str, list[int]] = {s: [] for s in SPLITS}
