@@ -8,10 +8,8 @@ as ``config.yaml`` in the output directory, and ``--resume DIR`` reads it back.
 Fields left at ``None`` mean *auto* and are filled by :meth:`TrainConfig.resolved` from the
 device; :mod:`adapters.training.recipes` holds the table of those defaults and where each comes
 from. Command-line flags are generated from the fields by :mod:`adapters.training.flags`.
-Algorithms (``--algorithm``): ``at-grpo`` (tree sampling, agent- and
-turn-wise GRPO groups), ``grpo`` (parallel sampling, K episodes per instance), ``reinforce++``
-(global whitening, optional token-level KL penalty in the reward: ``kl_reward_coef``),
-``tr-reinforce++`` (whitening per role, MAE).
+Algorithms (``--algorithm``) are the names of the estimator table
+:data:`adapters.training.advantages.ESTIMATORS`.
 """
 
 from __future__ import annotations
@@ -27,10 +25,10 @@ from typing import Any, Literal
 
 from adapters.rollout.keep import KEEP_RULES
 from adapters.training import recipes
+from adapters.training.advantages import ESTIMATORS
 
-__all__ = ["ALGORITHMS", "BACKENDS", "ConfigError", "TrainConfig", "config_from_dict", "load_yaml"]
+__all__ = ["BACKENDS", "ConfigError", "TrainConfig", "config_from_dict", "load_yaml"]
 
-ALGORITHMS = ("at-grpo", "grpo", "reinforce++", "tr-reinforce++", "tr-reinforce++-token")
 BACKENDS = ("transformers", "vllm", "vllm-server")
 
 # fields a recipe (or the device) fills when they are left at None
@@ -105,9 +103,7 @@ class TrainConfig:
     per_role_models: Literal["adapters", "models"] = "adapters"
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. enable_thinking
     # ---- the algorithm
-    algorithm: (
-        Literal["at-grpo", "grpo", "reinforce++", "tr-reinforce++", "tr-reinforce++-token"] | None
-    ) = None
+    algorithm: str | None = None  # a name of advantages.ESTIMATORS
     sampling: Literal["tree", "parallel"] | None = None
     candidates: int | None = None  # K
     keep: Literal["best", "random", "balanced", "adaptive"] | None = None
@@ -187,8 +183,10 @@ class TrainConfig:
     def check(self) -> None:
         """Raise :class:`ConfigError` for values that can never work."""
         _check_types(self)
-        if self.algorithm is not None and self.algorithm not in ALGORITHMS:
-            raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        if self.algorithm is not None and self.algorithm not in ESTIMATORS:
+            raise ConfigError(
+                f"algorithm must be one of {tuple(ESTIMATORS)}, got {self.algorithm!r}"
+            )
         if self.keep is not None and self.keep not in KEEP_RULES:
             raise ConfigError(f"keep must be one of {KEEP_RULES}, got {self.keep!r}")
         if self.recipe is not None and self.recipe not in recipes.RECIPES:
@@ -337,7 +335,7 @@ class TrainConfig:
             return None
 
         if c.algorithm is not None and c.sampling is None:  # the user changed the algorithm
-            c.sampling = "tree" if c.algorithm == "at-grpo" else "parallel"
+            c.sampling = ESTIMATORS[c.algorithm].sampling
             src["sampling"] = f"follows algorithm {c.algorithm}"
         for name in AUTO_FIELDS:
             if name in src:
@@ -376,9 +374,12 @@ class TrainConfig:
         if c.role_policies:
             src["role_policies"] = "user"
         lora = (c.lora_rank or 0) > 0
-        if c.lora_alpha is None and lora:
+        if c.lora_alpha is None:
             c.lora_alpha = float(2 * (c.lora_rank or 0))
             src["lora_alpha"] = "2 x lora_rank"
+        if c.lora_dropout is None:
+            c.lora_dropout = 0.0
+            src["lora_dropout"] = "suite default (no LoRA)"
         if c.dtype == "auto":
             c.dtype = "bfloat16" if (cuda and lora) else "float32"
             src["dtype"] = "bfloat16 for LoRA on CUDA, else float32"
@@ -386,15 +387,12 @@ class TrainConfig:
             c.old_logprobs = "rollout" if c.dtype == "float32" else "recompute"
             src["old_logprobs"] = "the sampler's in float32, recomputed in lower precision"
         if c.sampling is None:
-            c.sampling = "tree" if c.algorithm == "at-grpo" else "parallel"
+            c.sampling = ESTIMATORS[c.algorithm or "at-grpo"].sampling
         if c.candidates is not None and c.keep_n is not None and c.keep_n > c.candidates:
             raise ConfigError(f"keep_n ({c.keep_n}) cannot exceed candidates ({c.candidates})")
-        if c.algorithm == "tr-reinforce++" and (c.kl_reward_coef or 0.0) > 0:
-            raise ConfigError(
-                "tr-reinforce++ gives one advantage per sample (Eq. 1 of MAE/SAGE), which has no "
-                "room for a token-level KL reward; use algorithm tr-reinforce++-token with "
-                "kl_reward_coef, or kl_loss_coef"
-            )
+        reason = ESTIMATORS[c.algorithm or "at-grpo"].kl_reward_error
+        if reason and (c.kl_reward_coef or 0.0) > 0:
+            raise ConfigError(reason)
         c.check()
         return c
 

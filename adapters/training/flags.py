@@ -13,6 +13,7 @@ import typing
 from dataclasses import fields
 from typing import Any, Literal
 
+from adapters.training.advantages import ESTIMATORS
 from adapters.training.config import (
     ConfigError,
     TrainConfig,
@@ -72,7 +73,6 @@ _HELP = {
     "per_role_models": "per-role policies as LoRA adapters on one base, or separate models",
     "chat_template_kwargs": "JSON for apply_chat_template, e.g. '{\"enable_thinking\": false}' "
     "(Qwen3's no-thinking mode, as in the paper)",
-    "algorithm": "at-grpo | grpo | reinforce++ | tr-reinforce++ | tr-reinforce++-token",
     "candidates": "K: candidates per agent-turn (tree) or episodes per instance (parallel)",
     "keep": "tree sampling keep rule: best | random | balanced | adaptive",
     "instances_per_step": "env instances rolled out per training step",
@@ -112,6 +112,8 @@ def add_config_arguments(parser: Any) -> None:
         flag = "--" + name.replace("_", "-")
         base, _ = _strip_optional(tp)
         help_text = _HELP.get(name, "")
+        if name == "algorithm":  # the estimator table's names (advantages.ESTIMATORS)
+            help_text = "; ".join(f"{k}: {e.summary}" for k, e in ESTIMATORS.items())
         if name == "env_config":
             parser.add_argument(
                 flag,
@@ -129,6 +131,8 @@ def add_config_arguments(parser: Any) -> None:
             )
         else:
             choices = typing.get_args(base) if typing.get_origin(base) is Literal else None
+            if name == "algorithm":
+                choices = tuple(ESTIMATORS)
             aliases = _FLAG_ALIASES.get(name, ())
             parser.add_argument(
                 flag,

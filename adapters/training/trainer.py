@@ -318,7 +318,12 @@ class Trainer:
         """Advantages for ``samples`` and one PPO update per policy; returns statistics."""
         from adapters.training.batch import make_items
         from adapters.training.logprobs import batch_logprobs
-        from adapters.training.update import compute_advantages, mean_kl_to_ref, update_policy
+        from adapters.training.update import (
+            UpdateConfig,
+            compute_advantages,
+            mean_kl_to_ref,
+            update_policy,
+        )
 
         cfg = self.cfg
         not_trained = [s for s in samples if not s.trainable]
@@ -330,10 +335,7 @@ class Trainer:
         by_pid: dict[str, list[Any]] = defaultdict(list)
         for it in items:
             by_pid[it.sample.policy_id].append(it)
-        need_ref = (cfg.kl_loss_coef or 0.0) > 0 or (
-            (cfg.kl_reward_coef or 0.0) > 0
-            and cfg.algorithm in ("reinforce++", "tr-reinforce++-token")
-        )
+        need_ref = UpdateConfig.of(cfg).needs_ref
         pids = self.dist.union(by_pid)  # every rank updates the same policies (collectives)
         for pid, its in by_pid.items():
             pm = self.models[pid]
