@@ -23,75 +23,22 @@ zero-variance groups).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from adapters.rollout import derive_seed
 from adapters.training.advantages import ESTIMATORS, _reference
 from adapters.training.batch import TrainItem
-from adapters.training.config import TrainConfig
+from adapters.training.config import TrainConfig, UpdateConfig
 from adapters.training.distributed import SINGLE, DataParallel
 from adapters.training.logprobs import completion_logprobs, completion_logprobs_and_entropy
-from adapters.training.losses import (
-    KLKind,
-    LossAgg,
-    aggregate_loss,
-    kl_loss,
-    ppo_clip_loss,
-    token_kl,
-)
+from adapters.training.losses import aggregate_loss, kl_loss, ppo_clip_loss, token_kl
 from adapters.training.masking import length_mask, pad_rows
 
-__all__ = ["UpdateConfig", "compute_advantages", "mean_kl_to_ref", "update_policy"]
-
-
-@dataclass(frozen=True)
-class UpdateConfig:
-    """What the update reads of a run's resolved :class:`TrainConfig` (every value set), as the
-    rollout reads :class:`~adapters.rollout.RolloutConfig`. :meth:`of` builds it."""
-
-    algorithm: str = "at-grpo"
-    normalize_std: bool = True
-    kl_reward_coef: float = 0.0
-    gamma: float = 1.0
-    kl_loss_coef: float = 0.0
-    kl_loss_type: KLKind = "k3"
-    entropy_coef: float = 0.0
-    skip_zero_advantage: bool = True
-    lora_dropout: float = 0.0
-    seed: int = 0
-    ppo_epochs: int = 1
-    ppo_minibatches: int = 1
-    minibatch_size: int = 0
-    micro_batch_size: int = 8
-    micro_batch_tokens: int = 0
-    loss_agg: LossAgg = "token-mean"
-    clip_eps: float = 0.2
-    clip_eps_high: float | None = None
-    max_grad_norm: float = 1.0
-    share_prompt_forward: bool = True
-
-    @classmethod
-    def of(cls, cfg: UpdateConfig | TrainConfig) -> UpdateConfig:
-        """The update settings of ``cfg`` (resolved first when it is not)."""
-        if isinstance(cfg, UpdateConfig):
-            return cfg
-        if not cfg.sources:
-            cfg = cfg.resolved()
-        names = [f.name for f in dataclasses.fields(cls)]
-        return cls(**{name: getattr(cfg, name) for name in names})
-
-    @property
-    def needs_ref(self) -> bool:
-        """Whether the update reads the reference model's log-probs: a KL loss, or a KL reward
-        of an estimator that has one."""
-        kl_reward = self.kl_reward_coef > 0 and ESTIMATORS[self.algorithm].needs_ref
-        return self.kl_loss_coef > 0 or kl_reward
+__all__ = ["compute_advantages", "mean_kl_to_ref", "update_policy"]
 
 
 def compute_advantages(cfg: UpdateConfig | TrainConfig, items: Sequence[TrainItem]) -> None:

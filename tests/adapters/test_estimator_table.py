@@ -14,9 +14,12 @@ pytest.importorskip("peft")
 
 from adapters.train import config_from_argv  # noqa: E402
 from adapters.training.advantages import ESTIMATORS, Estimator  # noqa: E402
-from adapters.training.config import ConfigError, TrainConfig  # noqa: E402
+from adapters.training.config import (  # noqa: E402
+    ConfigError,
+    TrainConfig,
+    UpdateConfig,
+)
 from adapters.training.trainer import Trainer  # noqa: E402
-from adapters.training.update import UpdateConfig  # noqa: E402
 
 from .conftest import char_models, tiny_train_config  # noqa: E402
 
