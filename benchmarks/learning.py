@@ -109,8 +109,8 @@ def _evaluate(trainer: Any, env_config: dict[str, Any], tag: str) -> Any:
         role_policy=trainer.role_policy,
         split=cfg.eval_split,
         seed=cfg.seed,
-        temperature=cfg.eval_temperature or 0.0,
-        max_new_tokens=cfg.max_new_tokens or 256,
+        temperature=trainer.loop.eval_temperature,
+        max_new_tokens=trainer.engine.config.max_new_tokens,
     )
 
 

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         print(header)
         rows = []
         try:
-            for i in range(cfg.steps or 0):
+            for i in range(trainer.loop.steps):
                 t = time.perf_counter()
                 m = trainer.train_step()
                 wall = time.perf_counter() - t

@@ -209,13 +209,45 @@ class RolloutEngine:
             self._on_episode = None
 
     def _run(self, specs: Sequence[EpisodeSpec], seed: int, instance_offset: int) -> RolloutResult:
+        """AT-GRPO Algorithm 1, lines 5-19 (the rollout phase), one wave per loop:
+
+        * lines 5-7: reset one root branch per instance (K per instance with parallel sampling);
+        * lines 8-9: every live branch's acting agent moves in the same wave;
+        * line 10: K candidates per branch (:meth:`_generate`), each stepped on its own clone of
+          the branch for its reward, Eq. 4 (:meth:`_step_candidates`, which also replays the
+          wave for candidates waiting on a one-step award);
+        * line 13: the keep rule picks the candidates that continue (:meth:`_keep`);
+        * lines 11-12: the K samples are recorded under one group key (:meth:`_record`);
+        * lines 15-16: the kept candidates become the next wave's branches, finished ones become
+          episodes (:meth:`_advance`, :meth:`_retire_done`).
+        """
         cfg = self.config
-        rng = random.Random(seed)
         parallel = cfg.sampling == "parallel"
-        copies = cfg.candidates if parallel else 1
-        root_specs = [s for s in specs for _ in range(copies)]
-        views = self.pool.reset(root_specs)
-        live = [
+        rng = random.Random(seed)
+        sibling_rng = random.Random(seed * 31 + 7)  # keeps the main keep-rule stream unchanged
+        samples: list[Sample] = []
+        episodes: list[Episode] = []
+        live = self._retire_done(self._roots(specs, instance_offset, parallel), episodes)
+        wave = 0
+        while live:
+            n = 1 if parallel else cfg.candidates
+            completions = self._generate(live, n, seed=seed * 7919 + wave)
+            outcomes = self._step_candidates(live, completions, samples, sibling_rng)
+            keeps, leaf_of = self._keep(live, outcomes, parallel, rng, seed, wave)
+            firsts = self._record(live, completions, outcomes, keeps, parallel, samples)
+            next_live = self._advance(live, outcomes, keeps, leaf_of, firsts, samples, episodes)
+            live = self._retire_done(next_live, episodes)
+            wave += 1
+        episodes.sort(key=lambda e: (e.instance, e.branch))
+        return RolloutResult(samples=samples, episodes=episodes)
+
+    def _roots(
+        self, specs: Sequence[EpisodeSpec], instance_offset: int, parallel: bool
+    ) -> list[_Branch]:
+        """One root branch per instance, or K copies of it for parallel sampling."""
+        copies = self.config.candidates if parallel else 1
+        views = self.pool.reset([s for s in specs for _ in range(copies)])
+        return [
             _Branch(
                 view=v,
                 instance=instance_offset + i // copies,
@@ -223,68 +255,95 @@ class RolloutEngine:
             )
             for i, v in enumerate(views)
         ]
-        samples: list[Sample] = []
-        episodes: list[Episode] = []
-        wave = 0
-        sibling_rng = random.Random(seed * 31 + 7)  # keeps the main keep-rule stream unchanged
-        live = self._retire_done(live, episodes)
-        while live:
-            n = 1 if parallel else cfg.candidates
-            completions = self._generate(live, n, seed=seed * 7919 + wave)
-            requests = [
-                (b.view.branch_id, [c.text for c in comps]) for b, comps in zip(live, completions)
+
+    def _step_candidates(
+        self,
+        live: list[_Branch],
+        completions: list[list[Completion]],
+        samples: list[Sample],
+        rng: random.Random,
+    ) -> list[list[StepOutcome]]:
+        """Each branch's candidates stepped on clones of the branch (their rewards). The previous
+        step's unkept candidates that wait for a one-step award play this wave's completions of
+        their kept sibling too, and get the award that replay earns (:meth:`_award_siblings`)."""
+        texts = [[c.text for c in comps] for comps in completions]
+        requests = [(b.view.branch_id, t) for b, t in zip(live, texts)]
+        sib = [(i, idx, bid) for i, b in enumerate(live) for idx, bid in b.siblings]
+        requests += [(bid, texts[i]) for i, _, bid in sib]
+        expanded = self.pool.expand(requests)
+        self._award_siblings(live, sib, expanded[len(live) :], samples, rng)
+        return expanded[: len(live)]
+
+    def _record(
+        self,
+        live: list[_Branch],
+        completions: list[list[Completion]],
+        outcomes: list[list[StepOutcome]],
+        keeps: list[list[int]],
+        parallel: bool,
+        samples: list[Sample],
+    ) -> list[int]:
+        """Append each branch's K samples under its group key; returns the index of each
+        branch's first sample."""
+        firsts = []
+        for b, comps, outs, keep in zip(live, completions, outcomes, keeps):
+            group = self._group_key(b, parallel)
+            firsts.append(len(samples))
+            for c, (comp, out) in enumerate(zip(comps, outs)):
+                samples.append(self._sample(b, group, c, c in keep, comp, out))
+        return firsts
+
+    def _advance(
+        self,
+        live: list[_Branch],
+        outcomes: list[list[StepOutcome]],
+        keeps: list[list[int]],
+        leaf_of: dict[int, int],
+        firsts: list[int],
+        samples: list[Sample],
+        episodes: list[Episode],
+    ) -> list[_Branch]:
+        """The next wave's branches: a child per kept candidate (up to ``max_branches`` per
+        instance; one that reached ``max_steps`` is recorded as an episode instead).
+
+        Bookkeeping per branch: the kept candidates' delayed awards go to the samples they
+        reward (:meth:`_apply_awards`); unkept candidates that wait for a one-step award travel
+        with the first child (:attr:`_Branch.siblings`); every other clone is released, and so
+        is the parent. A branch none of whose candidates continues records its leaf episode."""
+        cfg = self.config
+        parallel = cfg.sampling == "parallel"
+        next_live: list[_Branch] = []
+        per_instance: dict[int, int] = defaultdict(int)
+        for i, (b, outs) in enumerate(zip(live, outcomes)):
+            keep, first = keeps[i], firsts[i]
+            self._apply_awards(b, [outs[c] for c in keep], samples)
+            unkept = [c for c in range(len(outs)) if c not in keep]
+            waiting = [
+                (first + c, outs[c].branch.branch_id)
+                for c in unkept
+                if self._lookahead and not outs[c].branch.done
             ]
-            # one-step award lookahead: the previous step's unkept candidates play this step's
-            # K completions too (see _award_siblings)
-            sib = [(i, idx, bid) for i, b in enumerate(live) for idx, bid in b.siblings]
-            requests += [(bid, requests[i][1]) for i, _, bid in sib]
-            expanded = self.pool.expand(requests)
-            outcomes = expanded[: len(live)]
-            self._award_siblings(live, sib, expanded[len(live) :], samples, sibling_rng)
-            next_live: list[_Branch] = []
-            per_instance: dict[int, int] = defaultdict(int)
-            keeps, leaf_of = self._keep(live, outcomes, parallel, rng, seed, wave)
-            for i, (b, comps, outs) in enumerate(zip(live, completions, outcomes)):
-                keep = keeps[i]
-                group = self._group_key(b, parallel)
-                first = len(samples)
-                for c, (comp, out) in enumerate(zip(comps, outs)):
-                    samples.append(self._sample(b, group, c, c in keep, comp, out))
-                self._apply_awards(b, [outs[c] for c in keep], samples)
-                waiting = [
-                    (first + c, outs[c].branch.branch_id)
-                    for c in range(len(outs))
-                    if c not in keep and self._lookahead and not outs[c].branch.done
-                ]
-                released = [
-                    outs[c].branch.branch_id
-                    for c in range(len(outs))
-                    if c not in keep and (first + c, outs[c].branch.branch_id) not in waiting
-                ]
-                for c in keep:
-                    out = outs[c]
-                    if (
-                        per_instance[b.instance] >= cfg.max_branches
-                        or out.branch.step >= cfg.max_steps
-                    ):
-                        released.append(out.branch.branch_id)
-                        if out.branch.step >= cfg.max_steps:
-                            episodes.append(self._episode(self._child(b, c, out, parallel)))
-                        continue
-                    per_instance[b.instance] += 1
-                    child = self._child(b, c, out, parallel)
-                    child.sample_at_step[b.view.step] = first + c
-                    child.siblings, waiting = waiting, []
-                    next_live.append(child)
-                released += [bid for _, bid in waiting]  # no child waits for them
-                if i in leaf_of:  # nothing of its pool goes on: the best candidate is the leaf
-                    best = leaf_of[i]
-                    episodes.append(self._episode(self._child(b, best, outs[best], parallel)))
-                self.pool.release([*released, b.view.branch_id])
-            live = self._retire_done(next_live, episodes)
-            wave += 1
-        episodes.sort(key=lambda e: (e.instance, e.branch))
-        return RolloutResult(samples=samples, episodes=episodes)
+            waiting_ids = {bid for _, bid in waiting}
+            released = [outs[c].branch.branch_id for c in unkept]
+            released = [bid for bid in released if bid not in waiting_ids]
+            for c in keep:
+                out = outs[c]
+                if per_instance[b.instance] >= cfg.max_branches or out.branch.step >= cfg.max_steps:
+                    released.append(out.branch.branch_id)
+                    if out.branch.step >= cfg.max_steps:
+                        episodes.append(self._episode(self._child(b, c, out, parallel)))
+                    continue
+                per_instance[b.instance] += 1
+                child = self._child(b, c, out, parallel)
+                child.sample_at_step[b.view.step] = first + c
+                child.siblings, waiting = waiting, []
+                next_live.append(child)
+            released += [bid for _, bid in waiting]  # no child waits for them
+            if i in leaf_of:  # nothing of its pool goes on: the best candidate is the leaf
+                best = leaf_of[i]
+                episodes.append(self._episode(self._child(b, best, outs[best], parallel)))
+            self.pool.release([*released, b.view.branch_id])
+        return next_live
 
     def _keep(
         self,

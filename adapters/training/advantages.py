@@ -22,19 +22,43 @@
 
 Shapes: ``B`` sequences, ``T`` completion positions; ``mask`` (B, T) is 1 on valid completion
 tokens (see :mod:`adapters.training.masking`).
+
+The estimator table
+-------------------
+:data:`ESTIMATORS` maps each ``--algorithm`` name to an :class:`Estimator`: the function that
+turns a step's train items into per-token advantages, plus what the rest of the trainer must know
+about it without special cases: its ``scope`` (``"group"``: statistics within groups that never
+span ranks, so each rank computes its own; ``"batch"``: statistics over the whole batch, gathered
+from every rank first), whether a KL reward (``kl_reward_coef``) makes it read reference
+log-probs (``needs_ref``), and the rollout ``sampling`` it implies when a user picks it. The
+config's choices, the update, the distributed scope and the recipes all read this table, so a new
+algorithm is one entry::
+
+    ESTIMATORS["my-algo"] = Estimator(my_fn, scope="batch", needs_ref=False, sampling="parallel",
+                                      summary="...")
+
+Torch is imported inside the functions, so the configuration and the command line can read the
+table without loading it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from typing import Any
+import functools
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import torch
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
-from adapters.training.losses import KLKind, token_kl
-from adapters.training.masking import check_token_shapes, masked_whiten
+    from adapters.training.batch import TrainItem
+    from adapters.training.losses import KLKind
 
 __all__ = [
+    "ESTIMATORS",
+    "Estimator",
+    "EstimatorOptions",
     "group_advantages",
     "grpo_advantages",
     "reinforce_pp_advantages",
@@ -45,6 +69,8 @@ __all__ = [
 
 
 def _as_float_tensor(x: Any, name: str) -> torch.Tensor:
+    import torch
+
     t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x, dtype=torch.float32)
     if not t.is_floating_point():
         t = t.float()
@@ -54,6 +80,8 @@ def _as_float_tensor(x: Any, name: str) -> torch.Tensor:
 
 
 def _group_index(group_ids: Sequence[Hashable], n: int, device: torch.device) -> torch.Tensor:
+    import torch
+
     if isinstance(group_ids, torch.Tensor):
         group_ids = group_ids.tolist()
     if len(group_ids) != n:
@@ -84,6 +112,8 @@ def group_advantages(
     >>> group_advantages([1.0, 0.0, 1.0, 0.0], ["g"] * 4, unbiased=False, eps=0.0).tolist()
     [1.0, -1.0, 1.0, -1.0]
     """
+    import torch
+
     r = _as_float_tensor(rewards, "rewards")
     idx = _group_index(group_ids, r.numel(), r.device)
     n_groups = int(idx.max()) + 1 if r.numel() else 0
@@ -125,6 +155,11 @@ def reinforce_pp_returns(
     ``gamma = 1`` this is ``r(o) - beta * sum_{l >= t} KL_l``. A sequence with no valid token
     gets zeros.
     """
+    import torch
+
+    from adapters.training.losses import token_kl
+    from adapters.training.masking import check_token_shapes
+
     mask_f = mask.float()
     r = _as_float_tensor(rewards, "rewards").to(mask_f.device)
     check_token_shapes(mask, logprobs, ref_logprobs)
@@ -171,6 +206,10 @@ def reinforce_pp_advantages(
     ``group_ids=None`` whitens over the whole batch (REINFORCE++, CoMAS Eq. 10); with one key per
     sequence the mean/std are computed separately within each group (Task-Relative REINFORCE++).
     """
+    import torch
+
+    from adapters.training.masking import masked_whiten
+
     returns = reinforce_pp_returns(
         rewards, mask, logprobs, ref_logprobs, beta=beta, gamma=gamma, kl_kind=kl_kind
     )
@@ -203,6 +242,8 @@ def task_relative_reinforce_pp_advantages(
     >>> [round(a, 4) for a in adv.tolist()]
     [1.0, -1.0, -1.0, 1.0]
     """
+    import torch
+
     r = _as_float_tensor(rewards, "rewards")
     idx = _group_index(roles, r.numel(), r.device)
     out = torch.zeros_like(r)
@@ -230,3 +271,154 @@ def task_relative_token_whitened_advantages(
     KL reward. The papers' Eq. 1 is :func:`task_relative_reinforce_pp_advantages`.
     """
     return reinforce_pp_advantages(rewards, mask, logprobs, ref_logprobs, group_ids=roles, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# the estimator table: train items -> per-token advantages
+
+
+class EstimatorOptions(Protocol):
+    """The update settings an estimator may read (:class:`~adapters.training.update.UpdateConfig`
+    has them)."""
+
+    @property
+    def normalize_std(self) -> bool: ...
+    @property
+    def kl_reward_coef(self) -> float: ...
+    @property
+    def gamma(self) -> float: ...
+
+
+EstimatorFn = Callable[[Sequence["TrainItem"], EstimatorOptions], "list[torch.Tensor]"]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One advantage estimator and what the trainer must know about it (module docstring).
+
+    fn: ``fn(items, options)`` -> one tensor of per-token advantages per item (each as long as
+        the item's completion).
+    scope: ``"group"`` (statistics within rollout groups, which never span ranks) or ``"batch"``
+        (statistics over the whole step's batch: every rank's items are gathered first).
+    needs_ref: a token-level KL reward (``kl_reward_coef > 0``) makes it read the reference
+        model's log-probs.
+    sampling: the rollout sampling it implies when a user picks it without ``--sampling``.
+    summary: one line for ``--help``.
+    kl_reward_error: when set, ``kl_reward_coef > 0`` is a configuration error with this reason.
+    """
+
+    fn: EstimatorFn
+    scope: Literal["group", "batch"]
+    needs_ref: bool
+    sampling: Literal["tree", "parallel"]
+    summary: str
+    kl_reward_error: str = ""
+
+
+def _broadcast(items: Sequence[TrainItem], per_sample: torch.Tensor) -> list[torch.Tensor]:
+    """One advantage per sample, repeated over the sample's completion tokens."""
+    import torch
+
+    return [
+        torch.full((len(it.completion_ids),), float(a)) for it, a in zip(items, per_sample.tolist())
+    ]
+
+
+def grouped_estimator(items: Sequence[TrainItem], opts: EstimatorOptions) -> list[torch.Tensor]:
+    """GRPO / AT-GRPO: :func:`group_advantages` over ``Sample.group`` (AT-GRPO Eq. 1)."""
+    rewards = [it.sample.reward for it in items]
+    groups = [it.sample.group for it in items]
+    return _broadcast(items, group_advantages(rewards, groups, normalize_std=opts.normalize_std))
+
+
+def task_relative_estimator(
+    items: Sequence[TrainItem], opts: EstimatorOptions
+) -> list[torch.Tensor]:
+    """Task-Relative REINFORCE++ (MAE §3, SAGE Eq. 1): whitening per role, one value a sample."""
+    rewards = [it.sample.reward for it in items]
+    roles = [it.sample.role for it in items]
+    return _broadcast(items, task_relative_reinforce_pp_advantages(rewards, roles))
+
+
+def reinforce_pp_estimator(
+    items: Sequence[TrainItem], opts: EstimatorOptions, *, per_role: bool = False
+) -> list[torch.Tensor]:
+    """REINFORCE++ (CoMAS Eqs. 9-10) over each policy's items: token returns with the KL reward
+    ``kl_reward_coef``, whitened over the policy's batch (``per_role``: over each role's tokens,
+    ``tr-reinforce++-token``)."""
+    from adapters.training.masking import length_mask, pad_rows
+
+    by_pid: dict[str, list[int]] = defaultdict(list)
+    for i, it in enumerate(items):
+        by_pid[it.sample.policy_id].append(i)
+    out: list[Any] = [None] * len(items)
+    beta = opts.kl_reward_coef
+    for idxs in by_pid.values():
+        batch = [items[i] for i in idxs]
+        width = max(len(it.completion_ids) for it in batch)
+        mask = length_mask([len(it.completion_ids) for it in batch], width)
+        lp = pad_rows([it.old_logprobs for it in batch], width) if beta else None
+        ref = pad_rows([_reference(it) for it in batch], width) if beta else None
+        adv = reinforce_pp_advantages(
+            [it.sample.reward for it in batch],
+            mask,
+            lp,
+            ref,
+            beta=beta,
+            gamma=opts.gamma,
+            kl_kind="k1",
+            group_ids=[it.sample.role for it in batch] if per_role else None,
+        )
+        for i, row, it in zip(idxs, adv, batch):
+            out[i] = row[: len(it.completion_ids)].clone()
+    return out
+
+
+def _reference(it: TrainItem) -> torch.Tensor:
+    if it.ref_logprobs is None:
+        raise RuntimeError("reference log-probs are missing (a KL coefficient is set)")
+    return it.ref_logprobs
+
+
+ESTIMATORS: dict[str, Estimator] = {
+    "at-grpo": Estimator(
+        grouped_estimator,
+        scope="group",
+        needs_ref=False,
+        sampling="tree",
+        summary="tree sampling, agent- and turn-wise GRPO groups (AT-GRPO Alg. 1, Eq. 1)",
+    ),
+    "grpo": Estimator(
+        grouped_estimator,
+        scope="group",
+        needs_ref=False,
+        sampling="parallel",
+        summary="parallel sampling, K episodes per instance, GRPO groups",
+    ),
+    "reinforce++": Estimator(
+        reinforce_pp_estimator,
+        scope="batch",
+        needs_ref=True,
+        sampling="parallel",
+        summary="global whitening, optional token-level KL reward (CoMAS Eqs. 9-10)",
+    ),
+    "tr-reinforce++": Estimator(
+        task_relative_estimator,
+        scope="batch",
+        needs_ref=False,
+        sampling="parallel",
+        summary="whitening per role, one advantage per sample (MAE §3, SAGE Eq. 1)",
+        kl_reward_error=(
+            "tr-reinforce++ gives one advantage per sample (Eq. 1 of MAE/SAGE), which has no "
+            "room for a token-level KL reward; use algorithm tr-reinforce++-token with "
+            "kl_reward_coef, or kl_loss_coef"
+        ),
+    ),
+    "tr-reinforce++-token": Estimator(
+        functools.partial(reinforce_pp_estimator, per_role=True),
+        scope="batch",
+        needs_ref=True,
+        sampling="parallel",
+        summary="REINFORCE++ returns whitened over each role's tokens (allows a KL reward)",
+    ),
+}

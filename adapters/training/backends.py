@@ -150,6 +150,8 @@ class TransformersBackend(_RolePolicies):
     ) -> None:
         from adapters.policies.transformers_policy import TransformersPolicy
 
+        batch_size = cfg.gen_batch_size
+        assert batch_size is not None, "TrainConfig.resolved() sets gen_batch_size"
         by_module: dict[int, Policy] = {}  # policies sharing one module share one generator
         inner: dict[str, Policy] = {}
         for pid, pm in models.items():
@@ -158,7 +160,7 @@ class TransformersBackend(_RolePolicies):
                     pm.model,
                     tokenizer,
                     device=device,
-                    batch_size=cfg.gen_batch_size or 16,
+                    batch_size=batch_size,
                     name=pid,
                     chat_template_kwargs=cfg.chat_template_kwargs,
                 )

@@ -5,13 +5,18 @@ of the YAML file given with ``--config run.yaml``; flags override the file, unkn
 error that names the closest valid key. The resolved config (``auto`` values filled in) is saved
 as ``config.yaml`` in the output directory, and ``--resume DIR`` reads it back.
 
-Fields left at ``None`` mean *auto* and are filled by :meth:`TrainConfig.resolved` from the
-device; :mod:`adapters.training.recipes` holds the table of those defaults and where each comes
-from. Command-line flags are generated from the fields by :mod:`adapters.training.flags`.
-Algorithms (``--algorithm``): ``at-grpo`` (tree sampling, agent- and
-turn-wise GRPO groups), ``grpo`` (parallel sampling, K episodes per instance), ``reinforce++``
-(global whitening, optional token-level KL penalty in the reward: ``kl_reward_coef``),
-``tr-reinforce++`` (whitening per role, MAE).
+Fields left at ``None`` mean *auto*. :meth:`TrainConfig.resolved` fills them once - the recipe
+(:mod:`adapters.training.recipes`), then the device defaults and the CPU scale-down - records
+where each value came from (``sources``, shown by ``--print-config``) and returns a frozen copy
+in which no auto field is ``None``. The fields that may stay ``None`` mean *none*, not *auto*
+(``instance``, ``system_prompt``, ``train_roles`` = all roles, ``clip_eps_high`` = ``clip_eps``,
+``threads``, ``vllm_sync_dir``, ``ray_address``; ``output_dir`` until the trainer picks one).
+Consumers read typed views of the resolved config instead of re-defaulting: the update reads
+:class:`UpdateConfig`, the rollout :class:`~adapters.rollout.RolloutConfig`, the trainer's loop
+:class:`LoopConfig` (:meth:`TrainConfig.view`). Each field's ``--help`` line is its
+``metadata["help"]``, which :mod:`adapters.training.flags` reads.
+Algorithms (``--algorithm``) are the names of the estimator table
+:data:`adapters.training.advantages.ESTIMATORS`.
 """
 
 from __future__ import annotations
@@ -23,14 +28,23 @@ import types
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+from adapters.rollout.engine import RolloutConfig
 from adapters.rollout.keep import KEEP_RULES
 from adapters.training import recipes
+from adapters.training.advantages import ESTIMATORS
 
-__all__ = ["ALGORITHMS", "BACKENDS", "ConfigError", "TrainConfig", "config_from_dict", "load_yaml"]
+__all__ = [
+    "BACKENDS",
+    "ConfigError",
+    "LoopConfig",
+    "TrainConfig",
+    "UpdateConfig",
+    "config_from_dict",
+    "load_yaml",
+]
 
-ALGORITHMS = ("at-grpo", "grpo", "reinforce++", "tr-reinforce++", "tr-reinforce++-token")
 BACKENDS = ("transformers", "vllm", "vllm-server")
 
 # fields a recipe (or the device) fills when they are left at None
@@ -75,100 +89,288 @@ MERGED_FIELDS = ("chat_template_kwargs", "role_sampling")
 _ROLE_SAMPLING_KEYS = {"temperature", "top_p", "top_k", "max_new_tokens", "stop"}
 
 
+V = TypeVar("V")
+
+
 class ConfigError(ValueError):
     """A bad configuration value or key (the message says which and why)."""
+
+
+def _help(text: str) -> dict[str, str]:
+    """A field's one-line ``--help`` text; :mod:`adapters.training.flags` reads it."""
+    return {"help": text}
 
 
 @dataclass
 class TrainConfig:
     """A training run. ``None`` = auto: filled from the recipe or the device by :meth:`resolved`
-    (see :mod:`adapters.training.recipes`); lists and dicts are copied."""
+    (see :mod:`adapters.training.recipes`), which returns a frozen copy; lists and dicts are
+    copied."""
 
     # ---- the setting and its recipe
-    env: str = "sokoban"
-    recipe: str | None = None  # None: the setting's paper recipe (its spec's recipe)
-    env_config: dict[str, Any] = field(default_factory=dict)
-    instance: dict[str, Any] | None = None  # explicit instance for every train and eval episode
-    system_prompt: str | None = None  # a system message prepended to every prompt
-    prompt_prefix: list[dict[str, str]] = field(default_factory=list)  # few-shot messages
-    demos: int | None = None  # oracle demonstrations per role (in-context examples)
+    env: str = field(
+        default="sokoban",
+        metadata=_help(
+            "setting id (see envs.list_envs()), or package.module:id for one registered elsewhere"
+        ),
+    )
+    recipe: str | None = field(
+        default=None,
+        metadata=_help("training recipe (default: the setting's paper recipe); see the list below"),
+    )
+    env_config: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_help("setting option KEY=VALUE (repeatable), e.g. --env-config mode=single"),
+    )
+    instance: dict[str, Any] | None = field(
+        default=None, metadata=_help("explicit instance as JSON for every train/eval episode")
+    )
+    system_prompt: str | None = field(
+        default=None, metadata=_help("system message prepended to every prompt")
+    )
+    prompt_prefix: list[dict[str, str]] = field(
+        default_factory=list, metadata=_help("few-shot messages as JSON: [{role, content}, ...]")
+    )
+    demos: int | None = field(
+        default=None,
+        metadata=_help(
+            "worked examples per role from the setting's oracle, shown before each prompt"
+        ),
+    )
     # ---- the model and which policy plays which role
-    model: str = "smollm2"  # smollm2 | tiny | local path | hub name | config:PATH (random init)
-    dtype: str = "auto"
-    lora_rank: int | None = None  # 0 = full fine-tuning
-    lora_alpha: float | None = None  # None = 2 * rank
-    lora_dropout: float | None = None
-    lora_target: str = "all-linear"
-    per_role: bool | None = None  # one policy per role instead of one shared policy
-    role_policies: dict[str, str] = field(default_factory=dict)  # role -> policy id (M of N)
-    train_roles: list[str] | None = None  # roles whose samples are trained (None: all)
-    per_role_models: Literal["adapters", "models"] = "adapters"
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. enable_thinking
+    model: str = field(
+        default="smollm2",
+        metadata=_help("smollm2 (embedded), tiny, a local checkpoint, a hub name, or config:PATH"),
+    )
+    dtype: str = field(
+        default="auto",
+        metadata=_help(
+            "model dtype: auto (bfloat16 for LoRA on CUDA, else float32) | float32 | bfloat16"
+        ),
+    )
+    lora_rank: int | None = field(default=None, metadata=_help("LoRA rank; 0 = full fine-tuning"))
+    lora_alpha: float | None = field(default=None, metadata=_help("LoRA alpha (default: 2 x rank)"))
+    lora_dropout: float | None = field(default=None, metadata=_help("LoRA dropout"))
+    lora_target: str = field(
+        default="all-linear",
+        metadata=_help("LoRA target modules: all-linear, or comma-separated module names"),
+    )
+    per_role: bool | None = field(
+        default=None, metadata=_help("one policy per role (default: the recipe's)")
+    )
+    role_policies: dict[str, str] = field(
+        default_factory=dict,
+        metadata=_help(
+            'role -> policy name as JSON, M policies for N roles, e.g. \'{"challenger": "a", '
+            '"planner": "a"}\''
+        ),
+    )
+    train_roles: list[str] | None = field(
+        default=None,
+        metadata=_help("roles whose samples are trained, e.g. solver,judge (default: all)"),
+    )
+    per_role_models: Literal["adapters", "models"] = field(
+        default="adapters",
+        metadata=_help("per-role policies as LoRA adapters on one base, or separate models"),
+    )
+    chat_template_kwargs: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_help(
+            "JSON for apply_chat_template, e.g. '{\"enable_thinking\": false}' (Qwen3's "
+            "no-thinking mode, as in the paper)"
+        ),
+    )
     # ---- the algorithm
-    algorithm: (
-        Literal["at-grpo", "grpo", "reinforce++", "tr-reinforce++", "tr-reinforce++-token"] | None
-    ) = None
-    sampling: Literal["tree", "parallel"] | None = None
-    candidates: int | None = None  # K
-    keep: Literal["best", "random", "balanced", "adaptive"] | None = None
-    keep_n: int | None = None
-    keep_scope: Literal["branch", "instance"] | None = None
-    max_branches: int = 16
-    normalize_std: bool = True  # GRPO: divide by the group std (False = Dr. GRPO)
-    instances_per_step: int | None = None
-    steps: int | None = None
-    lr: float | None = None
-    weight_decay: float | None = None
-    max_grad_norm: float | None = None
-    ppo_epochs: int | None = None
-    ppo_minibatches: int | None = None  # optimizer steps per epoch (the batch split evenly)
-    minibatch_size: int = 0  # samples per optimizer step; 0 = use ppo_minibatches
-    micro_batch_size: int | None = None  # sequences per forward/backward (gradient accumulation)
-    micro_batch_tokens: int | None = None  # padded tokens per forward/backward (0 = no limit)
-    clip_eps: float = 0.2
-    clip_eps_high: float | None = None
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
-    kl_loss_coef: float | None = None
-    kl_loss_type: Literal["k1", "k2", "k3"] | None = None
-    kl_reward_coef: float | None = None  # REINFORCE++ token-level KL penalty beta (CoMAS Eq. 9)
-    entropy_coef: float | None = None  # entropy bonus weight (MAE Table 3: 0.001)
-    gamma: float | None = None
-    skip_zero_advantage: bool = True
-    share_prompt_forward: bool = True
-    old_logprobs: Literal["auto", "rollout", "recompute"] = "auto"
+    algorithm: str | None = field(default=None, metadata=_help("a name of advantages.ESTIMATORS"))
+    sampling: Literal["tree", "parallel"] | None = field(
+        default=None,
+        metadata=_help(
+            "tree (K candidates per agent-turn) | parallel (K episodes per instance); default: "
+            "the algorithm's"
+        ),
+    )
+    candidates: int | None = field(
+        default=None,
+        metadata=_help("K: candidates per agent-turn (tree) or episodes per instance (parallel)"),
+    )
+    keep: Literal["best", "random", "balanced", "adaptive"] | None = field(
+        default=None, metadata=_help("tree sampling keep rule: best | random | balanced | adaptive")
+    )
+    keep_n: int | None = field(
+        default=None,
+        metadata=_help("tree sampling: candidates that continue per branch (or per instance)"),
+    )
+    keep_scope: Literal["branch", "instance"] | None = field(
+        default=None,
+        metadata=_help("tree sampling: keep per branch, or per instance across branches (MarsRL)"),
+    )
+    max_branches: int = field(
+        default=16,
+        metadata=_help("tree sampling: cap on live branches per instance when keep_n > 1"),
+    )
+    normalize_std: bool = field(
+        default=True, metadata=_help("GRPO: divide by the group std (False = Dr. GRPO)")
+    )
+    instances_per_step: int | None = field(
+        default=None, metadata=_help("env instances rolled out per training step")
+    )
+    steps: int | None = field(default=None, metadata=_help("training steps"))
+    lr: float | None = field(default=None, metadata=_help("learning rate (AdamW)"))
+    weight_decay: float | None = field(default=None, metadata=_help("AdamW weight decay"))
+    max_grad_norm: float | None = field(default=None, metadata=_help("gradient-norm clip"))
+    ppo_epochs: int | None = field(
+        default=None, metadata=_help("PPO epochs over each step's batch")
+    )
+    ppo_minibatches: int | None = field(
+        default=None, metadata=_help("optimizer steps per PPO epoch (the batch split evenly)")
+    )
+    minibatch_size: int = field(
+        default=0, metadata=_help("samples per optimizer step (0 = use --ppo-minibatches)")
+    )
+    micro_batch_size: int | None = field(
+        default=None, metadata=_help("sequences per forward/backward (gradient accumulation)")
+    )
+    micro_batch_tokens: int | None = field(
+        default=None, metadata=_help("padded tokens per forward/backward (0 = no limit)")
+    )
+    clip_eps: float = field(default=0.2, metadata=_help("PPO clip range"))
+    clip_eps_high: float | None = field(
+        default=None, metadata=_help("upper PPO clip range (default: clip_eps)")
+    )
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = field(
+        default="token-mean", metadata=_help("how token losses become one loss")
+    )
+    kl_loss_coef: float | None = field(
+        default=None, metadata=_help("weight of the KL loss against the reference model")
+    )
+    kl_loss_type: Literal["k1", "k2", "k3"] | None = field(
+        default=None, metadata=_help("estimator of the KL loss")
+    )
+    kl_reward_coef: float | None = field(
+        default=None, metadata=_help("REINFORCE++ token-level KL penalty in the reward (beta)")
+    )
+    entropy_coef: float | None = field(
+        default=None, metadata=_help("entropy bonus weight (MAE: 0.001)")
+    )
+    gamma: float | None = field(default=None, metadata=_help("discount of REINFORCE++ returns"))
+    skip_zero_advantage: bool = field(
+        default=True,
+        metadata=_help(
+            "leave samples with all-zero advantages out of the update (without KL loss or "
+            "entropy bonus)"
+        ),
+    )
+    share_prompt_forward: bool = field(
+        default=True,
+        metadata=_help(
+            "run a prompt shared by a micro-batch's completions once in the training forward"
+        ),
+    )
+    old_logprobs: Literal["auto", "rollout", "recompute"] = field(
+        default="auto",
+        metadata=_help(
+            "log-probs of the PPO ratio's denominator: auto (the sampler's in float32, else "
+            "recomputed) | rollout | recompute"
+        ),
+    )
     # ---- sampling
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    role_sampling: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-role overrides
-    max_new_tokens: int | None = None
-    gen_batch_size: int | None = None
+    temperature: float | None = field(
+        default=None, metadata=_help("sampling temperature of training rollouts")
+    )
+    top_p: float | None = field(default=None, metadata=_help("nucleus sampling p"))
+    top_k: int | None = field(default=None, metadata=_help("top-k sampling (-1: off)"))
+    role_sampling: dict[str, dict[str, Any]] = field(
+        default_factory=dict,
+        metadata=_help('per-role sampling as JSON, e.g. \'{"critic": {"temperature": 0.1}}\''),
+    )
+    max_new_tokens: int | None = field(default=None, metadata=_help("tokens per completion"))
+    gen_batch_size: int | None = field(default=None, metadata=_help("sequences per generate call"))
     # ---- evaluation
-    eval_episodes: int | None = None
-    eval_split: str = "val"
-    eval_every: int = 0  # 0 = only before and after training
-    eval_temperature: float | None = None
+    eval_episodes: int | None = field(
+        default=None,
+        metadata=_help("validation episodes before and after training (0: no evaluation)"),
+    )
+    eval_split: str = field(default="val", metadata=_help("the split evaluated"))
+    eval_every: int = field(default=0, metadata=_help("0 = only before and after training"))
+    eval_temperature: float | None = field(
+        default=None, metadata=_help("evaluation temperature (0: greedy)")
+    )
     # ---- the run
-    seed: int = 0
-    output_dir: str | None = None  # None = runs/<env>-<algorithm>-<time>
-    device: str = "auto"
-    backend: str = "transformers"
-    save_every: int = 1
-    keep_checkpoints: int = 2
-    plot_every: int = 5
-    env_workers: int = 2
-    threads: int | None = None  # torch CPU threads (None: leave torch's setting)
-    progress: bool = True
-    save_final: bool = True
+    seed: int = field(
+        default=0,
+        metadata=_help(
+            "run seed (instances, sampling, LoRA initialisation and minibatch order derive from it)"
+        ),
+    )
+    output_dir: str | None = field(
+        default=None,
+        metadata=_help(
+            "run directory (checkpoints, logs, plots); default runs/<env>-<algo>-<time>"
+        ),
+    )
+    device: str = field(default="auto", metadata=_help("auto | cpu | cuda | cuda:N"))
+    backend: str = field(
+        default="transformers",
+        metadata=_help(
+            "rollout backend: transformers | vllm (needs vllm: scripts/setup_vllm.sh) | "
+            "vllm-server (generation on running `vllm serve` processes: --vllm-servers)"
+        ),
+    )
+    save_every: int = field(default=1, metadata=_help("checkpoint every N steps"))
+    keep_checkpoints: int = field(default=2, metadata=_help("checkpoints kept"))
+    plot_every: int = field(
+        default=5, metadata=_help("redraw training_curve.png every N steps (0: only at the end)")
+    )
+    env_workers: int = field(
+        default=2, metadata=_help("threads (or Ray actors) that step the envs")
+    )
+    threads: int | None = field(
+        default=None, metadata=_help("torch CPU threads (None: leave torch's setting)")
+    )
+    progress: bool = field(default=True, metadata=_help("show a progress bar"))
+    save_final: bool = field(
+        default=True, metadata=_help("export the final policies to <output_dir>/final")
+    )
     # ---- scale-out: torchrun ranks, vLLM servers, Ray (adapters.training.distributed)
-    dp_mode: Literal["auto", "ddp", "fsdp", "hsdp"] = "auto"  # auto: DDP LoRA, FSDP2 full FT
-    dist_timeout_s: float = 600.0  # a collective waiting longer fails the run
-    vllm_servers: list[str] = field(default_factory=list)  # backend vllm-server: [POLICY=]URL
-    vllm_sync_dir: str | None = None  # where adapters/weights for the servers go (shared FS)
-    env_pool: Literal["local", "ray"] = "local"
-    ray_address: str | None = None  # env_pool ray: ray.init(address=...), e.g. "auto"
+    dp_mode: Literal["auto", "ddp", "fsdp", "hsdp"] = field(
+        default="auto",
+        metadata=_help(
+            "data parallelism under torchrun: auto (DDP with LoRA, FSDP2 for full fine-tuning) "
+            "| ddp | fsdp | hsdp (FSDP2 sharded within a node, replicated across nodes)"
+        ),
+    )
+    dist_timeout_s: float = field(
+        default=600.0,
+        metadata=_help("seconds a collective may wait for the other ranks before the run fails"),
+    )
+    vllm_servers: list[str] = field(
+        default_factory=list,
+        metadata=_help(
+            "backend vllm-server: comma-separated base URLs of `vllm serve` replicas "
+            "(POLICY=URL for per-role full fine-tuning)"
+        ),
+    )
+    vllm_sync_dir: str | None = field(
+        default=None,
+        metadata=_help(
+            "backend vllm-server: directory the servers can read, for adapters and weights "
+            "pushed after each update (default: <output_dir>/vllm-sync)"
+        ),
+    )
+    env_pool: Literal["local", "ray"] = field(
+        default="local",
+        metadata=_help("where envs step: local (threads) | ray (RayEnvPool actors)"),
+    )
+    ray_address: str | None = field(
+        default=None,
+        metadata=_help("env_pool ray: ray.init(address=...) of a running cluster, e.g. auto"),
+    )
     # where each resolved value came from (filled by resolved(); not a setting)
-    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    sources: dict[str, str] = field(
+        default_factory=dict,
+        compare=False,
+        metadata=_help("where each resolved value came from (filled by resolved(); not a flag)"),
+    )
 
     def __post_init__(self) -> None:
         self.env_config = dict(self.env_config or {})
@@ -187,8 +389,10 @@ class TrainConfig:
     def check(self) -> None:
         """Raise :class:`ConfigError` for values that can never work."""
         _check_types(self)
-        if self.algorithm is not None and self.algorithm not in ALGORITHMS:
-            raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        if self.algorithm is not None and self.algorithm not in ESTIMATORS:
+            raise ConfigError(
+                f"algorithm must be one of {tuple(ESTIMATORS)}, got {self.algorithm!r}"
+            )
         if self.keep is not None and self.keep not in KEEP_RULES:
             raise ConfigError(f"keep must be one of {KEEP_RULES}, got {self.keep!r}")
         if self.recipe is not None and self.recipe not in recipes.RECIPES:
@@ -316,8 +520,7 @@ class TrainConfig:
             sources=dict(self.sources),
         )
         if self.sources:  # already resolved (e.g. loaded from a run directory)
-            c.check()
-            return c
+            return c._frozen_copy()
         recipe = c.recipe_obj()
         c.recipe = recipe.name
         src = c.sources
@@ -337,7 +540,7 @@ class TrainConfig:
             return None
 
         if c.algorithm is not None and c.sampling is None:  # the user changed the algorithm
-            c.sampling = "tree" if c.algorithm == "at-grpo" else "parallel"
+            c.sampling = ESTIMATORS[c.algorithm].sampling
             src["sampling"] = f"follows algorithm {c.algorithm}"
         for name in AUTO_FIELDS:
             if name in src:
@@ -376,9 +579,12 @@ class TrainConfig:
         if c.role_policies:
             src["role_policies"] = "user"
         lora = (c.lora_rank or 0) > 0
-        if c.lora_alpha is None and lora:
+        if c.lora_alpha is None:
             c.lora_alpha = float(2 * (c.lora_rank or 0))
             src["lora_alpha"] = "2 x lora_rank"
+        if c.lora_dropout is None:
+            c.lora_dropout = 0.0
+            src["lora_dropout"] = "suite default (no LoRA)"
         if c.dtype == "auto":
             c.dtype = "bfloat16" if (cuda and lora) else "float32"
             src["dtype"] = "bfloat16 for LoRA on CUDA, else float32"
@@ -386,17 +592,46 @@ class TrainConfig:
             c.old_logprobs = "rollout" if c.dtype == "float32" else "recompute"
             src["old_logprobs"] = "the sampler's in float32, recomputed in lower precision"
         if c.sampling is None:
-            c.sampling = "tree" if c.algorithm == "at-grpo" else "parallel"
+            c.sampling = ESTIMATORS[c.algorithm or "at-grpo"].sampling
         if c.candidates is not None and c.keep_n is not None and c.keep_n > c.candidates:
             raise ConfigError(f"keep_n ({c.keep_n}) cannot exceed candidates ({c.candidates})")
-        if c.algorithm == "tr-reinforce++" and (c.kl_reward_coef or 0.0) > 0:
-            raise ConfigError(
-                "tr-reinforce++ gives one advantage per sample (Eq. 1 of MAE/SAGE), which has no "
-                "room for a token-level KL reward; use algorithm tr-reinforce++-token with "
-                "kl_reward_coef, or kl_loss_coef"
+        reason = ESTIMATORS[c.algorithm or "at-grpo"].kl_reward_error
+        if reason and (c.kl_reward_coef or 0.0) > 0:
+            raise ConfigError(reason)
+        return c._frozen_copy()
+
+    def _frozen_copy(self) -> TrainConfig:
+        """Check that every auto value is set, then freeze (the end of :meth:`resolved`)."""
+        unset = [name for name in AUTO_FIELDS if getattr(self, name) is None]
+        if unset:
+            raise ConfigError(f"no recipe or suite default sets {unset} for env {self.env!r}")
+        self.check()
+        object.__setattr__(self, "_frozen", True)
+        return self
+
+    @property
+    def is_resolved(self) -> bool:
+        """True for the frozen result of :meth:`resolved` (every auto value set)."""
+        return bool(self.__dict__.get("_frozen", False))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_frozen", False):
+            raise dataclasses.FrozenInstanceError(
+                f"cannot set {name!r}: a resolved TrainConfig is frozen; use .replace({name}=...)"
             )
-        c.check()
-        return c
+        object.__setattr__(self, name, value)
+
+    def view(self, cls: type[V], **extra: Any) -> V:
+        """A typed view of the resolved config: ``cls`` (a dataclass such as
+        :class:`UpdateConfig`, :class:`LoopConfig` or :class:`~adapters.rollout.RolloutConfig`)
+        built from the fields of the same name, plus ``extra``."""
+        c = self if self.is_resolved else self.resolved()
+        names = [f.name for f in fields(cls) if f.name not in extra and hasattr(c, f.name)]  # type: ignore[arg-type]
+        return cls(**{name: getattr(c, name) for name in names}, **extra)
+
+    def rollout_config(self, *, prompt_seeds: bool = False) -> RolloutConfig:
+        """What the rollout engine reads (``prompt_seeds``: set under torch.distributed)."""
+        return self.view(RolloutConfig, prompt_seeds=prompt_seeds)
 
     def cpu_scale_down(self) -> dict[str, Any]:
         """The resolved values a CPU run took from a CPU scale-down (a recipe's ``cpu`` values,
@@ -459,6 +694,62 @@ class TrainConfig:
         return config_from_dict({**self.to_dict(), **changes})
 
 
+@dataclass(frozen=True)
+class UpdateConfig:
+    """What the update and the trainable models read of a resolved :class:`TrainConfig`, every
+    value set (as the rollout reads :class:`~adapters.rollout.RolloutConfig`); :meth:`of`
+    builds it. The defaults are only for building one by hand (tests)."""
+
+    algorithm: str = "at-grpo"
+    normalize_std: bool = True
+    kl_reward_coef: float = 0.0
+    gamma: float = 1.0
+    kl_loss_coef: float = 0.0
+    kl_loss_type: Literal["k1", "k2", "k3"] = "k3"
+    entropy_coef: float = 0.0
+    skip_zero_advantage: bool = True
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    lora_rank: int = 0
+    lora_alpha: float = 0.0
+    lora_dropout: float = 0.0
+    seed: int = 0
+    ppo_epochs: int = 1
+    ppo_minibatches: int = 1
+    minibatch_size: int = 0
+    micro_batch_size: int = 8
+    micro_batch_tokens: int = 0
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    clip_eps: float = 0.2
+    clip_eps_high: float | None = None  # None: the same as clip_eps
+    max_grad_norm: float = 1.0
+    share_prompt_forward: bool = True
+
+    @classmethod
+    def of(cls, cfg: UpdateConfig | TrainConfig) -> UpdateConfig:
+        """The update settings of ``cfg`` (resolved first when it is not)."""
+        return cfg if isinstance(cfg, UpdateConfig) else cfg.view(cls)
+
+    @property
+    def needs_ref(self) -> bool:
+        """Whether the reference model's log-probs are needed: a KL loss, or a KL reward of an
+        estimator that has one (``Estimator.needs_ref``)."""
+        kl_reward = self.kl_reward_coef > 0 and ESTIMATORS[self.algorithm].needs_ref
+        return self.kl_loss_coef > 0 or kl_reward
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """What the trainer's loop reads of a resolved :class:`TrainConfig` (every value set)."""
+
+    steps: int
+    instances_per_step: int
+    demos: int
+    eval_episodes: int
+    eval_temperature: float
+    output_dir: str
+
+
 # ---------------------------------------------------------------------------------------------
 # helpers
 
@@ -478,7 +769,8 @@ def field_types() -> dict[str, Any]:
     return typing.get_type_hints(TrainConfig)
 
 
-def _strip_optional(tp: Any) -> tuple[Any, bool]:
+def strip_optional(tp: Any) -> tuple[Any, bool]:
+    """``X | None`` -> ``(X, True)``; any other type -> ``(type, False)``."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -487,8 +779,9 @@ def _strip_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def _type_ok(value: Any, tp: Any) -> bool:
-    base, optional = _strip_optional(tp)
+def type_ok(value: Any, tp: Any) -> bool:
+    """Whether ``value`` fits the field type ``tp`` (Literals, numbers, str, dict, list)."""
+    base, optional = strip_optional(tp)
     if value is None:
         return optional
     origin = typing.get_origin(base)
@@ -512,7 +805,7 @@ def _type_ok(value: Any, tp: Any) -> bool:
 def _check_types(cfg: TrainConfig) -> None:
     for name, tp in field_types().items():
         value = getattr(cfg, name)
-        base, _ = _strip_optional(tp)
+        base, _ = strip_optional(tp)
         if base is float and isinstance(value, str):  # YAML reads 1e-4 as a string
             try:
                 value = float(value)
@@ -520,13 +813,13 @@ def _check_types(cfg: TrainConfig) -> None:
                 pass
             else:
                 setattr(cfg, name, value)
-        if not _type_ok(value, tp):
-            base, _ = _strip_optional(tp)
+        if not type_ok(value, tp):
+            base, _ = strip_optional(tp)
             if typing.get_origin(base) is Literal:
                 raise ConfigError(f"{name} must be one of {typing.get_args(base)}, got {value!r}")
             raise ConfigError(f"{name} has the wrong type: {value!r} (expected {tp})")
         if isinstance(value, int) and not isinstance(value, bool):
-            base, _ = _strip_optional(tp)
+            base, _ = strip_optional(tp)
             if base is float:
                 setattr(cfg, name, float(value))
 

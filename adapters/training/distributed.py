@@ -648,7 +648,6 @@ def load_full_into_sharded(dp: RankParallel, pm: Any, weights: dict, optim: dict
 # ---------------------------------------------------------------------------------------------
 # what the trainer reduces across ranks
 
-GROUPED_ALGORITHMS = ("at-grpo", "grpo")  # advantages within groups, which never span ranks
 _SUMMED = (  # weighted by the global denominators, so the ranks' parts add up
     "pg_loss",
     "kl_loss",
@@ -664,9 +663,12 @@ _SUMMED = (  # weighted by the global denominators, so the ranks' parts add up
 def advantages(
     ctx: DistContext, cfg: Any, items: list[TrainItem], compute: Callable[[Any, Any], None]
 ) -> None:
-    """``compute(cfg, items)`` with the statistics of the global batch: local for group
-    advantages, over every rank's items (gathered) for batch-whitened ones (REINFORCE++)."""
-    if not ctx.enabled or cfg.algorithm in GROUPED_ALGORITHMS:
+    """``compute(cfg, items)`` with the statistics of the global batch: local for an estimator
+    of ``scope="group"`` (its groups never span ranks), over every rank's items (gathered) for
+    one of ``scope="batch"`` (REINFORCE++ whitening)."""
+    from adapters.training.advantages import ESTIMATORS
+
+    if not ctx.enabled or ESTIMATORS[cfg.algorithm].scope == "group":
         compute(cfg, items)
         return
     parts = ctx.all_gather_objects(items)

@@ -13,12 +13,13 @@ import typing
 from dataclasses import fields
 from typing import Any, Literal
 
+from adapters.training.advantages import ESTIMATORS
 from adapters.training.config import (
     ConfigError,
     TrainConfig,
-    _strip_optional,
-    _type_ok,
     field_types,
+    strip_optional,
+    type_ok,
 )
 
 __all__ = [
@@ -51,50 +52,6 @@ def parse_key_values(items: list[str], flag: str) -> dict[str, Any]:
     return out
 
 
-_HELP = {
-    "env": "setting id (see envs.list_envs()), or package.module:id for one registered elsewhere",
-    "recipe": "training recipe (default: the setting's paper recipe); see the list below",
-    "env_config": "setting option KEY=VALUE (repeatable), e.g. --env-config mode=single",
-    "instance": "explicit instance as JSON for every train/eval episode",
-    "system_prompt": "system message prepended to every prompt",
-    "prompt_prefix": "few-shot messages as JSON: [{role, content}, ...]",
-    "demos": "worked examples per role from the setting's oracle, shown before each prompt",
-    "model": "smollm2 (embedded), tiny, a local checkpoint, a hub name, or config:PATH",
-    "lora_rank": "LoRA rank; 0 = full fine-tuning",
-    "per_role": "one policy per role (default: the recipe's)",
-    "role_policies": "role -> policy name as JSON, M policies for N roles, "
-    'e.g. \'{"challenger": "a", "planner": "a"}\'',
-    "train_roles": "roles whose samples are trained, e.g. solver,judge (default: all)",
-    "role_sampling": 'per-role sampling as JSON, e.g. \'{"critic": {"temperature": 0.1}}\'',
-    "entropy_coef": "entropy bonus weight (MAE: 0.001)",
-    "keep_scope": "tree sampling: keep per branch, or per instance across branches (MarsRL)",
-    "ppo_minibatches": "optimizer steps per PPO epoch (the batch split evenly)",
-    "per_role_models": "per-role policies as LoRA adapters on one base, or separate models",
-    "chat_template_kwargs": "JSON for apply_chat_template, e.g. '{\"enable_thinking\": false}' "
-    "(Qwen3's no-thinking mode, as in the paper)",
-    "algorithm": "at-grpo | grpo | reinforce++ | tr-reinforce++ | tr-reinforce++-token",
-    "candidates": "K: candidates per agent-turn (tree) or episodes per instance (parallel)",
-    "keep": "tree sampling keep rule: best | random | balanced | adaptive",
-    "instances_per_step": "env instances rolled out per training step",
-    "minibatch_size": "samples per optimizer step (0 = use --ppo-minibatches)",
-    "kl_loss_coef": "weight of the KL loss against the reference model",
-    "kl_reward_coef": "REINFORCE++ token-level KL penalty in the reward (beta)",
-    "output_dir": "run directory (checkpoints, logs, plots); default runs/<env>-<algo>-<time>",
-    "device": "auto | cpu | cuda | cuda:N",
-    "backend": "rollout backend: transformers | vllm (needs vllm: scripts/setup_vllm.sh) | "
-    "vllm-server (generation on running `vllm serve` processes: --vllm-servers)",
-    "dp_mode": "data parallelism under torchrun: auto (DDP with LoRA, FSDP2 for full "
-    "fine-tuning) | ddp | fsdp | hsdp (FSDP2 sharded within a node, replicated across nodes)",
-    "dist_timeout_s": "seconds a collective may wait for the other ranks before the run fails",
-    "vllm_servers": "backend vllm-server: comma-separated base URLs of `vllm serve` replicas "
-    "(POLICY=URL for per-role full fine-tuning)",
-    "vllm_sync_dir": "backend vllm-server: directory the servers can read, for adapters and "
-    "weights pushed after each update (default: <output_dir>/vllm-sync)",
-    "env_pool": "where envs step: local (threads) | ray (RayEnvPool actors)",
-    "ray_address": "env_pool ray: ray.init(address=...) of a running cluster, e.g. auto",
-}
-
-
 _NOT_FLAGS = {"sources"}  # filled by TrainConfig.resolved(), not a setting
 _SHORTCUTS = {"mode": "env_config.mode", "max_turns": "env_config.max_turns"}
 
@@ -106,12 +63,16 @@ def add_config_arguments(parser: Any) -> None:
     """One flag per :class:`TrainConfig` field (defaults suppressed: only given flags count)."""
     import argparse
 
-    for name, tp in field_types().items():
+    types = field_types()
+    for f in fields(TrainConfig):
+        name, tp = f.name, types[f.name]
         if name in _NOT_FLAGS:
             continue
         flag = "--" + name.replace("_", "-")
-        base, _ = _strip_optional(tp)
-        help_text = _HELP.get(name, "")
+        base, _ = strip_optional(tp)
+        help_text = f.metadata.get("help", "")  # the field's one line (config.py)
+        if name == "algorithm":  # the estimator table's names (advantages.ESTIMATORS)
+            help_text = "; ".join(f"{k}: {e.summary}" for k, e in ESTIMATORS.items())
         if name == "env_config":
             parser.add_argument(
                 flag,
@@ -129,6 +90,8 @@ def add_config_arguments(parser: Any) -> None:
             )
         else:
             choices = typing.get_args(base) if typing.get_origin(base) is Literal else None
+            if name == "algorithm":
+                choices = tuple(ESTIMATORS)
             aliases = _FLAG_ALIASES.get(name, ())
             parser.add_argument(
                 flag,
@@ -152,7 +115,7 @@ def add_config_arguments(parser: Any) -> None:
 
 def _convert(name: str, text: Any) -> Any:
     tp = field_types()[name]
-    base, optional = _strip_optional(tp)
+    base, optional = strip_optional(tp)
     if not isinstance(text, str):
         return text
     if optional and text.lower() in ("none", "null", "auto"):
@@ -169,7 +132,7 @@ def _convert(name: str, text: Any) -> Any:
     value = parse_value(text)
     if (base is list or typing.get_origin(base) is list) and isinstance(value, str):
         value = [v.strip() for v in value.split(",") if v.strip()]  # "a,b" -> ["a", "b"]
-    if not _type_ok(value, tp):
+    if not type_ok(value, tp):
         raise ConfigError(f"--{name.replace('_', '-')}: cannot use {text!r} ({tp})")
     return value
 

@@ -29,7 +29,7 @@ import torch
 
 from adapters.policies.transformers_policy import prompt_batch
 from adapters.training.batch import TrainItem, micro_batches
-from adapters.training.config import TrainConfig
+from adapters.training.config import UpdateConfig
 from adapters.training.masking import length_mask
 
 __all__ = [
@@ -371,13 +371,13 @@ def _full_logprobs(
 
 
 def batch_logprobs(
-    model: Any, items: Sequence[TrainItem], cfg: TrainConfig, pad_id: int
+    model: Any, items: Sequence[TrainItem], cfg: UpdateConfig, pad_id: int
 ) -> list[torch.Tensor]:
     """Per-item log-prob tensors under ``model`` (no grad), in micro-batches, each item at its
     own sampling temperature (``TrainItem.temperature``)."""
     out: dict[int, torch.Tensor] = {}
     with torch.no_grad():
-        for mb in micro_batches(items, cfg.micro_batch_size or 8, cfg.micro_batch_tokens or 0):
+        for mb in micro_batches(items, cfg.micro_batch_size, cfg.micro_batch_tokens):
             lp = completion_logprobs(
                 model,
                 [it.prompt_ids for it in mb],

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.rollout import derive_seed
-from adapters.training.config import TrainConfig
+from adapters.training.config import TrainConfig, UpdateConfig
 
 __all__ = ["SHARED", "PolicyModel", "build_policy_models", "role_policy_map"]
 
@@ -89,11 +89,11 @@ def _lora_config(cfg: TrainConfig) -> Any:
     target: Any = cfg.lora_target
     if "," in target:
         target = [t.strip() for t in target.split(",") if t.strip()]
-    rank = int(cfg.lora_rank or 0)
+    u = UpdateConfig.of(cfg)
     return LoraConfig(
-        r=rank,
-        lora_alpha=int(cfg.lora_alpha or 2 * rank),
-        lora_dropout=float(cfg.lora_dropout or 0.0),
+        r=u.lora_rank,
+        lora_alpha=int(u.lora_alpha),
+        lora_dropout=u.lora_dropout,
         target_modules=target,
         bias="none",
         task_type="CAUSAL_LM",
@@ -122,7 +122,7 @@ def role_policy_map(cfg: TrainConfig, roles: Sequence[str]) -> dict[str, str]:
     roles; roles it does not name get a policy of their own), else each role to itself
     (``per_role``), else every role to ``"shared"``.
 
-    >>> from adapters.training.config import TrainConfig
+    >>> from adapters.training.config import TrainConfig, UpdateConfig
     >>> cfg = TrainConfig(role_policies={"challenger": "a", "planner": "a", "solver": "b"})
     >>> role_policy_map(cfg, ["challenger", "planner", "solver", "critic"])
     {'challenger': 'a', 'planner': 'a', 'solver': 'b', 'critic': 'critic'}
@@ -148,7 +148,8 @@ def build_policy_models(
 
     role_map = role_policy_map(cfg, roles)
     pids = sorted(set(role_map.values()))
-    lora = (cfg.lora_rank or 0) > 0
+    u = UpdateConfig.of(cfg)
+    lora = u.lora_rank > 0
     out: dict[str, PolicyModel] = {}
     separate = len(pids) > 1 and (cfg.per_role_models == "models" or not lora)
     if lora and not separate:
@@ -188,7 +189,7 @@ def build_policy_models(
                 for p in model.parameters():
                     p.requires_grad_(True)
                 out[pid] = PolicyModel(pid, model, list(model.parameters()))
-        if not lora and ((cfg.kl_loss_coef or 0.0) > 0 or (cfg.kl_reward_coef or 0.0) > 0):
+        if not lora and u.needs_ref:
             ref = copy.deepcopy(base)  # all policies start from the same base: one reference
             ref.eval()
             for p in ref.parameters():
@@ -200,8 +201,8 @@ def build_policy_models(
         pm.model.eval()
         pm.optimizer = torch.optim.AdamW(
             pm.params,
-            lr=cfg.lr or 1e-4,
-            weight_decay=0.01 if cfg.weight_decay is None else cfg.weight_decay,
+            lr=u.lr,
+            weight_decay=u.weight_decay,
             betas=(0.9, 0.999),
         )
     return out

@@ -36,6 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapters.training.advantages import ESTIMATORS
+
 __all__ = [
     "DEVICE_DEFAULTS",
     "RECIPES",
@@ -59,6 +61,13 @@ class Recipe:
     env_config: Mapping[str, Sourced] = field(default_factory=dict)
     cpu: Mapping[str, Sourced] = field(default_factory=dict)
     cpu_env_config: Mapping[str, Sourced] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        algorithm = self.values.get("algorithm", (None, ""))[0]
+        if algorithm is not None and algorithm not in ESTIMATORS:
+            raise ValueError(
+                f"recipe {self.name!r}: algorithm {algorithm!r} is not in advantages.ESTIMATORS"
+            )
 
 
 # CPU scale-down shared by every recipe: the embedded 135M model with a LoRA adapter

@@ -61,7 +61,6 @@ from adapters.evaluation import EvalReport, compare_reports, evaluate
 from adapters.policies.models import load_base_model, resolve_device
 from adapters.rollout import (
     LocalEnvPool,
-    RolloutConfig,
     RolloutEngine,
     RolloutResult,
     Sample,
@@ -74,7 +73,7 @@ from adapters.rollout import (
 )
 from adapters.training import checkpoints, distributed
 from adapters.training.backends import make_backend
-from adapters.training.config import TrainConfig
+from adapters.training.config import LoopConfig, TrainConfig, UpdateConfig
 from adapters.training.metrics import MetricsLogger, truncate_file
 from adapters.training.policy_models import build_policy_models
 
@@ -135,9 +134,11 @@ class Trainer:
         # one rank of a torchrun / accelerate launch, or a single process (distributed.py)
         self.dist = distributed.setup(cfg.device, cfg.dist_timeout_s)
         if cfg.output_dir is None:
-            cfg.output_dir = self.dist.broadcast_object(_default_output_dir(cfg))
+            where = self.dist.broadcast_object(_default_output_dir(cfg))
+            cfg = cfg.replace(output_dir=where).resolved()
         self.cfg = cfg
-        self.out = Path(cfg.output_dir)
+        self.loop = cfg.view(LoopConfig)
+        self.out = Path(self.loop.output_dir)
         self._log_fn = log
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
@@ -166,14 +167,14 @@ class Trainer:
         self.env_config = dict(cfg.env_config)
         self.roles = env_roles(cfg.env, self.env_config)
         self.shared = create_shared_objects(cfg.env, self.env_config)
-        max_new = cfg.max_new_tokens or 256
+        rollout = cfg.rollout_config(prompt_seeds=self.dist.enabled)
         self.demos = oracle_demos(
             cfg.env,
             {**self.env_config, **self.shared},
             self.roles,
-            cfg.demos or 0,
+            self.loop.demos,
             cfg.seed,
-            fits=lambda text: len(self.tokenizer(text)["input_ids"]) < max_new,
+            fits=lambda text: len(self.tokenizer(text)["input_ids"]) < rollout.max_new_tokens,
         )
         # the trainable policies, the policies that generate with them, and the rollout engine
         self.models = build_policy_models(cfg, self.roles, base)
@@ -199,20 +200,7 @@ class Trainer:
         self.engine = RolloutEngine(
             cfg.env,
             self.policies,
-            RolloutConfig(
-                candidates=cfg.candidates or 1,
-                sampling=cfg.sampling or "tree",
-                keep=cfg.keep or "best",
-                keep_n=cfg.keep_n or 1,
-                keep_scope=cfg.keep_scope or "branch",
-                max_branches=cfg.max_branches,
-                temperature=1.0 if cfg.temperature is None else cfg.temperature,
-                top_p=1.0 if cfg.top_p is None else cfg.top_p,
-                top_k=-1 if cfg.top_k is None else cfg.top_k,
-                max_new_tokens=cfg.max_new_tokens or 256,
-                role_sampling=cfg.role_sampling,
-                prompt_seeds=self.dist.enabled,
-            ),
+            rollout,
             env_config={**self.env_config, **self.shared},
             role_policy=self.role_policy,
             pool=self.pool,
@@ -287,7 +275,7 @@ class Trainer:
         cfg = self.cfg
         specs = episode_specs(
             cfg.env,
-            cfg.instances_per_step or 1,
+            self.loop.instances_per_step,
             seed=cfg.seed,
             tag=f"train-{step}",
             env_config={**self.env_config, **self.shared},
@@ -320,23 +308,20 @@ class Trainer:
         by_pid: dict[str, list[Any]] = defaultdict(list)
         for it in items:
             by_pid[it.sample.policy_id].append(it)
-        need_ref = (cfg.kl_loss_coef or 0.0) > 0 or (
-            (cfg.kl_reward_coef or 0.0) > 0
-            and cfg.algorithm in ("reinforce++", "tr-reinforce++-token")
-        )
+        ucfg = UpdateConfig.of(cfg)
         pids = self.dist.union(by_pid)  # every rank updates the same policies (collectives)
         for pid, its in by_pid.items():
             pm = self.models[pid]
             pm.activate()
             if cfg.old_logprobs == "recompute":
-                for it, lp in zip(its, batch_logprobs(pm.model, its, cfg, self.pad_id)):
+                for it, lp in zip(its, batch_logprobs(pm.model, its, ucfg, self.pad_id)):
                     it.old_logprobs = lp
-            if need_ref:
+            if ucfg.needs_ref:
                 with pm.reference():
-                    refs = batch_logprobs(pm.ref_forward_model, its, cfg, self.pad_id)
+                    refs = batch_logprobs(pm.ref_forward_model, its, ucfg, self.pad_id)
                 for it, lp in zip(its, refs):
                     it.ref_logprobs = lp
-        distributed.advantages(self.dist, cfg, items, compute_advantages)
+        distributed.advantages(self.dist, ucfg, items, compute_advantages)
         out: dict[str, float] = {
             "samples_untrainable": float(dropped),  # no token ids / log-probs
             "samples_reward_only": float(len(not_trained)),  # the env marked them (trainable)
@@ -345,7 +330,7 @@ class Trainer:
         totals: dict[str, float] = defaultdict(float)
         trained = 0
         for pid in pids:
-            st = update_policy(cfg, self.models[pid], by_pid[pid], step, self.pad_id, self.dp)
+            st = update_policy(ucfg, self.models[pid], by_pid[pid], step, self.pad_id, self.dp)
             st = distributed.reduce_update_stats(self.dist, st)
             if len(pids) > 1 or cfg.per_role or cfg.role_policies:
                 out.update({f"{k}/{pid}": v for k, v in st.items() if k in ("loss", "grad_norm")})
@@ -440,8 +425,8 @@ class Trainer:
             role_policy=self.role_policy,
             split=cfg.eval_split,
             seed=cfg.seed,
-            temperature=cfg.eval_temperature or 0.0,
-            max_new_tokens=cfg.max_new_tokens or 256,
+            temperature=self.loop.eval_temperature,
+            max_new_tokens=self.engine.config.max_new_tokens,
             instance=cfg.instance,
         )
         self.backend.timer.reset()
@@ -455,7 +440,7 @@ class Trainer:
         from tqdm.auto import tqdm
 
         cfg = self.cfg
-        steps = cfg.steps or 0
+        steps = self.loop.steps
         t_start = time.perf_counter()
         train_seconds = 0.0
         before_path = self.out / "eval_before.json"

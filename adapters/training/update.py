@@ -1,20 +1,11 @@
 """The policy update: advantages for a step's samples, then PPO-clip epochs per policy.
 
-Advantages (``TrainConfig.algorithm``), computed by :func:`compute_advantages` with the pure
-estimators of :mod:`adapters.training.advantages`:
-
-* ``at-grpo`` / ``grpo``: :func:`~adapters.training.advantages.group_advantages` over the samples
-  sharing a rollout group key (AT-GRPO: ``(instance, branch, agent, turn, step)`` from tree
-  sampling; GRPO: ``(instance, agent, turn, step)`` across the K parallel episodes), one value
-  per sample broadcast over its tokens (AT-GRPO, Eq. 1).
-* ``reinforce++``: :func:`~adapters.training.advantages.reinforce_pp_advantages` over each
-  policy's batch (token-level KL penalty ``kl_reward_coef`` against the reference, global
-  whitening; CoMAS Eqs. 9-10).
-* ``tr-reinforce++``: Task-Relative REINFORCE++ as the MAE and SAGE papers define it (Eq. 1):
-  one advantage per sample, ``(r - mean_role) / (std_role + eps)`` over the step's samples of
-  the same role, broadcast over its tokens.
-* ``tr-reinforce++-token``: REINFORCE++ returns whitened over each role's tokens (the variant
-  that weights samples by length and allows a token-level KL reward).
+Advantages (``TrainConfig.algorithm``): :func:`compute_advantages` calls the estimator that
+:data:`~adapters.training.advantages.ESTIMATORS` names (``at-grpo`` / ``grpo``: group advantages
+over the rollout group key, AT-GRPO Eq. 1; ``reinforce++``: token returns with the KL reward
+``kl_reward_coef``, whitened over each policy's batch, CoMAS Eqs. 9-10; ``tr-reinforce++``:
+whitening per role, one value per sample, MAE/SAGE Eq. 1; ``tr-reinforce++-token``: REINFORCE++
+returns whitened over each role's tokens). The update reads a :class:`UpdateConfig`.
 
 Loss (:func:`update_policy`): :func:`~adapters.training.losses.ppo_clip_loss` (token mean by
 default) plus an optional ``kl_loss_coef`` x :func:`~adapters.training.losses.kl_loss` against the
@@ -38,16 +29,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
 from adapters.rollout import derive_seed
-from adapters.training.advantages import (
-    group_advantages,
-    reinforce_pp_advantages,
-    task_relative_reinforce_pp_advantages,
-)
+from adapters.training.advantages import ESTIMATORS, _reference
 from adapters.training.batch import TrainItem
-from adapters.training.config import TrainConfig
+from adapters.training.config import TrainConfig, UpdateConfig
 from adapters.training.distributed import SINGLE, DataParallel
 from adapters.training.logprobs import completion_logprobs, completion_logprobs_and_entropy
 from adapters.training.losses import aggregate_loss, kl_loss, ppo_clip_loss, token_kl
@@ -56,61 +41,19 @@ from adapters.training.masking import length_mask, pad_rows
 __all__ = ["compute_advantages", "mean_kl_to_ref", "update_policy"]
 
 
-def compute_advantages(cfg: TrainConfig, items: Sequence[TrainItem]) -> None:
-    """Fill ``item.advantages`` (per token) and ``item.sample.advantage`` (their mean)."""
+def compute_advantages(cfg: UpdateConfig | TrainConfig, items: Sequence[TrainItem]) -> None:
+    """Fill ``item.advantages`` (per token) and ``item.sample.advantage`` (their mean) with the
+    estimator :data:`~adapters.training.advantages.ESTIMATORS` names for ``cfg.algorithm``."""
     if not items:
         return
-    per_sample = None
-    if cfg.algorithm in ("at-grpo", "grpo"):
-        per_sample = group_advantages(
-            [it.sample.reward for it in items],
-            [it.sample.group for it in items],
-            normalize_std=cfg.normalize_std,
-        )
-    elif cfg.algorithm == "tr-reinforce++":
-        per_sample = task_relative_reinforce_pp_advantages(
-            [it.sample.reward for it in items], [it.sample.role for it in items]
-        )
-    if per_sample is not None:
-        for it, a in zip(items, per_sample.tolist()):
-            it.advantages = torch.full((len(it.completion_ids),), float(a))
-    else:
-        by_pid: dict[str, list[TrainItem]] = defaultdict(list)
-        for it in items:
-            by_pid[it.sample.policy_id].append(it)
-        for batch in by_pid.values():
-            width = max(len(it.completion_ids) for it in batch)
-            mask = length_mask([len(it.completion_ids) for it in batch], width)
-            beta = cfg.kl_reward_coef or 0.0
-            lp = pad_rows([it.old_logprobs for it in batch], width) if beta else None
-            ref = pad_rows([_need_ref(it) for it in batch], width) if beta else None
-            token_tr = cfg.algorithm == "tr-reinforce++-token"
-            groups = [it.sample.role for it in batch] if token_tr else None
-            adv = reinforce_pp_advantages(
-                [it.sample.reward for it in batch],
-                mask,
-                lp,
-                ref,
-                beta=beta,
-                gamma=1.0 if cfg.gamma is None else cfg.gamma,
-                kl_kind="k1",
-                group_ids=groups,
-            )
-            for row, it in zip(adv, batch):
-                it.advantages = row[: len(it.completion_ids)].clone()
-    for it in items:
-        assert it.advantages is not None
-        it.sample.advantage = float(it.advantages.mean()) if len(it.advantages) else 0.0
-
-
-def _need_ref(it: TrainItem) -> torch.Tensor:
-    if it.ref_logprobs is None:
-        raise RuntimeError("reference log-probs are missing (a KL coefficient is set)")
-    return it.ref_logprobs
+    ucfg = UpdateConfig.of(cfg)
+    for it, adv in zip(items, ESTIMATORS[ucfg.algorithm].fn(items, ucfg)):
+        it.advantages = adv
+        it.sample.advantage = float(adv.mean()) if len(adv) else 0.0
 
 
 def update_policy(
-    cfg: TrainConfig,
+    cfg: UpdateConfig | TrainConfig,
     pm: Any,
     items: Sequence[TrainItem],
     step: int,
@@ -122,8 +65,9 @@ def update_policy(
     ``dp`` (:mod:`adapters.training.distributed`) makes this one rank of a data-parallel update:
     ``items`` are this rank's share, and the statistics are this rank's parts of the sums."""
     dp = dp or SINGLE
-    kl_coef = cfg.kl_loss_coef or 0.0
-    ent_coef = cfg.entropy_coef or 0.0
+    cfg = UpdateConfig.of(cfg)
+    kl_coef = cfg.kl_loss_coef
+    ent_coef = cfg.entropy_coef
     use_kl = kl_coef > 0
     if cfg.skip_zero_advantage and not use_kl and ent_coef == 0:
         items = [it for it in items if it.advantages is not None and bool(it.advantages.any())]
@@ -132,15 +76,15 @@ def update_policy(
     if not dp.total(len(items)):
         return dict(stats)
     pm.activate()
-    pm.model.train((cfg.lora_dropout or 0.0) > 0)
+    pm.model.train(cfg.lora_dropout > 0)
     dev = next(pm.model.parameters()).device
     n_updates = 0
     weight_sum = 0.0
     dp.begin_update(pm)
     try:
         global_items = int(dp.total(len(items)))  # minibatches are cut from the global batch
-        size = cfg.minibatch_size or math.ceil(global_items / (cfg.ppo_minibatches or 1))
-        for epoch in range(cfg.ppo_epochs or 1):
+        size = cfg.minibatch_size or math.ceil(global_items / cfg.ppo_minibatches)
+        for epoch in range(cfg.ppo_epochs):
             rng = random.Random(derive_seed(cfg.seed, "minibatch", step, pm.pid, epoch))
             for mb in dp.minibatches(items, size, rng):
                 token_mean = cfg.loss_agg == "token-mean"
@@ -148,9 +92,7 @@ def update_policy(
                     sum(len(it.completion_ids) for it in mb) if token_mean else len(mb)
                 )
                 pm.optimizer.zero_grad(set_to_none=True)
-                for micro in dp.micro_batches(
-                    mb, cfg.micro_batch_size or 8, cfg.micro_batch_tokens or 0
-                ):
+                for micro in dp.micro_batches(mb, cfg.micro_batch_size, cfg.micro_batch_tokens):
                     lengths = [len(it.completion_ids) for it in micro]
                     width = max(lengths)
                     mask = length_mask(lengths, width).to(dev)
@@ -191,8 +133,8 @@ def update_policy(
                     w = (float(mask.sum()) if token_mean else len(micro)) / denom
                     stats["pg_loss"] += float(loss.detach()) * w
                     if use_kl:
-                        ref = pad_rows([_need_ref(it) for it in micro], width).to(dev)
-                        kl = kl_loss(lp, ref, mask, cfg.kl_loss_type or "k3")
+                        ref = pad_rows([_reference(it) for it in micro], width).to(dev)
+                        kl = kl_loss(lp, ref, mask, cfg.kl_loss_type)
                         loss = loss + kl_coef * kl
                         stats["kl_loss"] += float(kl.detach()) * w
                     if entropy is not None:  # entropy bonus (MAE Table 3): maximise entropy
@@ -205,8 +147,7 @@ def update_policy(
                     stats["approx_kl"] += float(st["approx_kl"]) * w
                     stats["ratio_max"] = max(stats["ratio_max"], float(st["ratio_max"]))
                 dp.finish_micro_batches(pm)
-                max_norm = 1.0 if cfg.max_grad_norm is None else cfg.max_grad_norm
-                stats["grad_norm"] += dp.clip_grad_norm(pm.params, max_norm)
+                stats["grad_norm"] += dp.clip_grad_norm(pm.params, cfg.max_grad_norm)
                 pm.optimizer.step()
                 pm.optimizer.zero_grad(set_to_none=True)
                 n_updates += 1
