@@ -18,8 +18,8 @@ A setting subclasses :class:`TurnBasedEnv` and supplies only what is specific to
   ``oracle(agent)`` (a correct scripted completion), ``_shared_attrs`` (attributes that
   ``clone()`` shares instead of copying: the sandbox always, pools and datasets by choice),
   ``create_shared(**config)`` (run-wide objects such as question pools that every instance must
-  share and trainers checkpoint) and ``adaptive_preference(agent)`` (MarsRL keep rule);
-  ``award_lookahead()`` when whether awards arrive depends on the configuration.
+  share and trainers checkpoint), ``adaptive_preference(agent)`` (MarsRL keep rule) and
+  ``award_lookahead()`` (how many steps later this configuration's awards can arrive).
 
 What the layers above need to know without building an env (the modes, whether some rewards
 arrive later through :meth:`award`, how many steps later at most, the default recipe) is

@@ -61,16 +61,16 @@ def comparable(results: dict) -> list[dict]:
 
 
 def test_suites_cover_every_setting_and_both_modes():
-    from adapters.training.recipes import RECIPES
+    from adapters.training.recipes import RECIPES, recipe_for
 
-    setting_recipes = {s: envs.spec(s).recipe for s in envs.list_envs()}
+    setting_recipes = {s: recipe_for(s).name for s in envs.list_envs()}
     cpu_options = {s: envs.spec(s).cpu_options for s in envs.list_envs()}
     default, full = SUITES["default"], SUITES["all"]
     keys = [e.key for e in default.entries]
     assert keys == [e.key for e in full.entries]
     assert {e.setting for e in default.entries if e.mode == "multi"} == set(envs.list_envs())
     assert sorted(e.setting for e in default.entries if e.mode == "single") == sorted(
-        s for s, r in setting_recipes.items() if r == "at-grpo"
+        s for s in envs.list_envs() if "single" in envs.spec(s).modes
     )
     assert full.episodes > default.episodes and all(not e.options for e in full.entries)
     # the CPU sizes are the training recipes' CPU scale-down where the recipe has one
