@@ -719,6 +719,7 @@ class UpdateConfig:
     clip_eps_high: float | None = None  # None: the same as clip_eps
     max_grad_norm: float = 1.0
     share_prompt_forward: bool = True
+    old_logprobs: Literal["auto", "rollout", "recompute"] = "rollout"
 
     @classmethod
     def of(cls, cfg: UpdateConfig | TrainConfig) -> UpdateConfig:
