@@ -708,6 +708,7 @@ class UpdateConfig:
     lora_rank: int = 0
     lora_alpha: float = 0.0
     lora_dropout: float = 0.0
+    lora_target: str = "all-linear"
     seed: int = 0
     ppo_epochs: int = 1
     ppo_minibatches: int = 1
