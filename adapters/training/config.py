@@ -511,7 +511,7 @@ class TrainConfig:
             src["lora_alpha"] = "2 x lora_rank"
         if c.lora_dropout is None:
             c.lora_dropout = 0.0
-            src["lora_dropout"] = "suite default (no LoRA)"
+            src["lora_dropout"] = "suite default"
         if c.dtype == "auto":
             c.dtype = "bfloat16" if (cuda and lora) else "float32"
             src["dtype"] = "bfloat16 for LoRA on CUDA, else float32"
