@@ -12,7 +12,7 @@ Examples::
     python -m adapters.train --env sokoban --model Qwen/Qwen3-1.7B \
         --chat-template-kwargs '{"enable_thinking": false}' --lora-rank 0   # paper setup, CUDA
     torchrun --nproc-per-node 8 -m adapters.train --env sokoban --model Qwen/Qwen3-1.7B \
-        --lora-rank 0                                        # 8 ranks, FSDP2 (distributed.py)
+        --lora-rank 0                                        # 8 ranks, FSDP2 (training.distributed)
     torchrun --nproc-per-node 2 -m adapters.train --env sokoban --model tiny --steps 2  # CPU
 
 Every :class:`~adapters.training.config.TrainConfig` field is a flag (``--lora-rank 0`` = full

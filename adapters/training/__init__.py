@@ -16,6 +16,7 @@ module              what lives there
 ``batch``           samples -> train items, minibatches and token-budget micro-batches
 ``masking``         padding and masks of per-token tensors
 ``checkpoints``     what a checkpoint holds; atomic save, exact resume, final export
+``distributed``     torchrun ranks, DDP / FSDP2 wrapping, sharded checkpoints, step reductions
 ``metrics``         JSONL + TensorBoard metrics and the training-curve PNG
 ==================  ===========================================================================
 

@@ -96,9 +96,19 @@ class ConfigError(ValueError):
     """A bad configuration value or key (the message says which and why)."""
 
 
-def _help(text: str) -> dict[str, str]:
-    """A field's one-line ``--help`` text; :mod:`adapters.training.flags` reads it."""
-    return {"help": text}
+def opt(
+    default: Any = dataclasses.MISSING,
+    doc: str = "",
+    *,
+    factory: Any = dataclasses.MISSING,
+    compare: bool = True,
+) -> Any:
+    """A :class:`TrainConfig` field and its one-line ``--help`` text (``metadata["help"]``, which
+    :mod:`adapters.training.flags` reads)."""
+    meta = {"help": doc}
+    if factory is not dataclasses.MISSING:
+        return field(default_factory=factory, compare=compare, metadata=meta)
+    return field(default=default, compare=compare, metadata=meta)
 
 
 @dataclass
@@ -108,268 +118,188 @@ class TrainConfig:
     copied."""
 
     # ---- the setting and its recipe
-    env: str = field(
-        default="sokoban",
-        metadata=_help(
-            "setting id (see envs.list_envs()), or package.module:id for one registered elsewhere"
-        ),
+    env: str = opt(
+        "sokoban",
+        "setting id (see envs.list_envs()), or package.module:id for one registered elsewhere",
     )
-    recipe: str | None = field(
-        default=None,
-        metadata=_help("training recipe (default: the setting's paper recipe); see the list below"),
+    recipe: str | None = opt(
+        None, "training recipe (default: the setting's paper recipe); see the list below"
     )
-    env_config: dict[str, Any] = field(
-        default_factory=dict,
-        metadata=_help("setting option KEY=VALUE (repeatable), e.g. --env-config mode=single"),
+    env_config: dict[str, Any] = opt(
+        doc="setting option KEY=VALUE (repeatable), e.g. --env-config mode=single", factory=dict
     )
-    instance: dict[str, Any] | None = field(
-        default=None, metadata=_help("explicit instance as JSON for every train/eval episode")
+    instance: dict[str, Any] | None = opt(
+        None, "explicit instance as JSON for every train/eval episode"
     )
-    system_prompt: str | None = field(
-        default=None, metadata=_help("system message prepended to every prompt")
+    system_prompt: str | None = opt(None, "system message prepended to every prompt")
+    prompt_prefix: list[dict[str, str]] = opt(
+        doc="few-shot messages as JSON: [{role, content}, ...]", factory=list
     )
-    prompt_prefix: list[dict[str, str]] = field(
-        default_factory=list, metadata=_help("few-shot messages as JSON: [{role, content}, ...]")
-    )
-    demos: int | None = field(
-        default=None,
-        metadata=_help(
-            "worked examples per role from the setting's oracle, shown before each prompt"
-        ),
+    demos: int | None = opt(
+        None, "worked examples per role from the setting's oracle, shown before each prompt"
     )
     # ---- the model and which policy plays which role
-    model: str = field(
-        default="smollm2",
-        metadata=_help("smollm2 (embedded), tiny, a local checkpoint, a hub name, or config:PATH"),
+    model: str = opt(
+        "smollm2", "smollm2 (embedded), tiny, a local checkpoint, a hub name, or config:PATH"
     )
-    dtype: str = field(
-        default="auto",
-        metadata=_help(
-            "model dtype: auto (bfloat16 for LoRA on CUDA, else float32) | float32 | bfloat16"
-        ),
+    dtype: str = opt(
+        "auto", "model dtype: auto (bfloat16 for LoRA on CUDA, else float32) | float32 | bfloat16"
     )
-    lora_rank: int | None = field(default=None, metadata=_help("LoRA rank; 0 = full fine-tuning"))
-    lora_alpha: float | None = field(default=None, metadata=_help("LoRA alpha (default: 2 x rank)"))
-    lora_dropout: float | None = field(default=None, metadata=_help("LoRA dropout"))
-    lora_target: str = field(
-        default="all-linear",
-        metadata=_help("LoRA target modules: all-linear, or comma-separated module names"),
+    lora_rank: int | None = opt(None, "LoRA rank; 0 = full fine-tuning")
+    lora_alpha: float | None = opt(None, "LoRA alpha (default: 2 x rank)")
+    lora_dropout: float | None = opt(None, "LoRA dropout")
+    lora_target: str = opt(
+        "all-linear", "LoRA target modules: all-linear, or comma-separated module names"
     )
-    per_role: bool | None = field(
-        default=None, metadata=_help("one policy per role (default: the recipe's)")
-    )
-    role_policies: dict[str, str] = field(
-        default_factory=dict,
-        metadata=_help(
+    per_role: bool | None = opt(None, "one policy per role (default: the recipe's)")
+    role_policies: dict[str, str] = opt(
+        doc=(
             'role -> policy name as JSON, M policies for N roles, e.g. \'{"challenger": "a", '
             '"planner": "a"}\''
         ),
+        factory=dict,
     )
-    train_roles: list[str] | None = field(
-        default=None,
-        metadata=_help("roles whose samples are trained, e.g. solver,judge (default: all)"),
+    train_roles: list[str] | None = opt(
+        None, "roles whose samples are trained, e.g. solver,judge (default: all)"
     )
-    per_role_models: Literal["adapters", "models"] = field(
-        default="adapters",
-        metadata=_help("per-role policies as LoRA adapters on one base, or separate models"),
+    per_role_models: Literal["adapters", "models"] = opt(
+        "adapters", "per-role policies as LoRA adapters on one base, or separate models"
     )
-    chat_template_kwargs: dict[str, Any] = field(
-        default_factory=dict,
-        metadata=_help(
+    chat_template_kwargs: dict[str, Any] = opt(
+        doc=(
             "JSON for apply_chat_template, e.g. '{\"enable_thinking\": false}' (Qwen3's "
             "no-thinking mode, as in the paper)"
         ),
+        factory=dict,
     )
     # ---- the algorithm
-    algorithm: str | None = field(default=None, metadata=_help("a name of advantages.ESTIMATORS"))
-    sampling: Literal["tree", "parallel"] | None = field(
-        default=None,
-        metadata=_help(
-            "tree (K candidates per agent-turn) | parallel (K episodes per instance); default: "
-            "the algorithm's"
-        ),
+    algorithm: str | None = opt(None, "a name of advantages.ESTIMATORS")
+    sampling: Literal["tree", "parallel"] | None = opt(
+        None,
+        "tree (K candidates per agent-turn) | parallel (K episodes per instance); default: the "
+        "algorithm's",
     )
-    candidates: int | None = field(
-        default=None,
-        metadata=_help("K: candidates per agent-turn (tree) or episodes per instance (parallel)"),
+    candidates: int | None = opt(
+        None, "K: candidates per agent-turn (tree) or episodes per instance (parallel)"
     )
-    keep: Literal["best", "random", "balanced", "adaptive"] | None = field(
-        default=None, metadata=_help("tree sampling keep rule: best | random | balanced | adaptive")
+    keep: Literal["best", "random", "balanced", "adaptive"] | None = opt(
+        None, "tree sampling keep rule: best | random | balanced | adaptive"
     )
-    keep_n: int | None = field(
-        default=None,
-        metadata=_help("tree sampling: candidates that continue per branch (or per instance)"),
+    keep_n: int | None = opt(
+        None, "tree sampling: candidates that continue per branch (or per instance)"
     )
-    keep_scope: Literal["branch", "instance"] | None = field(
-        default=None,
-        metadata=_help("tree sampling: keep per branch, or per instance across branches (MarsRL)"),
+    keep_scope: Literal["branch", "instance"] | None = opt(
+        None, "tree sampling: keep per branch, or per instance across branches (MarsRL)"
     )
-    max_branches: int = field(
-        default=16,
-        metadata=_help("tree sampling: cap on live branches per instance when keep_n > 1"),
+    max_branches: int = opt(16, "tree sampling: cap on live branches per instance when keep_n > 1")
+    normalize_std: bool = opt(True, "GRPO: divide by the group std (False = Dr. GRPO)")
+    instances_per_step: int | None = opt(None, "env instances rolled out per training step")
+    steps: int | None = opt(None, "training steps")
+    lr: float | None = opt(None, "learning rate (AdamW)")
+    weight_decay: float | None = opt(None, "AdamW weight decay")
+    max_grad_norm: float | None = opt(None, "gradient-norm clip")
+    ppo_epochs: int | None = opt(None, "PPO epochs over each step's batch")
+    ppo_minibatches: int | None = opt(
+        None, "optimizer steps per PPO epoch (the batch split evenly)"
     )
-    normalize_std: bool = field(
-        default=True, metadata=_help("GRPO: divide by the group std (False = Dr. GRPO)")
+    minibatch_size: int = opt(0, "samples per optimizer step (0 = use --ppo-minibatches)")
+    micro_batch_size: int | None = opt(
+        None, "sequences per forward/backward (gradient accumulation)"
     )
-    instances_per_step: int | None = field(
-        default=None, metadata=_help("env instances rolled out per training step")
+    micro_batch_tokens: int | None = opt(None, "padded tokens per forward/backward (0 = no limit)")
+    clip_eps: float = opt(0.2, "PPO clip range")
+    clip_eps_high: float | None = opt(None, "upper PPO clip range (default: clip_eps)")
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = opt(
+        "token-mean", "how token losses become one loss"
     )
-    steps: int | None = field(default=None, metadata=_help("training steps"))
-    lr: float | None = field(default=None, metadata=_help("learning rate (AdamW)"))
-    weight_decay: float | None = field(default=None, metadata=_help("AdamW weight decay"))
-    max_grad_norm: float | None = field(default=None, metadata=_help("gradient-norm clip"))
-    ppo_epochs: int | None = field(
-        default=None, metadata=_help("PPO epochs over each step's batch")
+    kl_loss_coef: float | None = opt(None, "weight of the KL loss against the reference model")
+    kl_loss_type: Literal["k1", "k2", "k3"] | None = opt(None, "estimator of the KL loss")
+    kl_reward_coef: float | None = opt(
+        None, "REINFORCE++ token-level KL penalty in the reward (beta)"
     )
-    ppo_minibatches: int | None = field(
-        default=None, metadata=_help("optimizer steps per PPO epoch (the batch split evenly)")
+    entropy_coef: float | None = opt(None, "entropy bonus weight (MAE: 0.001)")
+    gamma: float | None = opt(None, "discount of REINFORCE++ returns")
+    skip_zero_advantage: bool = opt(
+        True,
+        "leave samples with all-zero advantages out of the update (without KL loss or entropy "
+        "bonus)",
     )
-    minibatch_size: int = field(
-        default=0, metadata=_help("samples per optimizer step (0 = use --ppo-minibatches)")
+    share_prompt_forward: bool = opt(
+        True, "run a prompt shared by a micro-batch's completions once in the training forward"
     )
-    micro_batch_size: int | None = field(
-        default=None, metadata=_help("sequences per forward/backward (gradient accumulation)")
-    )
-    micro_batch_tokens: int | None = field(
-        default=None, metadata=_help("padded tokens per forward/backward (0 = no limit)")
-    )
-    clip_eps: float = field(default=0.2, metadata=_help("PPO clip range"))
-    clip_eps_high: float | None = field(
-        default=None, metadata=_help("upper PPO clip range (default: clip_eps)")
-    )
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = field(
-        default="token-mean", metadata=_help("how token losses become one loss")
-    )
-    kl_loss_coef: float | None = field(
-        default=None, metadata=_help("weight of the KL loss against the reference model")
-    )
-    kl_loss_type: Literal["k1", "k2", "k3"] | None = field(
-        default=None, metadata=_help("estimator of the KL loss")
-    )
-    kl_reward_coef: float | None = field(
-        default=None, metadata=_help("REINFORCE++ token-level KL penalty in the reward (beta)")
-    )
-    entropy_coef: float | None = field(
-        default=None, metadata=_help("entropy bonus weight (MAE: 0.001)")
-    )
-    gamma: float | None = field(default=None, metadata=_help("discount of REINFORCE++ returns"))
-    skip_zero_advantage: bool = field(
-        default=True,
-        metadata=_help(
-            "leave samples with all-zero advantages out of the update (without KL loss or "
-            "entropy bonus)"
-        ),
-    )
-    share_prompt_forward: bool = field(
-        default=True,
-        metadata=_help(
-            "run a prompt shared by a micro-batch's completions once in the training forward"
-        ),
-    )
-    old_logprobs: Literal["auto", "rollout", "recompute"] = field(
-        default="auto",
-        metadata=_help(
-            "log-probs of the PPO ratio's denominator: auto (the sampler's in float32, else "
-            "recomputed) | rollout | recompute"
-        ),
+    old_logprobs: Literal["auto", "rollout", "recompute"] = opt(
+        "auto",
+        "log-probs of the PPO ratio's denominator: auto (the sampler's in float32, else "
+        "recomputed) | rollout | recompute",
     )
     # ---- sampling
-    temperature: float | None = field(
-        default=None, metadata=_help("sampling temperature of training rollouts")
+    temperature: float | None = opt(None, "sampling temperature of training rollouts")
+    top_p: float | None = opt(None, "nucleus sampling p")
+    top_k: int | None = opt(None, "top-k sampling (-1: off)")
+    role_sampling: dict[str, dict[str, Any]] = opt(
+        doc='per-role sampling as JSON, e.g. \'{"critic": {"temperature": 0.1}}\'', factory=dict
     )
-    top_p: float | None = field(default=None, metadata=_help("nucleus sampling p"))
-    top_k: int | None = field(default=None, metadata=_help("top-k sampling (-1: off)"))
-    role_sampling: dict[str, dict[str, Any]] = field(
-        default_factory=dict,
-        metadata=_help('per-role sampling as JSON, e.g. \'{"critic": {"temperature": 0.1}}\''),
-    )
-    max_new_tokens: int | None = field(default=None, metadata=_help("tokens per completion"))
-    gen_batch_size: int | None = field(default=None, metadata=_help("sequences per generate call"))
+    max_new_tokens: int | None = opt(None, "tokens per completion")
+    gen_batch_size: int | None = opt(None, "sequences per generate call")
     # ---- evaluation
-    eval_episodes: int | None = field(
-        default=None,
-        metadata=_help("validation episodes before and after training (0: no evaluation)"),
+    eval_episodes: int | None = opt(
+        None, "validation episodes before and after training (0: no evaluation)"
     )
-    eval_split: str = field(default="val", metadata=_help("the split evaluated"))
-    eval_every: int = field(default=0, metadata=_help("0 = only before and after training"))
-    eval_temperature: float | None = field(
-        default=None, metadata=_help("evaluation temperature (0: greedy)")
-    )
+    eval_split: str = opt("val", "the split evaluated")
+    eval_every: int = opt(0, "0 = only before and after training")
+    eval_temperature: float | None = opt(None, "evaluation temperature (0: greedy)")
     # ---- the run
-    seed: int = field(
-        default=0,
-        metadata=_help(
-            "run seed (instances, sampling, LoRA initialisation and minibatch order derive from it)"
-        ),
+    seed: int = opt(
+        0, "run seed (instances, sampling, LoRA initialisation and minibatch order derive from it)"
     )
-    output_dir: str | None = field(
-        default=None,
-        metadata=_help(
-            "run directory (checkpoints, logs, plots); default runs/<env>-<algo>-<time>"
-        ),
+    output_dir: str | None = opt(
+        None, "run directory (checkpoints, logs, plots); default runs/<env>-<algo>-<time>"
     )
-    device: str = field(default="auto", metadata=_help("auto | cpu | cuda | cuda:N"))
-    backend: str = field(
-        default="transformers",
-        metadata=_help(
-            "rollout backend: transformers | vllm (needs vllm: scripts/setup_vllm.sh) | "
-            "vllm-server (generation on running `vllm serve` processes: --vllm-servers)"
-        ),
+    device: str = opt("auto", "auto | cpu | cuda | cuda:N")
+    backend: str = opt(
+        "transformers",
+        "rollout backend: transformers | vllm (needs vllm: scripts/setup_vllm.sh) | vllm-server "
+        "(generation on running `vllm serve` processes: --vllm-servers)",
     )
-    save_every: int = field(default=1, metadata=_help("checkpoint every N steps"))
-    keep_checkpoints: int = field(default=2, metadata=_help("checkpoints kept"))
-    plot_every: int = field(
-        default=5, metadata=_help("redraw training_curve.png every N steps (0: only at the end)")
-    )
-    env_workers: int = field(
-        default=2, metadata=_help("threads (or Ray actors) that step the envs")
-    )
-    threads: int | None = field(
-        default=None, metadata=_help("torch CPU threads (None: leave torch's setting)")
-    )
-    progress: bool = field(default=True, metadata=_help("show a progress bar"))
-    save_final: bool = field(
-        default=True, metadata=_help("export the final policies to <output_dir>/final")
-    )
+    save_every: int = opt(1, "checkpoint every N steps")
+    keep_checkpoints: int = opt(2, "checkpoints kept")
+    plot_every: int = opt(5, "redraw training_curve.png every N steps (0: only at the end)")
+    env_workers: int = opt(2, "threads (or Ray actors) that step the envs")
+    threads: int | None = opt(None, "torch CPU threads (None: leave torch's setting)")
+    progress: bool = opt(True, "show a progress bar")
+    save_final: bool = opt(True, "export the final policies to <output_dir>/final")
     # ---- scale-out: torchrun ranks, vLLM servers, Ray (adapters.training.distributed)
-    dp_mode: Literal["auto", "ddp", "fsdp", "hsdp"] = field(
-        default="auto",
-        metadata=_help(
-            "data parallelism under torchrun: auto (DDP with LoRA, FSDP2 for full fine-tuning) "
-            "| ddp | fsdp | hsdp (FSDP2 sharded within a node, replicated across nodes)"
+    dp_mode: Literal["auto", "ddp", "fsdp", "hsdp"] = opt(
+        "auto",
+        "data parallelism under torchrun: auto (DDP with LoRA, FSDP2 for full fine-tuning) | ddp "
+        "| fsdp | hsdp (FSDP2 sharded within a node, replicated across nodes)",
+    )
+    dist_timeout_s: float = opt(
+        600.0, "seconds a collective may wait for the other ranks before the run fails"
+    )
+    vllm_servers: list[str] = opt(
+        doc=(
+            "backend vllm-server: comma-separated base URLs of `vllm serve` replicas (POLICY=URL "
+            "for per-role full fine-tuning)"
         ),
+        factory=list,
     )
-    dist_timeout_s: float = field(
-        default=600.0,
-        metadata=_help("seconds a collective may wait for the other ranks before the run fails"),
+    vllm_sync_dir: str | None = opt(
+        None,
+        "backend vllm-server: directory the servers can read, for adapters and weights pushed "
+        "after each update (default: <output_dir>/vllm-sync)",
     )
-    vllm_servers: list[str] = field(
-        default_factory=list,
-        metadata=_help(
-            "backend vllm-server: comma-separated base URLs of `vllm serve` replicas "
-            "(POLICY=URL for per-role full fine-tuning)"
-        ),
+    env_pool: Literal["local", "ray"] = opt(
+        "local", "where envs step: local (threads) | ray (RayEnvPool actors)"
     )
-    vllm_sync_dir: str | None = field(
-        default=None,
-        metadata=_help(
-            "backend vllm-server: directory the servers can read, for adapters and weights "
-            "pushed after each update (default: <output_dir>/vllm-sync)"
-        ),
-    )
-    env_pool: Literal["local", "ray"] = field(
-        default="local",
-        metadata=_help("where envs step: local (threads) | ray (RayEnvPool actors)"),
-    )
-    ray_address: str | None = field(
-        default=None,
-        metadata=_help("env_pool ray: ray.init(address=...) of a running cluster, e.g. auto"),
+    ray_address: str | None = opt(
+        None, "env_pool ray: ray.init(address=...) of a running cluster, e.g. auto"
     )
     # where each resolved value came from (filled by resolved(); not a setting)
-    sources: dict[str, str] = field(
-        default_factory=dict,
+    sources: dict[str, str] = opt(
+        doc="where each resolved value came from (filled by resolved(); not a flag)",
+        factory=dict,
         compare=False,
-        metadata=_help("where each resolved value came from (filled by resolved(); not a flag)"),
     )
 
     def __post_init__(self) -> None:
@@ -584,7 +514,7 @@ class TrainConfig:
             src["lora_alpha"] = "2 x lora_rank"
         if c.lora_dropout is None:
             c.lora_dropout = 0.0
-            src["lora_dropout"] = "suite default (no LoRA)"
+            src["lora_dropout"] = "suite default"
         if c.dtype == "auto":
             c.dtype = "bfloat16" if (cuda and lora) else "float32"
             src["dtype"] = "bfloat16 for LoRA on CUDA, else float32"
@@ -635,8 +565,9 @@ class TrainConfig:
 
     def cpu_scale_down(self) -> dict[str, Any]:
         """The resolved values a CPU run took from a CPU scale-down (a recipe's ``cpu`` values,
-        the setting's CPU instance options, a device default's CPU value), by field (``env_config.KEY`` for an env
-        option). Their sources are the ones that name the CPU; on CUDA there are none."""
+        the setting's CPU instance options, a device default's CPU value), by field
+        (``env_config.KEY`` for an env option). Their sources are the ones that name the CPU; on
+        CUDA there are none."""
         out: dict[str, Any] = {}
         for name, why in self.sources.items():
             if "CPU" in why:
@@ -713,6 +644,7 @@ class UpdateConfig:
     lora_rank: int = 0
     lora_alpha: float = 0.0
     lora_dropout: float = 0.0
+    lora_target: str = "all-linear"
     seed: int = 0
     ppo_epochs: int = 1
     ppo_minibatches: int = 1
@@ -724,6 +656,7 @@ class UpdateConfig:
     clip_eps_high: float | None = None  # None: the same as clip_eps
     max_grad_norm: float = 1.0
     share_prompt_forward: bool = True
+    old_logprobs: Literal["auto", "rollout", "recompute"] = "rollout"
 
     @classmethod
     def of(cls, cfg: UpdateConfig | TrainConfig) -> UpdateConfig:

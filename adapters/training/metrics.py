@@ -17,10 +17,11 @@ import json
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetricsLogger", "plot_metrics", "read_jsonl", "truncate_file"]
+__all__ = ["MetricsLogger", "NullMetrics", "plot_metrics", "read_jsonl", "truncate_file"]
 
 
 def truncate_file(path: Path, offset: int) -> None:
@@ -199,3 +200,18 @@ def _plot_evals(ax: Any, evals: list[dict[str, Any]]) -> None:
         ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=color, label=f"val {key}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
+
+
+@dataclass
+class NullMetrics:
+    """The metrics logger of ranks other than 0: writes nothing."""
+
+    offset: int = 0
+    path: Path = field(default_factory=lambda: Path(os.devnull))
+
+    def log(self, *a: Any, **k: Any) -> None: ...
+    def log_scalars(self, *a: Any, **k: Any) -> None: ...
+    def log_eval(self, *a: Any, **k: Any) -> None: ...
+    def plot(self, *a: Any, **k: Any) -> None: ...
+    def truncate(self, *a: Any, **k: Any) -> None: ...
+    def close(self) -> None: ...

@@ -83,13 +83,12 @@ class PolicyModel:
 # models
 
 
-def _lora_config(cfg: TrainConfig) -> Any:
+def _lora_config(u: UpdateConfig) -> Any:
     from peft import LoraConfig
 
-    target: Any = cfg.lora_target
+    target: Any = u.lora_target
     if "," in target:
         target = [t.strip() for t in target.split(",") if t.strip()]
-    u = UpdateConfig.of(cfg)
     return LoraConfig(
         r=u.lora_rank,
         lora_alpha=int(u.lora_alpha),
@@ -155,7 +154,7 @@ def build_policy_models(
     if lora and not separate:
         from peft import get_peft_model
 
-        lcfg = _lora_config(cfg)
+        lcfg = _lora_config(u)
         peft_model = None
         for pid in pids:
             with _seeded(derive_seed(cfg.seed, "lora", pid)):
@@ -177,7 +176,7 @@ def build_policy_models(
                 from peft import get_peft_model
 
                 with _seeded(derive_seed(cfg.seed, "lora", pid)):
-                    peft_model = get_peft_model(model, _lora_config(cfg), adapter_name=pid)
+                    peft_model = get_peft_model(model, _lora_config(u), adapter_name=pid)
                 out[pid] = PolicyModel(
                     pid,
                     peft_model.get_base_model(),

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import sys
 import time
 from collections import defaultdict
@@ -58,24 +57,11 @@ from pathlib import Path
 from typing import Any
 
 from adapters.evaluation import EvalReport, compare_reports, evaluate
-from adapters.policies.models import load_base_model, resolve_device
-from adapters.rollout import (
-    LocalEnvPool,
-    RolloutEngine,
-    RolloutResult,
-    Sample,
-    create_shared_objects,
-    derive_seed,
-    env_roles,
-    episode_specs,
-    oracle_demos,
-    write_jsonl,
-)
+from adapters.rollout import RolloutResult, Sample, derive_seed, episode_specs, write_jsonl
 from adapters.training import checkpoints, distributed
-from adapters.training.backends import make_backend
-from adapters.training.config import LoopConfig, TrainConfig, UpdateConfig
-from adapters.training.metrics import MetricsLogger, truncate_file
-from adapters.training.policy_models import build_policy_models
+from adapters.training.config import TrainConfig, UpdateConfig
+from adapters.training.metrics import MetricsLogger, NullMetrics, truncate_file
+from adapters.training.run import Run, build_run
 
 __all__ = ["RESUMABLE_OVERRIDES", "Trainer"]
 
@@ -85,31 +71,10 @@ RESUMABLE_OVERRIDES = frozenset(
 )
 
 
-def make_env_pool(cfg: TrainConfig) -> Any:
-    """Where the envs step: threads in this process, or ``env_workers`` Ray actors (``env_pool:
-    ray``) on a local Ray instance, or on the cluster at ``ray_address`` (``ray.init(address=
-    ...)``), where each actor reserves one CPU and the actors are spread over the nodes."""
-    if cfg.env_pool == "ray":
-        from adapters.rollout.ray_pool import RayEnvPool
-
-        if not cfg.ray_address:
-            return RayEnvPool(num_workers=cfg.env_workers)
-        spread = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
-        return RayEnvPool(
-            num_workers=cfg.env_workers,
-            init_kwargs={"address": cfg.ray_address},
-            actor_options=spread,
-        )
-    return LocalEnvPool(workers=cfg.env_workers)
-
-
-def _default_output_dir(cfg: TrainConfig) -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return str(Path("runs") / f"{cfg.env}-{cfg.algorithm}-{stamp}")
-
-
-class Trainer:
-    """Trains policies on one setting (see the module docstring).
+class Trainer(Run):
+    """Trains policies on one setting (see the module docstring): the collaborators of a
+    :class:`~adapters.training.run.Run` (built by :func:`~adapters.training.run.build_run`) and
+    the loop's state (step, metrics, checkpoints).
 
     Args:
         config: the run's :class:`TrainConfig` (auto values are resolved here).
@@ -127,84 +92,8 @@ class Trainer:
         resume: bool = False,
         log: Callable[[str], None] | None = None,
     ) -> None:
-        import numpy as np
-        import torch
-
-        cfg = config.resolved()
-        # one rank of a torchrun / accelerate launch, or a single process (distributed.py)
-        self.dist = distributed.setup(cfg.device, cfg.dist_timeout_s)
-        if cfg.output_dir is None:
-            where = self.dist.broadcast_object(_default_output_dir(cfg))
-            cfg = cfg.replace(output_dir=where).resolved()
-        self.cfg = cfg
-        self.loop = cfg.view(LoopConfig)
-        self.out = Path(self.loop.output_dir)
+        super().__init__(**vars(build_run(config, models=models, resume=resume)))
         self._log_fn = log
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        error = None
-        if self.dist.is_main:
-            try:
-                self._prepare_dir(resume)
-            except (FileExistsError, FileNotFoundError) as exc:
-                error = exc
-        error = self.dist.broadcast_object(error)
-        if error is not None:
-            self.dist.close()
-            raise error
-        random.seed(cfg.seed)
-        np.random.seed(cfg.seed % 2**32)
-        torch.manual_seed(cfg.seed)
-        # the base model and its tokenizer
-        self.device = self.dist.device(resolve_device(cfg.device))
-        if models is not None:
-            base, self.tokenizer = models
-            base.to(self.device)
-        else:
-            base, self.tokenizer = load_base_model(cfg.model, self.device, cfg.dtype, cfg.seed)
-        self.pad_id = int(self.tokenizer.pad_token_id)
-        # the setting: roles, run-wide shared objects, demonstrations that fit the token budget
-        self.env_config = dict(cfg.env_config)
-        self.roles = env_roles(cfg.env, self.env_config)
-        self.shared = create_shared_objects(cfg.env, self.env_config)
-        rollout = cfg.rollout_config(prompt_seeds=self.dist.enabled)
-        self.demos = oracle_demos(
-            cfg.env,
-            {**self.env_config, **self.shared},
-            self.roles,
-            self.loop.demos,
-            cfg.seed,
-            fits=lambda text: len(self.tokenizer(text)["input_ids"]) < rollout.max_new_tokens,
-        )
-        # the trainable policies, the policies that generate with them, and the rollout engine
-        self.models = build_policy_models(cfg, self.roles, base)
-        self.dp = distributed.wrap_models(
-            self.dist,
-            self.models,
-            dp_mode=cfg.dp_mode,
-            pad_id=self.pad_id,
-            share_prompt=cfg.share_prompt_forward,
-        )
-        self.backend = make_backend(
-            cfg,
-            self.models,
-            self.tokenizer,
-            self.device,
-            self.roles,
-            self.demos,
-            sync=distributed.weight_sync(self.dist, self.dp, cfg),
-        )
-        self.policies = self.backend.policies()
-        self.role_policy = dict(self.backend.role_policy)
-        self.pool = make_env_pool(cfg)
-        self.engine = RolloutEngine(
-            cfg.env,
-            self.policies,
-            rollout,
-            env_config={**self.env_config, **self.shared},
-            role_policy=self.role_policy,
-            pool=self.pool,
-        )
         self.step = 0
         self.comparison: str | None = None  # the before/after table of the last train()
         self.traj_path = self.out / "trajectories.jsonl"
@@ -215,28 +104,13 @@ class Trainer:
         self.metrics: Any = (
             MetricsLogger(self.out, purge_step=self.step + 1 if resume else None)
             if self.dist.is_main
-            else distributed.NullMetrics()
+            else NullMetrics()
         )
         if state is not None:
             self.metrics.truncate(int(state["metrics_bytes"]))
         if self.dist.enabled:  # every rank's engines hold the (restored) weights before step 1
             self.backend.sync(sorted(self.models))
             self.dist.barrier()
-
-    # ------------------------------------------------------------------ setup
-    def _prepare_dir(self, resume: bool) -> None:
-        cfg_path = self.out / "config.yaml"
-        if resume:
-            if not cfg_path.is_file():
-                raise FileNotFoundError(f"{self.out} has no config.yaml: nothing to resume")
-            return
-        if cfg_path.exists():
-            raise FileExistsError(
-                f"{self.out} already holds a run; resume it with --resume {self.out} or choose "
-                "another --output-dir"
-            )
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.cfg.save(cfg_path)
 
     @classmethod
     def resume(cls, run_dir: str | Path, *, models: Any = None, **overrides: Any) -> Trainer:
@@ -295,75 +169,43 @@ class Trainer:
     def update(self, samples: Sequence[Sample], step: int) -> dict[str, float]:
         """Advantages for ``samples`` and one PPO update per policy; returns statistics."""
         from adapters.training.batch import make_items
-        from adapters.training.logprobs import batch_logprobs
-        from adapters.training.update import compute_advantages, mean_kl_to_ref, update_policy
+        from adapters.training.update import (
+            compute_advantages,
+            mean_kl_to_ref,
+            prepare_logprobs,
+            update_policy,
+        )
 
-        cfg = self.cfg
-        not_trained = [s for s in samples if not s.trainable]
-        frozen = [
-            s for s in samples if cfg.train_roles is not None and s.role not in cfg.train_roles
-        ]
-        samples = [s for s in samples if cfg.train_roles is None or s.role in cfg.train_roles]
+        cfg, ucfg = self.cfg, UpdateConfig.of(self.cfg)
+        roles = cfg.train_roles
+        reward_only = sum(1 for s in samples if not s.trainable)  # the env marked them
+        frozen = sum(1 for s in samples if roles is not None and s.role not in roles)
+        samples = [s for s in samples if roles is None or s.role in roles]
         items, dropped = make_items(samples, lambda s: cfg.sampling_temperature(s.role))
         by_pid: dict[str, list[Any]] = defaultdict(list)
         for it in items:
             by_pid[it.sample.policy_id].append(it)
-        ucfg = UpdateConfig.of(cfg)
         pids = self.dist.union(by_pid)  # every rank updates the same policies (collectives)
         for pid, its in by_pid.items():
-            pm = self.models[pid]
-            pm.activate()
-            if cfg.old_logprobs == "recompute":
-                for it, lp in zip(its, batch_logprobs(pm.model, its, ucfg, self.pad_id)):
-                    it.old_logprobs = lp
-            if ucfg.needs_ref:
-                with pm.reference():
-                    refs = batch_logprobs(pm.ref_forward_model, its, ucfg, self.pad_id)
-                for it, lp in zip(its, refs):
-                    it.ref_logprobs = lp
+            prepare_logprobs(ucfg, self.models[pid], its, self.pad_id)
         distributed.advantages(self.dist, ucfg, items, compute_advantages)
-        out: dict[str, float] = {
-            "samples_untrainable": float(dropped),  # no token ids / log-probs
-            "samples_reward_only": float(len(not_trained)),  # the env marked them (trainable)
-            "samples_frozen_roles": float(len(frozen)),  # roles outside train_roles
-        }
-        totals: dict[str, float] = defaultdict(float)
-        trained = 0
-        for pid in pids:
-            st = update_policy(ucfg, self.models[pid], by_pid[pid], step, self.pad_id, self.dp)
-            st = distributed.reduce_update_stats(self.dist, st)
-            if len(pids) > 1 or cfg.per_role or cfg.role_policies:
-                out.update({f"{k}/{pid}": v for k, v in st.items() if k in ("loss", "grad_norm")})
-            if st.get("optimizer_steps"):
-                trained += 1
-                for k in (
-                    "loss",
-                    "pg_loss",
-                    "kl_loss",
-                    "entropy",
-                    "clip_frac",
-                    "approx_kl",
-                    "grad_norm",
-                ):
-                    if k in st:
-                        totals[k] += st[k]
-            for k in ("samples_trained", "tokens_trained", "optimizer_steps"):
-                out[k] = out.get(k, 0.0) + st.get(k, 0.0)
-        for k in ("loss", "pg_loss", "clip_frac", "approx_kl", "grad_norm"):
-            out[k] = totals.get(k, 0.0) / max(trained, 1)  # 0 when nothing was trained
-        for k in ("kl_loss", "entropy"):
-            if k in totals:
-                out[k] = totals[k] / max(trained, 1)
-        kl = mean_kl_to_ref(items)
-        if kl is not None:
-            out["kl"] = kl
-        nonzero = sum(1 for it in items if it.advantages is not None and bool(it.advantages.any()))
-        out["zero_adv_frac"] = 1.0 - nonzero / len(items) if items else 1.0
-        if self.dist.enabled:
-            out.update(distributed.reduce_batch_stats(self.dist, items, dropped, nonzero, kl))
-            out["samples_reward_only"], out["samples_frozen_roles"] = self.dist.all_sum(
-                [out["samples_reward_only"], out["samples_frozen_roles"]]
+        per_policy = {  # each policy's statistics, reduced over the ranks
+            pid: distributed.reduce_update_stats(
+                self.dist,
+                update_policy(ucfg, self.models[pid], by_pid[pid], step, self.pad_id, self.dp),
             )
+            for pid in pids
+        }
+        out = distributed.step_stats(
+            self.dist,
+            per_policy,
+            items,
+            untrainable=dropped,
+            reward_only=reward_only,
+            frozen=frozen,
+            kl=mean_kl_to_ref(items),
+            per_policy_keys=len(pids) > 1 or bool(cfg.per_role or cfg.role_policies),
+        )
         self.backend.sync(pids)
         self.dist.barrier()  # shared vLLM servers: nobody generates before rank 0 has pushed
         return out

@@ -34,11 +34,30 @@ from adapters.training.advantages import ESTIMATORS, _reference
 from adapters.training.batch import TrainItem
 from adapters.training.config import TrainConfig, UpdateConfig
 from adapters.training.distributed import SINGLE, DataParallel
-from adapters.training.logprobs import completion_logprobs, completion_logprobs_and_entropy
+from adapters.training.logprobs import (
+    batch_logprobs,
+    completion_logprobs,
+    completion_logprobs_and_entropy,
+)
 from adapters.training.losses import aggregate_loss, kl_loss, ppo_clip_loss, token_kl
 from adapters.training.masking import length_mask, pad_rows
 
-__all__ = ["compute_advantages", "mean_kl_to_ref", "update_policy"]
+__all__ = ["compute_advantages", "mean_kl_to_ref", "prepare_logprobs", "update_policy"]
+
+
+def prepare_logprobs(cfg: UpdateConfig, pm: Any, items: Sequence[TrainItem], pad_id: int) -> None:
+    """Before one policy's update: recompute its items' old log-probs (``old_logprobs:
+    recompute``) and score them under the reference model when the update needs it
+    (:attr:`UpdateConfig.needs_ref`)."""
+    pm.activate()
+    if cfg.old_logprobs == "recompute":
+        for it, lp in zip(items, batch_logprobs(pm.model, items, cfg, pad_id)):
+            it.old_logprobs = lp
+    if cfg.needs_ref:
+        with pm.reference():
+            refs = batch_logprobs(pm.ref_forward_model, items, cfg, pad_id)
+        for it, lp in zip(items, refs):
+            it.ref_logprobs = lp
 
 
 def compute_advantages(cfg: UpdateConfig | TrainConfig, items: Sequence[TrainItem]) -> None:

@@ -106,7 +106,7 @@ def load(run: str, out: str) -> int:
         get_optimizer_state_dict,
     )
 
-    from adapters.training import distributed
+    from adapters.training.distributed import parallel as distributed
     from adapters.training.trainer import Trainer
 
     trainer = Trainer.resume(run)

@@ -212,7 +212,7 @@ def test_global_minibatch_plan_splits_one_ranks_minibatches():
             ]
 
     def _groups(items):
-        from adapters.training.distributed import _digest
+        from adapters.training.distributed.parallel import _digest
 
         out: dict = {}
         for it in items:
