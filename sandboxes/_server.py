@@ -158,14 +158,20 @@ class _Buf:
     def __init__(self, size=1 << 16):
         self.data = bytearray(size)
         self.n = 0
+        self.high = 0  # the most bytes written since the last wipe (all of them get zeroed)
 
     def reserve(self, n):
+        """Room for ``n`` bytes; the ``self.n`` bytes held so far stay (and stay counted)."""
         if n > len(self.data):
             bigger = bytearray(max(n, 2 * len(self.data)))
-            with memoryview(self.data) as old:
-                bigger[: self.n] = old[: self.n]  # through a view: no temporary copy
-            self.wipe()
+            kept = self.n
+            # view to view: a bytearray's slice assignment from anything but a bytearray
+            # copies the source into a temporary first, freed unwiped into the heap
+            with memoryview(self.data) as old, memoryview(bigger) as new:
+                new[:kept] = old[:kept]
+            self.wipe()  # the old buffer is zeroed before it is dropped
             self.data = bigger
+            self.n = self.high = kept
 
     def view(self):
         return memoryview(self.data)[: self.n]
@@ -184,6 +190,7 @@ class _Buf:
                 if k == 0:
                     return False
                 self.n += k
+                self.high = max(self.high, self.n)
         finally:
             mv.release()
         return True
@@ -194,15 +201,19 @@ class _Buf:
         take = min(room, len(chunk)) if room > 0 else 0
         if take:
             self.reserve(self.n + take)
-            self.data[self.n : self.n + take] = chunk[:take]
+            with memoryview(self.data) as mv:  # (no temporary copy, see reserve)
+                mv[self.n : self.n + take] = chunk[:take]
             self.n += take
+            self.high = max(self.high, self.n)
         return take < len(chunk)
 
     def wipe(self):
-        if self.n:
-            self.data[: self.n] = bytes(self.n)
-        self.n = 0
-        # (the grown-out buffer of reserve() is wiped before it is dropped)
+        """Zero every byte written since the last wipe (not only the ``n`` now counted)."""
+        end = max(self.n, self.high)
+        if end:
+            with memoryview(self.data) as mv:
+                mv[:end] = bytes(end)
+        self.n = self.high = 0
 
 
 CODE, STDIN, OUT, ERR, RES, SCRATCH = _Buf(), _Buf(), _Buf(), _Buf(), _Buf(), _Buf(1 << 16)
@@ -719,6 +730,7 @@ def _run_job(header):
                 open_fds.discard(fd)
                 return False
             SCRATCH.n = max(SCRATCH.n, k)
+            SCRATCH.high = max(SCRATCH.high, k)
             if bufs[fd].append(scratch[:k], caps[fd]):
                 truncated[fd] = True
 
