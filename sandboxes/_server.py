@@ -590,7 +590,10 @@ def _run_calls(namespace, calls):
             path, args, kwargs = call
             target = None
             for k, step in enumerate(path):
+                if step[:1] == "_":  # public names only: no __builtins__, dunders, helpers
+                    raise NameError("name %r is not callable by a test" % step)
                 if k == 0:
+                    # a name the program bound itself (the module's own dict, never builtins)
                     if step not in namespace:
                         raise NameError("name %r is not defined" % step)
                     target = namespace[step]

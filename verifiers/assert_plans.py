@@ -49,6 +49,8 @@ from verifiers.host_eval import (
 from verifiers.source_checks import bounded_parse, check_compiles
 
 __all__ = [
+    "ENTRY_CLASS",
+    "callable_name",
     "MAX_CALLS",
     "MAX_TEST_CHARS",
     "Plan",
@@ -220,6 +222,9 @@ def _plan(code: str, entry_point: str | None, prelude: str) -> Plan:
         return Plan(code, error=str(exc))
     known = prelude_names(prelude)
     stubs = _stubs(tree, known)
+    bad = next((n for n in stubs if not callable_name(n, entry_point)), None)
+    if bad is not None:
+        return Plan(code, error=_reach_error(bad, entry_point))
     stmts, bound = _unwrap_check(tree, entry_point)
     module = ast.Module(body=stmts, type_ignores=[])
     ev = Evaluator(lambda path, args, kwargs: PENDING, discover=True, bound=_remotes(bound))
@@ -238,6 +243,11 @@ def _plan(code: str, entry_point: str | None, prelude: str) -> Plan:
         return Plan(code, error=f"the test makes more than {MAX_CALLS} calls of the program")
     if not why and any(path[0] in known for path, _, _ in ev.calls):
         why = "calls a helper of the prelude"
+    if not why:
+        for path, _, _ in ev.calls:
+            step = next((p for p in path if p.startswith("_")), None)
+            if step is not None or not callable_name(path[0], entry_point):
+                return Plan(code, error=_reach_error(step or path[0], entry_point))
     calls: list[Call] = []
     if not why:
         try:
@@ -247,6 +257,33 @@ def _plan(code: str, entry_point: str | None, prelude: str) -> Plan:
     if why:
         return Plan(code, why=why, stubs=stubs)
     return Plan(code, static=True, module=module, bound=tuple(bound.items()), calls=tuple(calls))
+
+
+ENTRY_CLASS = "Solution"
+"""The class a LeetCode-style problem's entry point is a method of (``Solution().f``)."""
+
+
+def callable_name(name: str, entry_point: str | None) -> bool:
+    """May a test take ``name`` from the program? Only the entry point (or the class
+    ``Solution`` whose method it is), and never a name with a leading underscore: everything
+    else a program defines (helpers, ``__builtins__``, dunders) is out of a test's reach, so a
+    test can neither run code of its own in the program's job nor call what only the golden
+    program defines.
+
+    >>> callable_name("f", "f"), callable_name("Solution", "f"), callable_name("g", "f")
+    (True, True, False)
+    >>> callable_name("__builtins__", None), callable_name("g", None)
+    (False, True)
+    """
+    if name.startswith("_"):
+        return False
+    return entry_point is None or name in (entry_point, ENTRY_CLASS)
+
+
+def _reach_error(name: str, entry_point: str | None) -> str:
+    if name.startswith("_"):
+        return f"the test reaches `{name}` of the program: only public names may be called"
+    return f"the test uses `{name}`, but it may call only the entry point `{entry_point}`"
 
 
 def _remotes(bound: dict) -> dict[str, Any]:
