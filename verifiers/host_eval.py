@@ -55,6 +55,8 @@ from verifiers.safe_builtins import (
     _Module,
     _size,
     _too,
+    check_format_spec,
+    work,
 )
 
 __all__ = [
@@ -70,6 +72,11 @@ __all__ = [
 
 MAX_STEPS = 20_000
 """Evaluation steps (expression nodes and statements) of one test."""
+MAX_WORK = 5_000_000
+"""Work of one test, in element steps (:func:`verifiers.safe_builtins.work`): every operand and
+result of an operator, comparison or call is charged by its size, so a test's cost is bounded by
+what it touches, not by how many syntax nodes it has (a ``MAX_ITEMS`` list scanned in a loop of
+``MAX_STEPS`` iterations would be two billion comparisons)."""
 MAX_DEPTH = 60
 """Deepest syntax tree the evaluator walks (it recurses)."""
 
@@ -156,6 +163,7 @@ class Evaluator:
         self.env: dict[str, Any] = dict(bound or {})
         self.calls: list[tuple[tuple[str, ...], tuple, dict]] = []
         self.steps = 0
+        self.work = 0
         self.shown: list[str] = []
 
     # -- statements ----------------------------------------------------------------------------
@@ -169,6 +177,13 @@ class Evaluator:
         self.steps += 1
         if self.steps > MAX_STEPS:
             raise TooExpensive(f"the test takes more than {MAX_STEPS} evaluation steps")
+
+    def _charge(self, *values: Any) -> None:
+        """Charge the work of touching ``values`` (see ``MAX_WORK``)."""
+        for v in values:
+            self.work += work(v, MAX_WORK - self.work)
+        if self.work > MAX_WORK:
+            raise TooExpensive(f"the test does more than {MAX_WORK} steps of work")
 
     def _block(self, stmts: list[ast.stmt]) -> None:
         for s in stmts:
@@ -247,6 +262,7 @@ class Evaluator:
             return
         if isinstance(seq, range) and len(seq) > MAX_ITEMS:
             raise TooExpensive("a loop too long")
+        self._charge(seq)
         broke = False
         for item in seq:
             self._tick()
@@ -381,7 +397,19 @@ class Evaluator:
         fn = _BINOPS.get(op)
         if fn is None:
             raise Unsupported("this operator")
-        return _check_size(fn(a, b))
+        self._charge(a, b)
+        if op is ast.Mult and type(a) is int and type(b) is int:
+            self._charge_limbs(work(a) * work(b) // 8)
+        out = _check_size(fn(a, b))
+        self._charge(out)
+        if op is ast.Pow and type(out) is int:
+            self._charge_limbs(work(out) ** 2 // 8)
+        return out
+
+    def _charge_limbs(self, n: int) -> None:
+        self.work += n
+        if self.work > MAX_WORK:
+            raise TooExpensive(f"the test does more than {MAX_WORK} steps of work")
 
     def _e_BinOp(self, e: ast.BinOp) -> Any:
         return self._binop(type(e.op), self._value(e.left), self._value(e.right))
@@ -418,10 +446,14 @@ class Evaluator:
             right = self._value(right_node)
             if left is PENDING or right is PENDING:
                 result = PENDING
-            elif result is not PENDING and not _CMPOPS[type(op)](left, right):
+            elif result is not PENDING and not self._compare(op, left, right):
                 return False
             left = right
         return result
+
+    def _compare(self, op: ast.cmpop, left: Any, right: Any) -> Any:
+        self._charge(left, right)
+        return _CMPOPS[type(op)](left, right)
 
     def _e_IfExp(self, e: ast.IfExp) -> Any:
         test = self._value(e.test)
@@ -440,10 +472,13 @@ class Evaluator:
             ]
             if v is PENDING or _pending(parts):
                 return PENDING
-            return v[slice(*parts)]
+            out = v[slice(*parts)]
+            self._charge(out)
+            return out
         k = self._value(e.slice)
         if v is PENDING or k is PENDING:
             return PENDING
+        self._charge(k)
         return v[k]
 
     def _comprehension(
@@ -469,6 +504,7 @@ class Evaluator:
         if seq is PENDING:
             self._skip_pending(node)
             return PENDING
+        self._charge(seq)
         pending = False
         for item in _consuming(list)(seq):
             self._tick()
@@ -534,9 +570,7 @@ class Evaluator:
                     x = repr(x)
                 elif v.conversion == ord("s"):
                     x = str(x)
-                if len(str(spec)) > 20:
-                    raise Unsupported("a long format spec")
-                parts.append(_check_size(format(x, spec)))
+                parts.append(_check_size(format(x, check_format_spec(str(spec)))))
             else:
                 raise Unsupported("this f-string")
         return _check_size("".join(parts))
@@ -587,14 +621,21 @@ class Evaluator:
             return value
         if func is PENDING or _pending(args) or _pending(kwargs.values()):
             return PENDING
+        self._charge(*args, *kwargs.values())
         if isinstance(func, _BoundMethod):
-            return func(*args, **kwargs)
-        if id(func) not in _BUILTIN_FUNCS and not _is_module_func(func):
-            raise Unsupported("a call of something that is not a known pure function")
-        key = kwargs.get("key")
-        if key is not None and id(key) not in _BUILTIN_FUNCS:
-            raise Unsupported("a key function")
-        return _check_size(_GUARDED.get(id(func), func)(*args, **kwargs))
+            self._charge(func.obj)
+            out = func(*args, **kwargs)
+        else:
+            if id(func) not in _BUILTIN_FUNCS and not _is_module_func(func):
+                raise Unsupported("a call of something that is not a known pure function")
+            key = kwargs.get("key")
+            if key is not None and id(key) not in _BUILTIN_FUNCS:
+                raise Unsupported("a key function")
+            if func is format and len(args) > 1:
+                check_format_spec(str(args[1]))
+            out = _check_size(_GUARDED.get(id(func), func)(*args, **kwargs))
+        self._charge(out)
+        return out
 
 
 _LITERALS: dict[int, tuple[ast.expr, Any]] = {}
