@@ -678,9 +678,11 @@ def _run_job(header):
     res_cap = int(header.get("results_cap", 1 << 20))
     work_root = CONFIG["work_root"]
     job_dir = os.path.join(work_root, "job")
+    probes = {p: _probe_inode(p) for p in CONFIG["wipe"] if p != work_root}
     os.mkdir(job_dir, 0o700)
     fd = os.open(os.path.join(job_dir, "main.py"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     _write_all(fd, CODE.view())
+    probes[work_root] = os.fstat(fd).st_ino
     os.close(fd)
 
     if STDIN.n:
@@ -830,7 +832,8 @@ def _run_job(header):
     ipc_clean = _clean_ipc() if CONFIG.get("clean_ipc", True) else True
     budget = [_WIPE_BUDGET]
     wiped = all(_wipe(p, budget) for p in CONFIG["wipe"])
-    healthy = clean and ipc_clean and wiped and _tmp_ok(work_root)
+    moved = _counters_moved(pid, probes)
+    healthy = clean and ipc_clean and wiped and not moved and _tmp_ok(work_root)
     result = {
         "exit_code": exit_code,
         "signal": sig,
@@ -844,6 +847,7 @@ def _run_job(header):
         "cpu_s": cpu_used,
         "maxrss_bytes": maxrss,
         "healthy": healthy,
+        "counters_moved": moved,
         "phases_ms": [
             round(1000 * (t - start), 3)
             for t in (t_forked, end, t_reaped, t_killed, time.monotonic())
@@ -895,6 +899,54 @@ def _memory_error_reported(err):
     if not data.startswith(b"MemoryError", start, end):
         return False
     return end - start == 11 or data[start + 11] == 58  # "MemoryError" or "MemoryError: ..."
+
+
+def _probe_inode(path):
+    """The inode number a new file in ``path`` gets now (the probe file is removed again), or
+    None. tmpfs numbers its inodes in sequence, per mount."""
+    probe = os.path.join(path, ".mas-probe")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_ino
+    finally:
+        os.close(fd)
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
+
+
+def _last_pid():
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _counters_moved(job_pid, probes):
+    """Did the job move a counter the next job could read? The PID namespace's last pid
+    (anything the job started) and each writable tmpfs's next inode number (any file the job
+    made, even one it removed again) must be where the server's own work left them: the job's
+    pid, one past the inodes the server made (``probes``: the last one per directory). A job
+    that moved one gets no successor on this worker: the server exits after answering and the
+    host starts a fresh one (a fresh tmpfs and PID namespace). So nothing a job does there
+    reaches the next job, beyond the job count every job sees.
+    """
+    if CONFIG.get("kill_mode", "pidns") == "pidns":
+        last = _last_pid()
+        if last is not None and last != job_pid:
+            return True
+    for path, before in probes.items():
+        if before is None:
+            continue
+        now = _probe_inode(path)
+        if now is not None and now != before + 1:
+            return True
+    return False
 
 
 def _tmp_ok(path):

@@ -18,9 +18,14 @@ not contain the program (see :mod:`verifiers.assert_plans`). A name the test use
 defining it is a function of the program (:class:`Remote`): calling it is a *call* handed to
 ``remote``.
 
-Everything is bounded: evaluation steps (``MAX_STEPS``), nesting (``MAX_DEPTH``), sizes of what
-the evaluator builds (``MAX_ITEMS`` items, ``MAX_INT_BITS`` bits of an integer); exceeding a
-bound raises :class:`TooExpensive` (an :class:`Unsupported`).
+Everything is bounded: evaluation steps (``MAX_STEPS``), work (``MAX_WORK``: every operand and
+result is charged by its size, so scanning a big list in a loop costs what it does, not one
+node), nesting (``MAX_DEPTH``), sizes of what the evaluator builds (``MAX_ITEMS`` items,
+``MAX_INT_BITS`` bits of an integer, format widths, three-argument ``pow``); exceeding a bound
+raises :class:`TooExpensive` (an :class:`Unsupported`). In the host process an evaluation runs
+under a much smaller budget (``inline=True``: ``INLINE_STEPS`` / ``INLINE_WORK``); past it,
+:class:`OverInline` tells the caller (:mod:`verifiers.assert_plans`) to redo it in a bounded
+worker process (:mod:`verifiers._bounded`), so the host never spends much on one test.
 
 >>> ev = Evaluator(lambda path, args, kwargs: 9 if args == (3,) else 0)
 >>> import ast
@@ -67,6 +72,9 @@ __all__ = [
     "Remote",
     "PENDING",
     "Evaluator",
+    "OverInline",
+    "INLINE_STEPS",
+    "INLINE_WORK",
     "max_depth",
 ]
 
@@ -79,6 +87,16 @@ what it touches, not by how many syntax nodes it has (a ``MAX_ITEMS`` list scann
 ``MAX_STEPS`` iterations would be two billion comparisons)."""
 MAX_DEPTH = 60
 """Deepest syntax tree the evaluator walks (it recurses)."""
+INLINE_STEPS = 4_000
+INLINE_WORK = 200_000
+"""The budget of an evaluation in the host process (``inline=True``): past it the evaluator
+raises :class:`OverInline` and the caller redoes the evaluation in a bounded worker process
+(:mod:`verifiers._bounded`) with the full ``MAX_STEPS`` / ``MAX_WORK``."""
+
+
+class OverInline(BaseException):
+    """The in-process budget ran out: evaluate in the bounded worker instead. A BaseException
+    so that no ``except Exception`` of the evaluator or the test's own logic swallows it."""
 
 
 class AssertFailed(Exception):
@@ -157,8 +175,12 @@ class Evaluator:
         *,
         discover: bool = False,
         bound: dict[str, Any] | None = None,
+        inline: bool = False,
     ) -> None:
         self.remote = remote
+        self.inline = inline
+        self.max_steps = INLINE_STEPS if inline else MAX_STEPS
+        self.max_work = INLINE_WORK if inline else MAX_WORK
         self.discover = discover
         self.env: dict[str, Any] = dict(bound or {})
         self.calls: list[tuple[tuple[str, ...], tuple, dict]] = []
@@ -175,14 +197,21 @@ class Evaluator:
 
     def _tick(self) -> None:
         self.steps += 1
-        if self.steps > MAX_STEPS:
+        if self.steps > self.max_steps:
+            if self.inline:
+                raise OverInline()
             raise TooExpensive(f"the test takes more than {MAX_STEPS} evaluation steps")
 
     def _charge(self, *values: Any) -> None:
         """Charge the work of touching ``values`` (see ``MAX_WORK``)."""
         for v in values:
-            self.work += work(v, MAX_WORK - self.work)
-        if self.work > MAX_WORK:
+            self.work += work(v, self.max_work - self.work)
+        self._over_work()
+
+    def _over_work(self) -> None:
+        if self.work > self.max_work:
+            if self.inline:
+                raise OverInline()
             raise TooExpensive(f"the test does more than {MAX_WORK} steps of work")
 
     def _block(self, stmts: list[ast.stmt]) -> None:
@@ -408,8 +437,7 @@ class Evaluator:
 
     def _charge_limbs(self, n: int) -> None:
         self.work += n
-        if self.work > MAX_WORK:
-            raise TooExpensive(f"the test does more than {MAX_WORK} steps of work")
+        self._over_work()
 
     def _e_BinOp(self, e: ast.BinOp) -> Any:
         return self._binop(type(e.op), self._value(e.left), self._value(e.right))

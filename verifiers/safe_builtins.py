@@ -332,6 +332,8 @@ def work(x: Any, cap: int = 10_000_000) -> int:
         if total > cap:
             break
     return total
+
+
 _CONTAINERS = (list, tuple, dict, set, frozenset, range)
 _CONTAINERS_SET = frozenset(_CONTAINERS)
 

@@ -614,6 +614,25 @@ ROUND3 = [
     ),
 ]
 
+ROUND3 += [
+    Forgery(n, "math", "reasoner", c, "It is \\boxed{41}.", math_reasoner_reward, False)
+    for n, c in [
+        ("E_reasoner_integer_near_miss", "It is \\boxed{42.00003}."),  # relative 7e-7
+        ("F_reasoner_percent_hedge", "It is \\boxed{42\\%}."),  # 42 and 0.42 at once
+        ("F_reasoner_percent_text", "It is \\boxed{4200 \\text{\\%}}... of 1: \\boxed{42\\%}"),
+    ]
+] + [
+    Forgery(
+        "E_marsrl_solver_integer_near_miss",
+        "marsrl",
+        "solver",
+        "So \\boxed{42.00004}.",
+        "So \\boxed{41}.",
+        marsrl_solver_reward,
+        False,
+    ),
+]
+
 ALL: list[Forgery] = [
     *CODER,
     *STDIN,

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import envs
+import sandboxes
 
 from .attacks import CLIP, py
 
@@ -31,3 +34,73 @@ def test_golden_source_and_values_never_reach_the_testers_reasons(local_sandbox)
         text = json.dumps(parts["reasons"])
         assert parts["components"]["valid"] == 0.0, (test, parts)
         assert "return lo" not in text and "returned" not in text, (test, text)
+
+
+# ---------------------------------------------------------------- B: state between jobs
+
+_OBSERVE = (
+    "import os\n"
+    "def ino(d):\n"
+    "    p = os.path.join(d, 'probe')\n"
+    "    open(p, 'w').close()\n"
+    "    n = os.stat(p).st_ino\n"
+    "    os.unlink(p)\n"
+    "    return n\n"
+    "print(os.getpid(), ino('/tmp/job'), ino('/dev/shm'))\n"
+)
+
+
+def _mover(k: int) -> str:
+    """A job that moves the inode counters of both tmpfs mounts by ``k`` (files made and
+    removed again: nothing is left to wipe) and the PID counter by ``k // 100``."""
+    return (
+        "import os\n"
+        f"for d in ('/tmp/job', '/dev/shm'):\n    for i in range({k}):\n"
+        "        p = os.path.join(d, 'f%d' % i)\n        open(p, 'w').close()\n        os.unlink(p)\n"
+        f"for i in range({k // 100}):\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n"
+        "    os.waitpid(pid, 0)\n"
+        "print('moved')\n"
+    )
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def make_one_worker(request):
+    """A factory of fresh one-worker sandboxes of the parametrised backend."""
+    made = []
+
+    def make():
+        lim = sandboxes.Limits(wall_s=10, cpu_s=10, memory_mb=256, max_procs=64)
+        if request.param == "local":
+            sb = sandboxes.LocalSandbox(workers=1, limits=lim)
+        else:
+            try:
+                sb = sandboxes.DockerSandbox(workers=1, limits=lim)
+            except sandboxes.SandboxError as exc:
+                pytest.skip(f"Docker sandbox unavailable: {exc}")
+        made.append(sb)
+        return sb
+
+    yield make
+    for sb in made:
+        sb.close()
+
+
+def test_a_job_cannot_move_the_next_jobs_inode_and_pid_counters(make_one_worker):
+    """Root cause B: tmpfs numbers inodes in sequence and a PID namespace counts pids, so a
+    job that made k files (5,000 in 0.07 s) or k processes moved what the next job on the same
+    worker saw by k: a covert channel from one job (the golden run) to the next (a mutant's).
+    Now a job that moves a counter gets a fresh worker after it: what the next job sees is the
+    same whatever k was (the view of a first job on a fresh worker)."""
+    seen = []
+    for k in (0, 300, 5000):
+        sb = make_one_worker()
+        first = sb.run(_mover(k))
+        assert first.stdout == "moved\n", first.stderr
+        after = sb.run(_OBSERVE)
+        assert after.exit_code == 0, after.stderr
+        seen.append(after.stdout)
+    quiet, small, big = seen
+    assert small == big  # k does not show
+    fresh = make_one_worker().run(_OBSERVE).stdout
+    assert small == fresh  # after a mover, the next job starts from a fresh worker
+    assert quiet != fresh  # (a quiet job keeps the worker; every job sees the job count)
