@@ -5,6 +5,8 @@ state carried between jobs, output buffers (the forgeries themselves are rows of
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
@@ -104,3 +106,36 @@ def test_a_job_cannot_move_the_next_jobs_inode_and_pid_counters(make_one_worker)
     fresh = make_one_worker().run(_OBSERVE).stdout
     assert small == fresh  # after a mover, the next job starts from a fresh worker
     assert quiet != fresh  # (a quiet job keeps the worker; every job sees the job count)
+
+
+# ---------------------------------------------------------------- C: no stalls
+
+
+def test_a_hostile_step_does_not_stall_the_hosts_other_threads(local_sandbox):
+    """Root cause C: host-side evaluation held the GIL for seconds (a three-argument ``pow``,
+    a 1.5 GB format width, a 200,000-character program compiled on the host), so through
+    ``serve_env`` one request froze every session. While another thread steps through such
+    completions, this thread's 10 ms ticks never wait more than 0.5 s."""
+    from .test_host_bounds import HOSTILE, _env
+
+    names = ["defs", "asserts", "modpow", "percent_width", "list_scans", "shared_rows"]
+    done = threading.Event()
+
+    def steps() -> None:
+        try:
+            for name in names:
+                env = _env("code_function", local_sandbox)
+                for _ in range(2):
+                    env.step(HOSTILE[name])
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=steps)
+    worst, last = 0.0, time.perf_counter()
+    worker.start()
+    while not done.is_set():
+        time.sleep(0.01)
+        now = time.perf_counter()
+        worst, last = max(worst, now - last), now
+    worker.join()
+    assert worst < 0.5, worst
