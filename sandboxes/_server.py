@@ -678,7 +678,8 @@ def _run_job(header):
     res_cap = int(header.get("results_cap", 1 << 20))
     work_root = CONFIG["work_root"]
     job_dir = os.path.join(work_root, "job")
-    probes = {p: _probe_inode(p) for p in CONFIG["wipe"] if p != work_root}
+    isolated = CONFIG.get("kill_mode", "pidns") == "pidns"
+    probes = {p: _probe_inode(p) for p in CONFIG["wipe"] if p != work_root and isolated}
     os.mkdir(job_dir, 0o700)
     fd = os.open(os.path.join(job_dir, "main.py"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     _write_all(fd, CODE.view())
@@ -936,10 +937,11 @@ def _counters_moved(job_pid, probes):
     host starts a fresh one (a fresh tmpfs and PID namespace). So nothing a job does there
     reaches the next job, beyond the job count every job sees.
     """
-    if CONFIG.get("kill_mode", "pidns") == "pidns":
-        last = _last_pid()
-        if last is not None and last != job_pid:
-            return True
+    if CONFIG.get("kill_mode", "pidns") != "pidns":
+        return False  # unisolated (opted in): no namespace and no private tmpfs to keep fresh
+    last = _last_pid()
+    if last is not None and last != job_pid:
+        return True
     for path, before in probes.items():
         if before is None:
             continue
