@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import envs
 import sandboxes
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 @dataclass
 class NaiveResult:
@@ -36,32 +38,83 @@ class NaiveResult:
     output_truncated: bool = False
     duration_s: float = 0.0
     error: str | None = None
+    signal: int | None = None
+    calls: tuple = ()
+    calls_done: bool = False
+    results: str = ""
+
+
+# What a naive job with calls runs after the program: the calls, each result one line on fd 3
+# (the format of sandboxes.calls), in the same fresh interpreter.
+_CALLS_TAIL = """
+import os as _os, sys as _sys
+_sys.path.insert(0, {root!r})
+from sandboxes import plain as _plain
+for _i, (_path, _args, _kwargs) in enumerate({calls!r}):
+    try:
+        _t = globals()[_path[0]]
+        for _s in _path[1:]:
+            _t = _t() if _s == "()" else getattr(_t, _s)
+        _rec = ["ok", _plain.encode(_t(*_plain.decode(_args), **_plain.decode(_kwargs)))]
+    except BaseException as _e:
+        _rec = ["exc", type(_e).__name__, str(_e)[:1000]]
+    _os.write(3, ("%s %d %s\\n" % ({nonce!r}, _i, _plain.dumps(_rec))).encode())
+_os.write(3, ("%s end\\n" % {nonce!r}).encode())
+_os._exit(0)
+"""
 
 
 class NaiveSubprocessSandbox:
-    """Baseline only: a fresh interpreter per program, no isolation at all."""
+    """Baseline only: a fresh interpreter per program, no isolation at all (a results channel
+    on fd 3 and the calls of :mod:`sandboxes.calls` made in the same interpreter)."""
 
     def run(self, code: str, stdin: str = "", limits: object = None) -> NaiveResult:
-        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
+        return self._run(sandboxes.Job(code, stdin))
+
+    def _run(self, job: sandboxes.Job) -> NaiveResult:
+        from sandboxes.calls import parse_results
+
+        stdin = job.stdin.decode() if isinstance(job.stdin, bytes) else job.stdin
+        nonce = os.urandom(8).hex()
+        code = job.code
+        if job.calls is not None:
+            calls = [c.to_json() for c in job.calls]
+            code += "\n" + _CALLS_TAIL.format(root=str(ROOT), calls=calls, nonce=nonce)
+        with (
+            tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh,
+            tempfile.TemporaryFile() as res,
+        ):
             fh.write(code)
-            path = fh.name
-        try:
-            t = time.perf_counter()
-            p = subprocess.run(
-                [sys.executable, path], input=stdin, capture_output=True, text=True, timeout=10
-            )
-            return NaiveResult(p.returncode, p.stdout, p.stderr, duration_s=time.perf_counter() - t)
-        except subprocess.TimeoutExpired:
-            return NaiveResult(None, "", "", timed_out=True)
-        finally:
-            os.unlink(path)
+            fh.flush()
+
+            def fd3() -> None:
+                os.dup2(res.fileno(), 3)
+
+            try:
+                t = time.perf_counter()
+                p = subprocess.run(
+                    [sys.executable, fh.name],
+                    input=stdin,
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                    preexec_fn=fd3,
+                )
+                out = NaiveResult(
+                    p.returncode, p.stdout, p.stderr, duration_s=time.perf_counter() - t
+                )
+            except subprocess.TimeoutExpired:
+                return NaiveResult(None, "", "", timed_out=True)
+            finally:
+                os.unlink(fh.name)
+            res.seek(0)
+            out.results = res.read().decode("utf-8", "replace")
+        if job.calls is not None:
+            out.calls, out.calls_done = parse_results(out.results, nonce, len(job.calls))
+        return out
 
     def run_many(self, jobs: list) -> list[NaiveResult]:
-        out = []
-        for job in map(sandboxes.as_job, jobs):
-            stdin = job.stdin.decode() if isinstance(job.stdin, bytes) else job.stdin
-            out.append(self.run(job.code, stdin))
-        return out
+        return [self._run(sandboxes.as_job(job)) for job in jobs]
 
 
 # (label, env id, config, reset target /s, episode target /s)

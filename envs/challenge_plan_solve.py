@@ -413,10 +413,14 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         else:
             answer = _last_block(text, "solution")
             tests, why = split_assert_block(_last_block(text, "tests"), cfg.max_tests)
-            entry = first_function(code_from_answer(answer)) if answer else None
+            entry = first_function(code_from_answer(answer), question) if answer else None
             st.valid, st.valid_reason = (
                 check_code_reference(
-                    answer, tests, sandbox=self._sandbox, timeout_s=cfg.test_timeout_s
+                    answer,
+                    tests,
+                    question=question,
+                    sandbox=self._sandbox,
+                    timeout_s=cfg.test_timeout_s,
                 )
                 if tests
                 else (False, why)

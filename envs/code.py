@@ -317,6 +317,20 @@ def _call_test_as_assert(tree: ast.Module) -> str | None:
     return f"import json\nassert json.loads(json.dumps({found['call']}({args}))) == {expected!r}"
 
 
+def _golden_failure(result: Any) -> str:
+    """Why the golden program failed a test, without what it returned, printed or raised with:
+    a reason goes into the tester's ``reward_parts`` (and through ``serve_env`` to clients), and
+    the golden program is the secret the tester must not learn.
+
+    >>> from verifiers.code_tests import TestResult
+    >>> _golden_failure(TestResult(False, "wrong_answer", "assertion failed: ...; returned 7"))
+    ' (wrong answer)'
+    """
+    if result.status == "invalid_test":  # about the test alone
+        return f": {result.reason}"
+    return f" ({result.status.replace('_', ' ')})"
+
+
 def _hidden_as_asserts(code: str, entry_point: str) -> str | None:
     """A golden assert test rewritten in the tester's format: the body of ``def check(c)``
     with ``c`` renamed to the entry point, without the ``check(...)`` call; a JSON call test
@@ -515,7 +529,9 @@ class raw_env(ProgramEnv):
         res: dict[str, Any] = {"valid": float(not failing and not infra), "mask": 1.0}
         if failing:
             i = failing[0]
-            res["valid_why"] = f"the golden solution fails test {i + 1}: {first.results[i].reason}"
+            res["valid_why"] = f"the golden solution fails test {i + 1}" + _golden_failure(
+                first.results[i]
+            )
         mutants = self._mutants(golden)
         if not mutants:
             res.update(cov=0.0, mask=0.0, why="no mutant can be made of the golden solution")

@@ -528,6 +528,7 @@ _CACHE: OrderedDict[tuple[str, ...], Verdict] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 8192
 _WORD = re.compile(r"[A-Za-z]{4,}")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LATEX_CMD = re.compile(r"\\[A-Za-z]+")
 _MATH_WORDS = {"sqrt", "frac", "dfrac", "infty", "cdot", "times", "left", "right", "text", "mathrm"}
 
@@ -657,15 +658,49 @@ def assert_block(tests: Sequence[TestCase]) -> str:
     return "\n".join(t.code.rstrip("\n") for t in tests if t.kind == "assert")
 
 
-def first_function(code: str) -> str | None:
-    """The name of the first top-level function a program defines (its entry point)."""
+def first_function(code: str, question: str = "") -> str | None:
+    """The entry point of a program: the first top-level function it defines whose name the
+    ``question`` mentions (any first function when none does, or without a question).
+
+    >>> first_function("def _h(x): pass\\ndef dbl(x): pass", "Write dbl(x).")
+    'dbl'
+    """
     try:
         tree = quiet_parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return node.name
+    names = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    named = set(_IDENT.findall(question))
+    return next((n for n in names if n in named), names[0] if names else None)
+
+
+def names_outside_question(
+    tests: Sequence[TestCase], question: str, entry_point: str | None
+) -> str | None:
+    """Why the ``tests`` cannot be a fair verifier of ``question``, or None: a test may call
+    only the entry point, and only by a name the question states (a test calling a helper that
+    only the reference defines would pass the reference and fail every honest solver).
+
+    >>> t = [TestCase.asserts("assert dbl(2) == 4"), TestCase.asserts("assert _h(2) == 1")]
+    >>> names_outside_question(t[:1], "Write dbl(x).", "dbl") is None
+    True
+    >>> names_outside_question(t, "Write dbl(x).", "dbl")
+    'test 2: the test reaches `_h` of the program: only public names may be called'
+    >>> names_outside_question(t[:1], "Write a doubling function.", "dbl")
+    'test 1 calls `dbl`, which the question does not name'
+    """
+    from verifiers.assert_plans import plan_test
+
+    named = set(_IDENT.findall(question))
+    for k, test in enumerate(tests):
+        if test.kind != "assert":
+            continue
+        plan = plan_test(test.code, entry_point)
+        if plan.error:
+            return f"test {k + 1}: {plan.error}"
+        used = {c.path[0] for c in plan.calls} | {p[0] for _, p in plan.bound} | set(plan.stubs)
+        for name in sorted(used - named):
+            return f"test {k + 1} calls `{name}`, which the question does not name"
     return None
 
 
@@ -673,19 +708,25 @@ def check_code_reference(
     solution: str | None,
     tests: Sequence[TestCase],
     *,
+    question: str | None = None,
     sandbox: Any = None,
     timeout_s: float = 5.0,
 ) -> tuple[bool, str]:
-    """Is (``solution``, ``tests``) a valid code verifier: at least one test, and the reference
-    program passes every test in the sandbox? (SAGE: "parsable and executable for code tests".)"""
+    """Is (``solution``, ``tests``) a valid code verifier: at least one test, every test calls
+    only the entry point by a name the ``question`` states (when given), and the reference
+    program passes every test in the sandbox? (SAGE: "parsable and executable for code
+    tests".)"""
     if not tests:
         return False, "no tests"
     if solution is None or not solution.strip():
         return False, "no reference solution"
     program = code_from_answer(solution)
-    v = run_program(
-        program, tests, entry_point=first_function(program), sandbox=sandbox, timeout_s=timeout_s
-    )
+    entry = first_function(program, question or "")
+    if question is not None:
+        why = names_outside_question(tests, question, entry)
+        if why is not None:
+            return False, why
+    v = run_program(program, tests, entry_point=entry, sandbox=sandbox, timeout_s=timeout_s)
     if v.score < 1.0:
         return False, f"the reference solution fails its tests ({v.reason})"
     return True, "ok"

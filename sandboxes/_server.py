@@ -158,14 +158,20 @@ class _Buf:
     def __init__(self, size=1 << 16):
         self.data = bytearray(size)
         self.n = 0
+        self.high = 0  # the most bytes written since the last wipe (all of them get zeroed)
 
     def reserve(self, n):
+        """Room for ``n`` bytes; the ``self.n`` bytes held so far stay (and stay counted)."""
         if n > len(self.data):
             bigger = bytearray(max(n, 2 * len(self.data)))
-            with memoryview(self.data) as old:
-                bigger[: self.n] = old[: self.n]  # through a view: no temporary copy
-            self.wipe()
+            kept = self.n
+            # view to view: a bytearray's slice assignment from anything but a bytearray
+            # copies the source into a temporary first, freed unwiped into the heap
+            with memoryview(self.data) as old, memoryview(bigger) as new:
+                new[:kept] = old[:kept]
+            self.wipe()  # the old buffer is zeroed before it is dropped
             self.data = bigger
+            self.n = self.high = kept
 
     def view(self):
         return memoryview(self.data)[: self.n]
@@ -184,6 +190,7 @@ class _Buf:
                 if k == 0:
                     return False
                 self.n += k
+                self.high = max(self.high, self.n)
         finally:
             mv.release()
         return True
@@ -194,15 +201,19 @@ class _Buf:
         take = min(room, len(chunk)) if room > 0 else 0
         if take:
             self.reserve(self.n + take)
-            self.data[self.n : self.n + take] = chunk[:take]
+            with memoryview(self.data) as mv:  # (no temporary copy, see reserve)
+                mv[self.n : self.n + take] = chunk[:take]
             self.n += take
+            self.high = max(self.high, self.n)
         return take < len(chunk)
 
     def wipe(self):
-        if self.n:
-            self.data[: self.n] = bytes(self.n)
-        self.n = 0
-        # (the grown-out buffer of reserve() is wiped before it is dropped)
+        """Zero every byte written since the last wipe (not only the ``n`` now counted)."""
+        end = max(self.n, self.high)
+        if end:
+            with memoryview(self.data) as mv:
+                mv[:end] = bytes(end)
+        self.n = self.high = 0
 
 
 CODE, STDIN, OUT, ERR, RES, SCRATCH = _Buf(), _Buf(), _Buf(), _Buf(), _Buf(), _Buf(1 << 16)
@@ -579,7 +590,10 @@ def _run_calls(namespace, calls):
             path, args, kwargs = call
             target = None
             for k, step in enumerate(path):
+                if step[:1] == "_":  # public names only: no __builtins__, dunders, helpers
+                    raise NameError("name %r is not callable by a test" % step)
                 if k == 0:
+                    # a name the program bound itself (the module's own dict, never builtins)
                     if step not in namespace:
                         raise NameError("name %r is not defined" % step)
                     target = namespace[step]
@@ -664,9 +678,12 @@ def _run_job(header):
     res_cap = int(header.get("results_cap", 1 << 20))
     work_root = CONFIG["work_root"]
     job_dir = os.path.join(work_root, "job")
+    isolated = CONFIG.get("kill_mode", "pidns") == "pidns"
+    probes = {p: _probe_inode(p) for p in CONFIG["wipe"] if p != work_root and isolated}
     os.mkdir(job_dir, 0o700)
     fd = os.open(os.path.join(job_dir, "main.py"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     _write_all(fd, CODE.view())
+    probes[work_root] = os.fstat(fd).st_ino
     os.close(fd)
 
     if STDIN.n:
@@ -719,6 +736,7 @@ def _run_job(header):
                 open_fds.discard(fd)
                 return False
             SCRATCH.n = max(SCRATCH.n, k)
+            SCRATCH.high = max(SCRATCH.high, k)
             if bufs[fd].append(scratch[:k], caps[fd]):
                 truncated[fd] = True
 
@@ -815,7 +833,8 @@ def _run_job(header):
     ipc_clean = _clean_ipc() if CONFIG.get("clean_ipc", True) else True
     budget = [_WIPE_BUDGET]
     wiped = all(_wipe(p, budget) for p in CONFIG["wipe"])
-    healthy = clean and ipc_clean and wiped and _tmp_ok(work_root)
+    moved = _counters_moved(pid, probes)
+    healthy = clean and ipc_clean and wiped and not moved and _tmp_ok(work_root)
     result = {
         "exit_code": exit_code,
         "signal": sig,
@@ -829,6 +848,7 @@ def _run_job(header):
         "cpu_s": cpu_used,
         "maxrss_bytes": maxrss,
         "healthy": healthy,
+        "counters_moved": moved,
         "phases_ms": [
             round(1000 * (t - start), 3)
             for t in (t_forked, end, t_reaped, t_killed, time.monotonic())
@@ -880,6 +900,55 @@ def _memory_error_reported(err):
     if not data.startswith(b"MemoryError", start, end):
         return False
     return end - start == 11 or data[start + 11] == 58  # "MemoryError" or "MemoryError: ..."
+
+
+def _probe_inode(path):
+    """The inode number a new file in ``path`` gets now (the probe file is removed again), or
+    None. tmpfs numbers its inodes in sequence, per mount."""
+    probe = os.path.join(path, ".mas-probe")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_ino
+    finally:
+        os.close(fd)
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
+
+
+def _last_pid():
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _counters_moved(job_pid, probes):
+    """Did the job move a counter the next job could read? The PID namespace's last pid
+    (anything the job started) and each writable tmpfs's next inode number (any file the job
+    made, even one it removed again) must be where the server's own work left them: the job's
+    pid, one past the inodes the server made (``probes``: the last one per directory). A job
+    that moved one gets no successor on this worker: the server exits after answering and the
+    host starts a fresh one (a fresh tmpfs and PID namespace). So nothing a job does there
+    reaches the next job, beyond the job count every job sees.
+    """
+    if CONFIG.get("kill_mode", "pidns") != "pidns":
+        return False  # unisolated (opted in): no namespace and no private tmpfs to keep fresh
+    last = _last_pid()
+    if last is not None and last != job_pid:
+        return True
+    for path, before in probes.items():
+        if before is None:
+            continue
+        now = _probe_inode(path)
+        if now is not None and now != before + 1:
+            return True
+    return False
 
 
 def _tmp_ok(path):

@@ -41,7 +41,15 @@ _STEP = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\(\)")
 class Call:
     """One call of a function of the program: ``path`` names it (``("f",)``, or
     ``("Solution", "()", "twoSum")`` for ``Solution().twoSum``); ``args`` / ``kwargs`` are
-    already in the plain encoding (use :meth:`make`)."""
+    already in the plain encoding (use :meth:`make`). No step may start with ``_``: a call
+    reaches the program's public names only, never ``__builtins__``, ``f.__code__`` or
+    private helpers (the job runner refuses them too).
+
+    >>> Call.make(("__builtins__", "eval"), ("1",))
+    Traceback (most recent call last):
+    ...
+    ValueError: a call path reaches only public names, not ('__builtins__', 'eval')
+    """
 
     path: tuple[str, ...]
     args: Any = ("t", [])
@@ -52,6 +60,8 @@ class Call:
             raise ValueError(f"bad call path {self.path!r}")
         if self.path[0] == "()":
             raise ValueError("a call path starts with a name")
+        if any(s.startswith("_") for s in self.path):
+            raise ValueError(f"a call path reaches only public names, not {self.path!r}")
 
     @classmethod
     def make(

@@ -26,9 +26,16 @@ NORM_CHARS = 200
 """Normalised forms are clipped to this many characters."""
 
 
+_ROUNDOFF = Fraction("1e-9")
+
+
 def _num_eq(a: Fraction, b: Fraction, delta: Fraction) -> bool:
-    diff = abs(a - b)
-    return diff <= delta or diff / max(Fraction(1), abs(b)) <= delta
+    """NumEq as ``verifiers.math_answer.num_eq`` reads it (an integer reference needs the
+    integer; otherwise a relative tolerance), repeated here: this worker imports no project
+    module."""
+    if b.denominator == 1:
+        return abs(a - b) <= _ROUNDOFF
+    return abs(a - b) <= delta * abs(b)
 
 
 def _wrap(text: str) -> str:
@@ -84,10 +91,11 @@ def grade_symbolic(pred: str, gold: str, delta: float, inner_timeout: int) -> di
     pval = _numeric_value(pred_parsed[0]) if gval is not None else None
     if gval is not None and pval is not None:
         d = Fraction(repr(float(delta)))
-        if _num_eq(pval, gval, d):
-            return {**out, "c": True, "r": "numeric match (NumEq)"}
-        if "%" not in pred + gold:
-            return {**out, "c": False, "r": "numeric mismatch (NumEq)"}
+        ok = _num_eq(pval, gval, d)
+        # (no math-verify after a numeric mismatch: it would accept 42% for 0.42 and for 42)
+        return {**out, "c": ok, "r": "numeric match (NumEq)" if ok else "numeric mismatch (NumEq)"}
+    if "%" in pred:  # percentages were resolved by the host; one left here is not a number
+        return {**out, "c": False, "r": "a percent sign the grader does not read"}
     ok = mv.verify(gold_parsed, pred_parsed, timeout_seconds=inner_timeout)
     return {**out, "c": bool(ok), "r": "symbolic match" if ok else "symbolic mismatch"}
 

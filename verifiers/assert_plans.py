@@ -42,6 +42,7 @@ from verifiers.host_eval import (
     PENDING,
     AssertFailed,
     Evaluator,
+    OverInline,
     Remote,
     TooExpensive,
     Unsupported,
@@ -49,6 +50,8 @@ from verifiers.host_eval import (
 from verifiers.source_checks import bounded_parse, check_compiles
 
 __all__ = [
+    "ENTRY_CLASS",
+    "callable_name",
     "MAX_CALLS",
     "MAX_TEST_CHARS",
     "Plan",
@@ -82,6 +85,9 @@ class Plan:
     calls: tuple[Call, ...] = ()
     why: str = ""
     stubs: tuple[str, ...] = ()
+    entry_point: str | None = None
+    prelude: str = ""
+    remote: bool = False  # planned in the bounded worker: decided there too (``module`` None)
 
 
 @dataclass(frozen=True)
@@ -187,9 +193,14 @@ _PLAN_CACHE_CHARS = 8_000_000
 _plans_chars = 0
 
 
-def plan_test(code: str, entry_point: str | None = None, prelude: str = "") -> Plan:
+def plan_test(
+    code: str, entry_point: str | None = None, prelude: str = "", *, inline: bool = True
+) -> Plan:
     """The :class:`Plan` of one assert test (cached; the cache holds at most
-    ``_PLAN_CACHE_CHARS`` characters of test code, least recently used out first)."""
+    ``_PLAN_CACHE_CHARS`` characters of test code, least recently used out first).
+
+    ``inline``: plan in this process under the small in-process budget and, past it, in the
+    bounded worker (:mod:`verifiers._bounded`; the plan is then ``remote``)."""
     global _plans_chars
     key = (code, entry_point, prelude)
     with _PLANS_LOCK:
@@ -197,7 +208,10 @@ def plan_test(code: str, entry_point: str | None = None, prelude: str = "") -> P
         if hit is not None:
             _PLANS.move_to_end(key)
             return hit
-    plan = _plan(code, entry_point, prelude)
+    try:
+        plan = _plan(code, entry_point, prelude, inline)
+    except OverInline:
+        plan = _plan_remote(code, entry_point, prelude)
     with _PLANS_LOCK:
         if key not in _PLANS:
             _PLANS[key] = plan
@@ -208,7 +222,44 @@ def plan_test(code: str, entry_point: str | None = None, prelude: str = "") -> P
     return plan
 
 
-def _plan(code: str, entry_point: str | None, prelude: str) -> Plan:
+def _plan_remote(code: str, entry_point: str | None, prelude: str) -> Plan:
+    from verifiers import _bounded
+
+    try:
+        summary = _bounded.call("plan", code, entry_point, prelude)
+    except _bounded.BoundedError as exc:
+        return Plan(code, why=f"too expensive to evaluate on the host ({exc})")
+    return plan_from_summary(summary, code, entry_point, prelude)
+
+
+def plan_summary(plan: Plan) -> dict:
+    """A plan as JSON data (what the bounded worker sends back; the syntax tree stays there)."""
+    return {
+        "error": plan.error,
+        "static": plan.static,
+        "why": plan.why,
+        "stubs": list(plan.stubs),
+        "calls": [c.to_json() for c in plan.calls],
+        "bound": [[name, list(path)] for name, path in plan.bound],
+    }
+
+
+def plan_from_summary(s: dict, code: str, entry_point: str | None, prelude: str) -> Plan:
+    return Plan(
+        code,
+        error=str(s["error"]),
+        static=bool(s["static"]),
+        bound=tuple((str(n), tuple(p)) for n, p in s["bound"]),
+        calls=tuple(Call(tuple(p), a, k) for p, a, k in s["calls"]),
+        why=str(s["why"]),
+        stubs=tuple(s["stubs"]),
+        entry_point=entry_point,
+        prelude=prelude,
+        remote=True,
+    )
+
+
+def _plan(code: str, entry_point: str | None, prelude: str, inline: bool = False) -> Plan:
     if len(code) > MAX_TEST_CHARS:
         return Plan(code, error=f"the test is longer than {MAX_TEST_CHARS} characters")
     built = check_compiles(code, "<test>")
@@ -220,9 +271,14 @@ def _plan(code: str, entry_point: str | None, prelude: str) -> Plan:
         return Plan(code, error=str(exc))
     known = prelude_names(prelude)
     stubs = _stubs(tree, known)
+    bad = next((n for n in stubs if not callable_name(n, entry_point)), None)
+    if bad is not None:
+        return Plan(code, error=_reach_error(bad, entry_point))
     stmts, bound = _unwrap_check(tree, entry_point)
     module = ast.Module(body=stmts, type_ignores=[])
-    ev = Evaluator(lambda path, args, kwargs: PENDING, discover=True, bound=_remotes(bound))
+    ev = Evaluator(
+        lambda path, args, kwargs: PENDING, discover=True, bound=_remotes(bound), inline=inline
+    )
     why = ""
     try:
         ev.run(module, checked=True)  # bounded_parse checked the depth
@@ -238,6 +294,11 @@ def _plan(code: str, entry_point: str | None, prelude: str) -> Plan:
         return Plan(code, error=f"the test makes more than {MAX_CALLS} calls of the program")
     if not why and any(path[0] in known for path, _, _ in ev.calls):
         why = "calls a helper of the prelude"
+    if not why:
+        for path, _, _ in ev.calls:
+            step = next((p for p in path if p.startswith("_")), None)
+            if step is not None or not callable_name(path[0], entry_point):
+                return Plan(code, error=_reach_error(step or path[0], entry_point))
     calls: list[Call] = []
     if not why:
         try:
@@ -245,8 +306,43 @@ def _plan(code: str, entry_point: str | None, prelude: str) -> Plan:
         except (plain.PlainError, ValueError, TypeError, RecursionError):
             why = "passes something that is not plain data to the program"
     if why:
-        return Plan(code, why=why, stubs=stubs)
-    return Plan(code, static=True, module=module, bound=tuple(bound.items()), calls=tuple(calls))
+        return Plan(code, why=why, stubs=stubs, entry_point=entry_point, prelude=prelude)
+    return Plan(
+        code,
+        static=True,
+        module=module,
+        bound=tuple(bound.items()),
+        calls=tuple(calls),
+        entry_point=entry_point,
+        prelude=prelude,
+    )
+
+
+ENTRY_CLASS = "Solution"
+"""The class a LeetCode-style problem's entry point is a method of (``Solution().f``)."""
+
+
+def callable_name(name: str, entry_point: str | None) -> bool:
+    """May a test take ``name`` from the program? Only the entry point (or the class
+    ``Solution`` whose method it is), and never a name with a leading underscore: everything
+    else a program defines (helpers, ``__builtins__``, dunders) is out of a test's reach, so a
+    test can neither run code of its own in the program's job nor call what only the golden
+    program defines.
+
+    >>> callable_name("f", "f"), callable_name("Solution", "f"), callable_name("g", "f")
+    (True, True, False)
+    >>> callable_name("__builtins__", None), callable_name("g", None)
+    (False, True)
+    """
+    if name.startswith("_"):
+        return False
+    return entry_point is None or name in (entry_point, ENTRY_CLASS)
+
+
+def _reach_error(name: str, entry_point: str | None) -> str:
+    if name.startswith("_"):
+        return f"the test reaches `{name}` of the program: only public names may be called"
+    return f"the test uses `{name}`, but it may call only the entry point `{entry_point}`"
 
 
 def _remotes(bound: dict) -> dict[str, Any]:
@@ -272,9 +368,46 @@ def _key(path: tuple[str, ...], args: Any, kwargs: Any) -> str:
     return plain.dumps([list(path), args, kwargs])
 
 
-def static_verdict(plan: Plan, results: Sequence[CallResult | None]) -> Outcome:
-    """Evaluate a static plan's test over the program's results (``None``: missing)."""
-    assert plan.static and plan.module is not None
+def static_verdict(
+    plan: Plan, results: Sequence[CallResult | None], *, inline: bool = True
+) -> Outcome:
+    """Evaluate a static plan's test over the program's results (``None``: missing): in this
+    process under the small budget (``inline``), else, or past it, in the bounded worker."""
+    assert plan.static
+    if not plan.remote and plan.module is not None:
+        try:
+            return _verdict(plan, results, inline)
+        except OverInline:
+            pass
+    from verifiers import _bounded
+
+    records = [None if r is None else record_of_result(r) for r in results]
+    try:
+        passed, status, reason = _bounded.call(
+            "verdict", plan.code, plan.entry_point, plan.prelude, records
+        )
+    except _bounded.BoundedError as exc:
+        return Outcome(False, "runtime_error", f"the test is too expensive to check: {exc}")
+    return Outcome(bool(passed), str(status), str(reason))
+
+
+def record_of_result(r: CallResult) -> list:
+    """A call result as JSON data (for the bounded worker)."""
+    if r.status == "ok":
+        return ["ok", plain.encode(r.value)]
+    return [r.status, r.exc_type, r.message]
+
+
+def result_of_record(rec: list | None) -> CallResult | None:
+    if rec is None:
+        return None
+    if rec[0] == "ok":
+        return CallResult("ok", plain.decode(rec[1]))
+    return CallResult(rec[0], exc_type=rec[1], message=rec[2])
+
+
+def _verdict(plan: Plan, results: Sequence[CallResult | None], inline: bool) -> Outcome:
+    assert plan.module is not None
     table: dict[str, deque] = {}
     for call, res in zip(plan.calls, results):
         table.setdefault(_key(call.path, call.args, call.kwargs), deque()).append(res)
@@ -294,7 +427,7 @@ def static_verdict(plan: Plan, results: Sequence[CallResult | None]) -> Outcome:
             return res.value
         raise _Raised(res)
 
-    ev = Evaluator(remote, bound=_remotes(dict(plan.bound)))
+    ev = Evaluator(remote, bound=_remotes(dict(plan.bound)), inline=inline)
     try:
         ev.run(plan.module, checked=True)
     except AssertFailed as exc:

@@ -18,9 +18,14 @@ not contain the program (see :mod:`verifiers.assert_plans`). A name the test use
 defining it is a function of the program (:class:`Remote`): calling it is a *call* handed to
 ``remote``.
 
-Everything is bounded: evaluation steps (``MAX_STEPS``), nesting (``MAX_DEPTH``), sizes of what
-the evaluator builds (``MAX_ITEMS`` items, ``MAX_INT_BITS`` bits of an integer); exceeding a
-bound raises :class:`TooExpensive` (an :class:`Unsupported`).
+Everything is bounded: evaluation steps (``MAX_STEPS``), work (``MAX_WORK``: every operand and
+result is charged by its size, so scanning a big list in a loop costs what it does, not one
+node), nesting (``MAX_DEPTH``), sizes of what the evaluator builds (``MAX_ITEMS`` items,
+``MAX_INT_BITS`` bits of an integer, format widths, three-argument ``pow``); exceeding a bound
+raises :class:`TooExpensive` (an :class:`Unsupported`). In the host process an evaluation runs
+under a much smaller budget (``inline=True``: ``INLINE_STEPS`` / ``INLINE_WORK``); past it,
+:class:`OverInline` tells the caller (:mod:`verifiers.assert_plans`) to redo it in a bounded
+worker process (:mod:`verifiers._bounded`), so the host never spends much on one test.
 
 >>> ev = Evaluator(lambda path, args, kwargs: 9 if args == (3,) else 0)
 >>> import ast
@@ -55,6 +60,8 @@ from verifiers.safe_builtins import (
     _Module,
     _size,
     _too,
+    check_format_spec,
+    work,
 )
 
 __all__ = [
@@ -65,13 +72,31 @@ __all__ = [
     "Remote",
     "PENDING",
     "Evaluator",
+    "OverInline",
+    "INLINE_STEPS",
+    "INLINE_WORK",
     "max_depth",
 ]
 
 MAX_STEPS = 20_000
 """Evaluation steps (expression nodes and statements) of one test."""
+MAX_WORK = 5_000_000
+"""Work of one test, in element steps (:func:`verifiers.safe_builtins.work`): every operand and
+result of an operator, comparison or call is charged by its size, so a test's cost is bounded by
+what it touches, not by how many syntax nodes it has (a ``MAX_ITEMS`` list scanned in a loop of
+``MAX_STEPS`` iterations would be two billion comparisons)."""
 MAX_DEPTH = 60
 """Deepest syntax tree the evaluator walks (it recurses)."""
+INLINE_STEPS = 4_000
+INLINE_WORK = 200_000
+"""The budget of an evaluation in the host process (``inline=True``): past it the evaluator
+raises :class:`OverInline` and the caller redoes the evaluation in a bounded worker process
+(:mod:`verifiers._bounded`) with the full ``MAX_STEPS`` / ``MAX_WORK``."""
+
+
+class OverInline(BaseException):
+    """The in-process budget ran out: evaluate in the bounded worker instead. A BaseException
+    so that no ``except Exception`` of the evaluator or the test's own logic swallows it."""
 
 
 class AssertFailed(Exception):
@@ -150,12 +175,17 @@ class Evaluator:
         *,
         discover: bool = False,
         bound: dict[str, Any] | None = None,
+        inline: bool = False,
     ) -> None:
         self.remote = remote
+        self.inline = inline
+        self.max_steps = INLINE_STEPS if inline else MAX_STEPS
+        self.max_work = INLINE_WORK if inline else MAX_WORK
         self.discover = discover
         self.env: dict[str, Any] = dict(bound or {})
         self.calls: list[tuple[tuple[str, ...], tuple, dict]] = []
         self.steps = 0
+        self.work = 0
         self.shown: list[str] = []
 
     # -- statements ----------------------------------------------------------------------------
@@ -167,8 +197,22 @@ class Evaluator:
 
     def _tick(self) -> None:
         self.steps += 1
-        if self.steps > MAX_STEPS:
+        if self.steps > self.max_steps:
+            if self.inline:
+                raise OverInline()
             raise TooExpensive(f"the test takes more than {MAX_STEPS} evaluation steps")
+
+    def _charge(self, *values: Any) -> None:
+        """Charge the work of touching ``values`` (see ``MAX_WORK``)."""
+        for v in values:
+            self.work += work(v, self.max_work - self.work)
+        self._over_work()
+
+    def _over_work(self) -> None:
+        if self.work > self.max_work:
+            if self.inline:
+                raise OverInline()
+            raise TooExpensive(f"the test does more than {MAX_WORK} steps of work")
 
     def _block(self, stmts: list[ast.stmt]) -> None:
         for s in stmts:
@@ -247,6 +291,7 @@ class Evaluator:
             return
         if isinstance(seq, range) and len(seq) > MAX_ITEMS:
             raise TooExpensive("a loop too long")
+        self._charge(seq)
         broke = False
         for item in seq:
             self._tick()
@@ -381,7 +426,18 @@ class Evaluator:
         fn = _BINOPS.get(op)
         if fn is None:
             raise Unsupported("this operator")
-        return _check_size(fn(a, b))
+        self._charge(a, b)
+        if op is ast.Mult and type(a) is int and type(b) is int:
+            self._charge_limbs(work(a) * work(b) // 8)
+        out = _check_size(fn(a, b))
+        self._charge(out)
+        if op is ast.Pow and type(out) is int:
+            self._charge_limbs(work(out) ** 2 // 8)
+        return out
+
+    def _charge_limbs(self, n: int) -> None:
+        self.work += n
+        self._over_work()
 
     def _e_BinOp(self, e: ast.BinOp) -> Any:
         return self._binop(type(e.op), self._value(e.left), self._value(e.right))
@@ -418,10 +474,14 @@ class Evaluator:
             right = self._value(right_node)
             if left is PENDING or right is PENDING:
                 result = PENDING
-            elif result is not PENDING and not _CMPOPS[type(op)](left, right):
+            elif result is not PENDING and not self._compare(op, left, right):
                 return False
             left = right
         return result
+
+    def _compare(self, op: ast.cmpop, left: Any, right: Any) -> Any:
+        self._charge(left, right)
+        return _CMPOPS[type(op)](left, right)
 
     def _e_IfExp(self, e: ast.IfExp) -> Any:
         test = self._value(e.test)
@@ -440,10 +500,13 @@ class Evaluator:
             ]
             if v is PENDING or _pending(parts):
                 return PENDING
-            return v[slice(*parts)]
+            out = v[slice(*parts)]
+            self._charge(out)
+            return out
         k = self._value(e.slice)
         if v is PENDING or k is PENDING:
             return PENDING
+        self._charge(k)
         return v[k]
 
     def _comprehension(
@@ -469,6 +532,7 @@ class Evaluator:
         if seq is PENDING:
             self._skip_pending(node)
             return PENDING
+        self._charge(seq)
         pending = False
         for item in _consuming(list)(seq):
             self._tick()
@@ -534,9 +598,7 @@ class Evaluator:
                     x = repr(x)
                 elif v.conversion == ord("s"):
                     x = str(x)
-                if len(str(spec)) > 20:
-                    raise Unsupported("a long format spec")
-                parts.append(_check_size(format(x, spec)))
+                parts.append(_check_size(format(x, check_format_spec(str(spec)))))
             else:
                 raise Unsupported("this f-string")
         return _check_size("".join(parts))
@@ -587,14 +649,21 @@ class Evaluator:
             return value
         if func is PENDING or _pending(args) or _pending(kwargs.values()):
             return PENDING
+        self._charge(*args, *kwargs.values())
         if isinstance(func, _BoundMethod):
-            return func(*args, **kwargs)
-        if id(func) not in _BUILTIN_FUNCS and not _is_module_func(func):
-            raise Unsupported("a call of something that is not a known pure function")
-        key = kwargs.get("key")
-        if key is not None and id(key) not in _BUILTIN_FUNCS:
-            raise Unsupported("a key function")
-        return _check_size(_GUARDED.get(id(func), func)(*args, **kwargs))
+            self._charge(func.obj)
+            out = func(*args, **kwargs)
+        else:
+            if id(func) not in _BUILTIN_FUNCS and not _is_module_func(func):
+                raise Unsupported("a call of something that is not a known pure function")
+            key = kwargs.get("key")
+            if key is not None and id(key) not in _BUILTIN_FUNCS:
+                raise Unsupported("a key function")
+            if func is format and len(args) > 1:
+                check_format_spec(str(args[1]))
+            out = _check_size(_GUARDED.get(id(func), func)(*args, **kwargs))
+        self._charge(out)
+        return out
 
 
 _LITERALS: dict[int, tuple[ast.expr, Any]] = {}

@@ -1,12 +1,24 @@
 """Final-answer extraction and grading for math problems (AT-GRPO Appendix A.1.1).
 
 Grading follows the paper: math-verify is the parsing/normalisation front end and numbers are
-compared with ``NumEq`` (delta = 1e-6)::
+compared with ``NumEq`` (delta = 1e-6), which AT-GRPO Appendix A.1.1 defines as::
 
     NumEq(a, b) = 1{ |a - b| <= delta  or  |a - b| / max(1, |b|) <= delta }
 
-with ``b`` the reference answer. Answers that are not plain numbers (expressions, sets, intervals,
-equations) are compared symbolically by math-verify.
+with ``b`` the reference answer. Read literally, that tolerance grades near misses correct: the
+relative branch accepts ``1234568`` for ``1234567`` and the absolute one ``0.000001`` for
+``0.000002``. This module departs from the literal reading in two places (see :func:`num_eq`):
+
+* an **integer** reference needs the integer itself (up to ``INT_ROUNDOFF``, float print noise,
+  far below the distance 1 between two integers);
+* a **non-integer** reference gets the relative tolerance only, ``|a - b| <= delta * |b|``, so it
+  shrinks with ``|b|`` below 1 instead of becoming an absolute ``delta``.
+
+Percentages: an answer ending in ``%`` is graded by its value (``42%`` is 0.42) when the
+reference has no ``%``; when the reference ends in ``%`` too, the numbers in front of the signs
+are compared. So one answer never matches both ``42`` and ``0.42`` (math-verify alone accepts
+``42%`` for both). Answers that are not plain numbers (expressions, sets, intervals, equations)
+are compared symbolically by math-verify.
 
 Where answers come from (``source``):
 
@@ -55,6 +67,7 @@ __all__ = [
     "MAX_ANSWER_CHARS",
     "MAX_NESTING",
     "NUMEQ_DELTA",
+    "INT_ROUNDOFF",
     "DEFAULT_TIMEOUT_S",
     "MathGrade",
     "extract_boxed",
@@ -73,6 +86,8 @@ MAX_ANSWER_CHARS = 2000
 MAX_NESTING = 40
 """Answers with brackets nested deeper than this are not graded."""
 NUMEQ_DELTA = 1e-6
+INT_ROUNDOFF = 1e-9
+"""How far from an integer reference an answer may be (float print noise, ``0.1 * 30``)."""
 DEFAULT_TIMEOUT_S = 3.0
 """Deadline for one slow-path grading, in seconds."""
 _SHORT_LINE = 200
@@ -314,17 +329,21 @@ def num_eq(
     b: float | Fraction | Decimal | str,
     delta: float = NUMEQ_DELTA,
 ) -> bool:
-    """``NumEq_delta(a, b)``: ``|a-b| <= delta`` or ``|a-b| / max(1, |b|) <= delta`` (exactly).
+    """``NumEq`` with the reference ``b`` (AT-GRPO Appendix A.1.1, read as the module says):
+    an integer ``b`` needs ``|a - b| <= INT_ROUNDOFF``; any other ``b`` needs
+    ``|a - b| <= delta * |b|`` (exact rational arithmetic).
 
-    ``b`` is the reference. Strings are read with :func:`parse_number` (``False`` if unreadable);
-    floats are taken at their exact binary value; NaN equals nothing, infinities only themselves.
+    Strings are read with :func:`parse_number` (``False`` if unreadable); floats are taken at
+    their exact binary value; NaN equals nothing, infinities only themselves.
 
-    >>> num_eq(1.0000005, 1), num_eq(1.000002, 1)
-    (True, False)
-    >>> num_eq(1_000_000.5, 1_000_000)       # relative: 0.5 / 1e6 <= 1e-6
-    True
-    >>> num_eq("1/3", "0.333333"), num_eq("1/3", "0.33333")
-    (True, False)
+    >>> num_eq(1234568, 1234567), num_eq(1234567.0, 1234567), num_eq(0.1 * 30, 3)
+    (False, True, True)
+    >>> num_eq(1_000_000.5, 1_000_000), num_eq(1.0000005, 1)   # the literal reading: True, True
+    (False, False)
+    >>> num_eq("0.000001", "0.000002"), num_eq("0.0000020000001", "0.000002")
+    (False, True)
+    >>> num_eq("1/3", "0.3333333"), num_eq("1/3", "0.33333"), num_eq(2.5000024, 2.5)
+    (True, False, True)
     """
     vals = []
     x: float | Fraction | Decimal | str | None
@@ -338,9 +357,17 @@ def num_eq(
         if isinstance(x, bool) or not isinstance(x, int | float | Fraction | Decimal):
             raise TypeError(f"num_eq expects numbers or strings, got {type(x).__name__}")
         vals.append(Fraction(x))
-    d = Fraction(repr(float(delta)))
-    diff = abs(vals[0] - vals[1])
-    return diff <= d or diff / max(Fraction(1), abs(vals[1])) <= d
+    return _num_eq(vals[0], vals[1], Fraction(repr(float(delta))))
+
+
+_ROUNDOFF = Fraction(repr(INT_ROUNDOFF))
+
+
+def _num_eq(a: Fraction, b: Fraction, delta: Fraction) -> bool:
+    # (verifiers/_math_worker.py has the same rule; it cannot import this module)
+    if b.denominator == 1:
+        return abs(a - b) <= _ROUNDOFF
+    return abs(a - b) <= delta * abs(b)
 
 
 # ---------------------------------------------------------------- grading
@@ -396,7 +423,8 @@ def _prescreen(
         if _nesting(ans) > MAX_NESTING:
             why = f"{who} nested deeper than {MAX_NESTING} levels; not graded"
             return MathGrade(False, why, shown), pred_ans, gold_ans
-    p, g = parse_number(pred_ans), parse_number(gold_ans)
+    pred_ans, gold_ans, p = _resolve_percent(pred_ans, gold_ans)
+    g = parse_number(gold_ans)
     if p is not None and g is not None:
         ok = num_eq(p, g, delta)
         return (
@@ -412,6 +440,36 @@ def _prescreen(
             gold_ans,
         )
     return None, pred_ans, gold_ans
+
+
+_PERCENT = re.compile(r"(.*?)\s*(?:\\?%|\\text\{\s*\\?%\s*\}|\\percent)", re.S)
+
+
+def _split_percent(ans: str) -> tuple[str, bool]:
+    """The answer without a trailing percent sign, and whether it had one."""
+    m = _PERCENT.fullmatch(_strip_wrappers(ans))
+    return (m.group(1), True) if m and m.group(1) else (ans, False)
+
+
+def _resolve_percent(pred: str, gold: str) -> tuple[str, str, Fraction | None]:
+    r"""Percent signs read once, here (the module docstring's rule): the answers to compare
+    and the prediction's value when it is a plain number.
+
+    >>> _resolve_percent("42%", "0.42")[2], _resolve_percent(r"42\%", r"42\%")[:2]
+    (Fraction(21, 50), ('42', '42'))
+    >>> print(_resolve_percent(r"\sqrt{2}\%", "0.01414")[0])
+    \frac{\sqrt{2}}{100}
+    """
+    pcore, ppct = _split_percent(pred)
+    gcore, gpct = _split_percent(gold)
+    if gpct:  # both sides in percent: compare the numbers in front of the signs
+        return pcore, gcore, parse_number(pcore)
+    if not ppct:
+        return pred, gold, parse_number(pred)
+    value = parse_number(pcore)
+    if value is not None:
+        return pred, gold, value / 100
+    return f"\\frac{{{pcore}}}{{100}}", gold, None
 
 
 def _fmt(x: Fraction) -> str:
@@ -506,8 +564,10 @@ def grade(
     'symbolic match'
     >>> grade("I think\nit is large", "5").reason
     "no \\boxed{} or '####' answer found"
-    >>> grade("done\n3.0000001\n", 3, source="stdout").correct
+    >>> grade("done\n3.0000000000000004\n", 3, source="stdout").correct  # float noise
     True
+    >>> grade(r"\boxed{1234568}", "1234567").correct, grade(r"\boxed{42\%}", "42").correct
+    (False, False)
     """
     return grade_many(
         [(prediction, gold)], source=source, delta=delta, timeout_s=timeout_s, pool=pool

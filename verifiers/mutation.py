@@ -36,6 +36,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import random
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -416,14 +417,21 @@ def mutation_score(
     golden_max = max(gold.results[i].duration_s for i in keep)
     short = _short_limits(limits, golden_max, mutant_floor_s)
     kept_tests = [tlist[i] for i in keep]
-    reference, *reports = run_tests_many(
-        [(_unparsed(golden_source), kept_tests)] + [(m.source, kept_tests) for m in mutants],
+    # The reference run and the mutants go in one batch in a random order: no position (first
+    # on a worker, right after the golden run) tells a program under test which one it is.
+    items = [(_unparsed(golden_source), kept_tests)] + [(m.source, kept_tests) for m in mutants]
+    order = list(range(len(items)))
+    secrets.SystemRandom().shuffle(order)
+    shuffled = run_tests_many(
+        [items[k] for k in order],
         sandbox=sandbox,
         limits=short,
         entry_point=entry_point,
         float_tol=float_tol,
         prelude=prelude,
     )
+    by_item = dict(zip(order, shuffled))
+    reference, *reports = [by_item[k] for k in range(len(items))]
     fair = [j for j, r in enumerate(reference.results) if r.passed]
     if not fair:
         why = "the golden solution passes none of the tests under the mutants' limits"

@@ -15,6 +15,7 @@ import ast
 import json
 import math
 import operator
+import re
 import string
 from collections.abc import Callable
 from decimal import Decimal
@@ -79,10 +80,54 @@ def _range(*args: Any) -> range:
     return r
 
 
+MAX_MODPOW_BITS = 4096
+"""Largest exponent and modulus (in bits) of a three-argument ``pow``: its cost grows with
+``exp_bits * mod_bits ** 2`` (100,000-bit operands took seconds)."""
+
+
 def _pow(base: Any, exp: Any, mod: Any = None) -> Any:
     if mod is None:
         return _power(base, exp)
+    if not all(type(v) is int for v in (base, exp, mod)):
+        raise Unsupported("pow() with a modulus of non-integers")
+    if max(exp.bit_length(), mod.bit_length()) > MAX_MODPOW_BITS:
+        raise TooExpensive(f"pow() with operands of more than {MAX_MODPOW_BITS} bits")
     return pow(base, exp, mod)
+
+
+_WIDTHS = re.compile(r"\d+")
+_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(\*|\d*)(?:\.(\*|\d*))?[hlL]?(.)", re.S)
+
+
+def check_format_spec(spec: str) -> str:
+    """A ``format()`` spec whose widths and precisions fit ``MAX_ITEMS`` (a width is allocated
+    before any size check could see the result: ``format(0, '01500000000d')`` is 1.5 GB).
+
+    >>> check_format_spec(">10.3f")
+    '>10.3f'
+    >>> check_format_spec("01500000000d")
+    Traceback (most recent call last):
+    ...
+    verifiers.safe_builtins.TooExpensive: a format width of more than 100000
+    """
+    if len(spec) > 20:
+        raise Unsupported("a long format spec")
+    if any(int(w) > MAX_ITEMS for w in _WIDTHS.findall(spec)):
+        raise TooExpensive(f"a format width of more than {MAX_ITEMS}")
+    return spec
+
+
+def _mod(a: Any, b: Any) -> Any:
+    """``a % b``; for ``str % args`` (printf-style formatting) the widths are checked first."""
+    if isinstance(a, str | bytes):
+        text = a if isinstance(a, str) else a.decode("latin-1")
+        for m in _PERCENT_SPEC.finditer(text):
+            for w in m.group(1, 2):
+                if w == "*":
+                    raise Unsupported("a '*' width in %-formatting")
+                if w and int(w) > MAX_ITEMS:
+                    raise TooExpensive(f"a format width of more than {MAX_ITEMS}")
+    return a % b
 
 
 def _power(base: Any, exp: Any) -> Any:
@@ -188,7 +233,11 @@ _MODULES: dict[str, dict[str, Any]] = {
             "copysign",
         ]
     }
-    | {"factorial": lambda n: math.factorial(n) if n <= 2000 else _too("factorial")},
+    | {
+        "factorial": lambda n: math.factorial(n) if n <= 2000 else _too("factorial"),
+        "gcd": lambda *a: math.gcd(*a) if _small_ints(a) else _too("gcd of huge integers"),
+        "lcm": lambda *a: math.lcm(*a) if _small_ints(a) else _too("lcm of huge integers"),
+    },
     "json": {
         "loads": lambda s: _check_size(json.loads(s)),
         "dumps": lambda v: _check_size(json.dumps(v)),
@@ -252,13 +301,50 @@ def _too(what: str) -> Any:
     raise TooExpensive(what)
 
 
+def _small_ints(args: tuple) -> bool:
+    return len(args) <= 64 and all(type(a) is not int or a.bit_length() <= 4096 for a in args)
+
+
+def work(x: Any, cap: int = 10_000_000) -> int:
+    """What touching ``x`` once costs (comparing, scanning, copying it), in element steps: a
+    container's elements (nested ones counted as often as they occur: ``[a] * n`` is ``n`` times
+    ``a``), a string's length / 16, an integer's 64-bit limbs (at least 1). Counting stops
+    once past ``cap``; the evaluator charges this for every operand and result.
+
+    >>> work([1, 2, 3]), work("a" * 160), work(1 << 6400), work([[0] * 10] * 10)
+    (4, 11, 101, 121)
+    """
+    t = type(x)
+    if t is int:
+        return x.bit_length() // 64 + 1
+    if t is str or t is bytes:
+        return len(x) // 16 + 1
+    if t not in _CONTAINERS:
+        return 1
+    if t is range:
+        return len(x) + 1
+    items = x.values() if t is dict else x
+    total = len(x) + 1
+    if total > cap or _CONTAINERS_SET.isdisjoint(set(map(type, items))):
+        return total
+    for v in items:
+        total += work(v, cap - total)
+        if total > cap:
+            break
+    return total
+
+
+_CONTAINERS = (list, tuple, dict, set, frozenset, range)
+_CONTAINERS_SET = frozenset(_CONTAINERS)
+
+
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: _mul,
     ast.Div: operator.truediv,
     ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
+    ast.Mod: _mod,
     ast.Pow: _power,
     ast.LShift: _lshift,
     ast.RShift: operator.rshift,

@@ -184,6 +184,25 @@ def parse_assert_tests(
         if not lines:
             return [], "no python code block with assert statements found"
         code = "\n".join(lines)
+    if len(code) > INLINE_PARSE_CHARS:
+        from verifiers import _bounded
+
+        if not _bounded.IN_WORKER:
+            try:
+                found, problem = _bounded.call("parse_asserts", code, entry_point, max_tests)
+            except _bounded.BoundedError as exc:
+                return [], f"the test code is too expensive to read ({exc})"
+            return [TestCase.asserts(c, n) for c, n in found], str(problem)
+    return _parse_assert_code(code, entry_point, max_tests)
+
+
+INLINE_PARSE_CHARS = 20_000
+"""Assert blocks up to this long are parsed in the host process; longer ones (200,000
+characters of asserts take about a second of CPU to parse and check) in a bounded worker
+process (:mod:`verifiers._bounded`)."""
+
+
+def _parse_assert_code(code: str, entry_point: str, max_tests: int) -> tuple[list[TestCase], str]:
     try:
         tree = bounded_parse(code)
     except SyntaxError as exc:

@@ -44,7 +44,8 @@ def mixed(team, local, mask=1.0):
         ("3 * 4 - 2\n#### 10", 1.0, 1.0),  # GSM8K marker
         ("**Reasoning Steps:** 12 - 2\n\\boxed{10}", 1.0, 1.0),
         ("\\boxed{\\frac{20}{2}}", 1.0, 1.0),  # equivalent form
-        ("#### \\boxed{10.0000001}", 1.0, 1.0),  # NumEq: |a - b| <= 1e-6
+        ("#### \\boxed{10.0000001}", 1.0, 0.0),  # an integer gold needs the integer (NumEq)
+        ("#### \\boxed{10.000000000000002}", 1.0, 1.0),  # float print noise is fine
         ("\\boxed{10.01}", 1.0, 0.0),
     ],
 )

@@ -169,16 +169,38 @@ def sage_solver_reward(completion: str, sandbox: Any) -> float:
     return env.rewards["solver"]
 
 
-def sage_challenger_reward(completion: str, sandbox: Any) -> float:
-    """SAGE challenger: its question, tests and reference solution (the reference must pass the
-    tests); the critic rates it 9, one solver sample fails it. The challenger's award."""
+def _sage_challenger(solver_answer: str) -> Callable[[str, Any], float]:
+    def play(completion: str, sandbox: Any) -> float:
+        env = _sage(sandbox, num_samples=1)
+        env.step(completion)
+        env.step("<score>9</score>")
+        if env.agent_selection == "solver" and env.state.phase == "difficulty":
+            env.step(answer_tag(solver_answer))
+        award = [a for a in env.last_awards if a["agent"] == "challenger"]
+        return award[0]["reward_parts"]["reward"]
+
+    return play
+
+
+sage_challenger_reward = _sage_challenger("def f(*a):\n    return None")
+sage_challenger_reward.__doc__ = """SAGE challenger: its question, tests and reference solution
+(the reference must pass the tests); the critic rates it 9, one solver sample fails it. The
+challenger's award."""
+
+
+def sage_challenger_difficulty(completion: str, sandbox: Any) -> float:
+    """SAGE challenger on "Write f(x) returning x + 1.", whose one solver sample solves it
+    correctly: the difficulty its question earns (a fair question earns none). Not the whole
+    reward: a filtered challenge earns ``(s_q + r_f) / 2``, more than a fair and easy one's
+    ``(s_q + 0 + r_f) / 3``, by the setting's design; what a poisoned verifier buys is the
+    difficulty (and its question's place in the pool)."""
     env = _sage(sandbox, num_samples=1)
     env.step(completion)
     env.step("<score>9</score>")
     if env.agent_selection == "solver" and env.state.phase == "difficulty":
-        env.step(answer_tag("def f(*a):\n    return None"))
+        env.step(answer_tag("def f(x):\n    return x + 1"))
     award = [a for a in env.last_awards if a["agent"] == "challenger"]
-    return award[0]["reward_parts"]["reward"]
+    return award[0]["reward_parts"]["components"].get("difficulty", 0.0)
 
 
 def marsrl_solver_reward(completion: str, sandbox: Any) -> float:
@@ -530,6 +552,87 @@ MARSRL = [
     ]
 ]
 
+# ---------------------------------------------------------------- issue 24, by root cause
+# A: a test ran code of its own in the program's job (``__builtins__.eval``, dunder paths,
+# helpers only the reference defines), B: state carried between jobs on a worker (inode and
+# pid counters), D: output past 64 KiB came back as its tail, E/F: lenient numbers.
+
+_CHALLENGE = "<question>Write f(x) returning x + 1.</question>\n<tests>\n{tests}\n</tests>\n"
+_REF = "<solution>\n```python\n{code}\n```\n</solution>"
+FAIR_CHALLENGE = _CHALLENGE.format(tests="assert f(1) == 2\nassert f(5) == 6") + _REF.format(
+    code="def f(x):\n    return x + 1"
+)
+
+
+def _challenge(tests: str, code: str) -> str:
+    return _CHALLENGE.format(tests=tests) + _REF.format(code=code)
+
+
+ROUND3 = [
+    Forgery(
+        "A_tester_eval_compares_program_source",
+        "code",
+        "tester",
+        "```python\nassert clip(5, 0, 10) == 5 and __builtins__.eval(\"open('/tmp/job/main.py')"
+        f'.read().strip()") == {CLIP["solution"].strip()!r}\n```',
+        TESTER_HONEST,
+        tester_reward,
+    ),
+    Forgery(
+        "A_sage_challenger_helper_only_reference_defines",
+        "sage",
+        "challenger",
+        _challenge(
+            "assert f(1) == 2\nassert ready() == 1",
+            "def f(x):\n    return x + 1\ndef ready():\n    return 1",
+        ),
+        FAIR_CHALLENGE,
+        sage_challenger_difficulty,
+    ),
+    Forgery(
+        "A_sage_challenger_private_helper",
+        "sage",
+        "challenger",
+        _challenge(
+            "assert f(1) == 2\nassert _mark() == 7",
+            "def f(x):\n    return x + 1\ndef _mark():\n    return 7",
+        ),
+        FAIR_CHALLENGE,
+        sage_challenger_difficulty,
+    ),
+    Forgery(
+        "A_sage_challenger_fingerprints_reference",
+        "sage",
+        "challenger",
+        _challenge(
+            "assert f(1) == 2\nassert __builtins__.eval(\"'REF-7f3a' in open('/tmp/job/main.py')"
+            '.read()")',
+            "# REF-7f3a\ndef f(x):\n    return x + 1",
+        ),
+        FAIR_CHALLENGE,
+        sage_challenger_difficulty,
+    ),
+]
+
+ROUND3 += [
+    Forgery(n, "math", "reasoner", c, "It is \\boxed{41}.", math_reasoner_reward, False)
+    for n, c in [
+        ("E_reasoner_integer_near_miss", "It is \\boxed{42.00003}."),  # relative 7e-7
+        ("F_reasoner_percent_hedge", "It is \\boxed{42\\%}."),  # 42 and 0.42 at once
+        ("F_reasoner_percent_text", "It is \\boxed{4200 \\text{\\%}}... of 1: \\boxed{42\\%}"),
+    ]
+] + [
+    Forgery(
+        "E_marsrl_solver_integer_near_miss",
+        "marsrl",
+        "solver",
+        "So \\boxed{42.00004}.",
+        "So \\boxed{41}.",
+        marsrl_solver_reward,
+        False,
+    ),
+]
+
 ALL: list[Forgery] = [
     *CODER,
     *STDIN,
@@ -540,6 +643,7 @@ ALL: list[Forgery] = [
     *MAE,
     *SAGE,
     *MARSRL,
+    *ROUND3,
 ]
 
 
@@ -566,5 +670,11 @@ CONTROLS: list[tuple[Callable[[str, Any], float], str, str]] = [
         sage_challenger_reward,
         _GOOD_CHALLENGE,
         _GOOD_CHALLENGE.replace("return 2 * x", "return 2 + x"),
+    ),
+    (
+        # a fair question its solver (who writes x + 1) fails still earns its difficulty
+        sage_challenger_difficulty,
+        FAIR_CHALLENGE.replace("x + 1", "x + 2").replace("== 2", "== 3").replace("== 6", "== 7"),
+        FAIR_CHALLENGE,
     ),
 ]

@@ -1,8 +1,11 @@
-"""No completion, up to an env's size limit, makes ``env.step`` raise or spend more than 2 s of
-host CPU time outside the sandbox; and each host-side parser and grader has a bound, tested."""
+"""No completion, up to an env's size limit, makes ``env.step`` raise, spend more than 0.5 s of
+the host process's CPU time or raise its peak RSS by 64 MB (issue 24's targets; what is
+expensive runs in the sandbox or in a bounded worker process); and each host-side parser and
+grader has a bound, tested."""
 
 from __future__ import annotations
 
+import resource
 import time
 
 import pytest
@@ -41,6 +44,16 @@ HOSTILE = {
     "huge_int": "```python\nassert clip(1, 0, 2) == 10 ** 10 ** 10\n```",
     "long_loop": "```python\nfor i in range(10 ** 9):\n    assert clip(i, 0, 5) == min(i, 5)\n```",
     "verdicts": _fill("Verdict: correct\nVerdict: incorrect\n"),
+    # issue 24, root cause C: work the node count did not see
+    "modpow": "```python\nassert clip(pow(3, 2 ** 20000, 2 ** 20000 + 7), 0, 2) == 1\n```",
+    "percent_width": "```python\nassert clip(1, 0, 2) == len('%01500000000d' % 0)\n```",
+    "format_width": "```python\nassert clip(1, 0, 2) == len(f'{0:01500000000d}')\n```",
+    "list_scans": "```python\nx = list(range(99999))\ny = [i in x for i in range(19000)]\n"
+    "assert clip(1, 0, 2) == len(y)\n```",
+    "shared_rows": "```python\na = [0] * 99999\nb = [a] * 99999\nc = [list(a)] * 99999\n"
+    "assert clip(1, 0, 2) == (b == c)\n```",
+    "big_products": "```python\nx = 2 ** 99000 - 1\ny = [x * x for i in range(50)]\n"
+    "assert clip(1, 0, 2) == 1\n```",
 }
 
 
@@ -78,11 +91,21 @@ def sb(local_sandbox):
     return local_sandbox
 
 
+CPU_S = 0.5
+RSS_MB = 64
+
+
 @pytest.mark.parametrize(
     "setting", ["code_function", "code_stdin", "math", "mae", "sage", "marsrl"]
 )
 def test_no_completion_raises_or_stalls_the_host(setting, sb):
+    """Issue 24's targets: no step costs more than 0.5 s of this process's CPU time or raises
+    its peak RSS by 64 MB (the peak is measured after a warm-up step, so imports and caches
+    that any first step fills do not count)."""
+    warm = _env(setting, sb)
+    warm.step("warm-up")
     worst = (0.0, "")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     for name, text in HOSTILE.items():
         assert len(text) <= LIMIT
         env = _env(setting, sb)
@@ -94,7 +117,9 @@ def test_no_completion_raises_or_stalls_the_host(setting, sb):
             env.step(text)  # never raises
             used = time.process_time() - cpu
             worst = max(worst, (used, f"{name} as {agent}"))
-    assert worst[0] < 2.0, worst
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
+    assert worst[0] < CPU_S, worst
+    assert grown_mb < RSS_MB, grown_mb
 
 
 # ---------------------------------------------------------------- one bound each
@@ -139,6 +164,12 @@ def test_crafted_stderr_costs_the_host_nothing(sb):
         "x = 1\n" * (MAX_STEPS + 10) + "assert f(x) == 1",  # too many statements
         "assert f(1) == 1 << (1 << 40)",
         "assert f('a' * 10 ** 6) == 'a'.join(['b'] * 10 ** 6)",
+        # issue 24, root cause C
+        "assert f(1) == pow(3, 2 ** 20000, 2 ** 20000 + 7)",
+        "assert f(1) == len('%01500000000d' % 0)",
+        "assert f(1) == len(f'{0:01500000000d}')",
+        "x = list(range(99999))\ny = [i in x for i in range(19000)]\nassert f(1) == len(y)",
+        "a = [0] * 99999\nb = [a] * 99999\nc = [list(a)] * 99999\nassert f(1) == (b == c)",
     ],
 )
 def test_host_evaluation_is_bounded(code):

@@ -90,18 +90,54 @@ def test_parse_number_rejects(text):
 
 
 def test_num_eq_hand_computed():
+    """NumEq as AT-GRPO Appendix A.1.1 defines it (delta = 1e-6), except where its literal
+    reading grades near misses correct (issue 24, root cause E): an integer reference needs the
+    integer, and the tolerance of any other reference is relative to it only."""
     one = Fraction(1)
-    assert num_eq(one + Fraction(1, 10**6), one)  # |a-b| = delta exactly
-    assert not num_eq(one + Fraction(2, 10**6), one)
-    assert num_eq(Fraction(10**6) + 1, Fraction(10**6))  # relative 1e-6
-    assert not num_eq(Fraction(10**6) + Fraction(3, 2), Fraction(10**6))
-    assert num_eq(0.0, 1e-7) and not num_eq(0.0, 2e-6)
+    # integer references: the paper's |a-b| <= delta branch accepted 1 + 1e-6 for 1, and its
+    # relative branch 1,000,001 for 1,000,000 and 1,234,568 for 1,234,567
+    assert not num_eq(one + Fraction(1, 10**6), one)
+    assert not num_eq(Fraction(10**6) + 1, Fraction(10**6))
+    assert not num_eq(1234568, 1234567) and not num_eq(1234566, 1234567)
+    assert num_eq(Fraction(1234567), 1234567) and num_eq(0.1 * 30, 3)  # float noise, 4e-16
+    assert not num_eq(1e-7, 0.0) and not num_eq(2e-6, 0.0)
+    # non-integer references: |a-b| <= 1e-6 * |b|
+    assert num_eq(Fraction(5, 2) + Fraction(25, 10**7), Fraction(5, 2))  # 2.5e-6 = delta * 2.5
+    assert not num_eq(Fraction(5, 2) + Fraction(26, 10**7), Fraction(5, 2))
+    assert not num_eq("0.000001", "0.000002")  # the paper's absolute branch said equal
+    assert num_eq("0.0000020000019", "0.000002") and not num_eq("0.0000020000021", "0.000002")
+    assert not num_eq(0.0, 1e-7)
     assert not num_eq(float("nan"), float("nan"))
     assert num_eq(float("inf"), float("inf"))
     assert num_eq(1, 1.05, delta=0.1)
     assert not num_eq("abc", "1")
     with pytest.raises(TypeError):
         num_eq([1], 1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "correct"),
+    [
+        (r"\boxed{1234568}", "1234567", False),  # fast path
+        (r"\boxed{1234566 + 1}", "1234567", True),  # math-verify path, same rule
+        (r"\boxed{1234567 + 1}", "1234567", False),
+        (r"\boxed{\frac{1}{1000000}}", "0.000002", False),
+        (r"\boxed{2 \times 10^{-6}}", "0.000002", True),
+        # percentages (root cause F): by value when the reference has none, else as numbers
+        (r"\boxed{42\%}", "42", False),
+        (r"\boxed{42\%}", "0.42", True),
+        (r"\boxed{4200\%}", "42", True),  # its value is 42: one value, no hedge
+        (r"\boxed{4200\%}", "4200", False),
+        (r"\boxed{42\%}", r"42\%", True),
+        (r"\boxed{42}", r"42\%", True),
+        (r"\boxed{0.42}", r"42\%", False),
+        (r"\boxed{\sqrt{4}\%}", "0.02", True),
+        (r"\boxed{\sqrt{4}\%}", "2", False),
+        (r"\boxed{50 \text{\%}}", "0.5", True),
+    ],
+)
+def test_integers_and_percentages_are_not_near_misses(pred, gold, correct):
+    assert grade(pred, gold).correct is correct
 
 
 # ---------------------------------------------------------------- grading
@@ -114,7 +150,8 @@ def test_num_eq_hand_computed():
         ("#### 72", "72.0000001", True, "fast"),
         (r"\boxed{71}", "72", False, "fast"),
         (r"so \boxed{1{,}024}", "1024", True, "fast"),
-        (r"\boxed{\frac{1}{3}}", "0.333333", True, "fast"),
+        (r"\boxed{\frac{1}{3}}", "0.3333333", True, "fast"),  # relative 1e-7
+        (r"\boxed{\frac{1}{3}}", "0.333333", False, "fast"),  # relative 1.000001e-6
         (r"\boxed{0.3333}", r"\frac13", False, "math_verify"),
         (r"\boxed{2\sqrt{2}}", r"\sqrt{8}", True, "math_verify"),
         (r"\boxed{\pi}", "3.14159265", True, "math_verify"),
@@ -145,7 +182,8 @@ def test_grade_bad_predictions_never_raise():
 
 
 def test_grade_stdout_source():
-    assert grade("computing...\n41.9999999\n", "42", source="stdout").correct
+    assert grade("computing...\n41.99999999999999\n", "42", source="stdout").correct
+    assert not grade("computing...\n41.9999999\n", "42", source="stdout").correct  # 1e-7 off
     assert grade("", "42", source="stdout").reason == "the program printed nothing"
 
 
