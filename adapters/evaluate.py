@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.suite is not None and args.suite.startswith("paper:"):
         from adapters.evaluation.papers import main_paper_suite
 
-        return main_paper_suite(parser, args, argv)
+        return main_paper_suite(parser, args, _command(argv))
     if args.suite is not None:
         return _main_suite(parser, args, argv)
     if args.dataset:

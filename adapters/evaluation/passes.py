@@ -50,6 +50,7 @@ from adapters.rollout import (
     derive_seed,
     env_roles,
 )
+from verifiers.extract import clip_text
 
 __all__ = [
     "Benchmark",
@@ -62,6 +63,9 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
+COMPLETION_CHARS = 4000
+"""The last completion of each episode is kept in its record (clipped to this many characters),
+so answers can be re-graded (e.g. by an LLM judge) without playing again."""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -172,7 +176,8 @@ def play_pass(
     on_episode: Callable[[Any], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Play problems ``first ..`` (the given ones) ``samples`` times each with ``policy`` in every
-    role; one record per problem and sample: index, id, sample, correct, team reward, tokens."""
+    role; one record per problem and sample: index, id, sample, correct, team reward, tokens and
+    the episode's last completion (clipped)."""
     cfg = bench.config()
     shared = create_shared_objects(bench.env_id, cfg)
     full = {**cfg, **dict(shared)}
@@ -210,10 +215,13 @@ def play_pass(
     finally:
         engine.close()
     tokens: dict[int, int] = {}
+    last: dict[int, tuple[int, str]] = {}  # instance -> (step, completion) of its last step
     for smp in result.samples:
         tokens[smp.instance] = tokens.get(smp.instance, 0) + (
             len(smp.completion_ids) or len(smp.logprobs)
         )
+        if smp.instance not in last or smp.step >= last[smp.instance][0]:
+            last[smp.instance] = (smp.step, smp.completion)
     records = []
     for e in sorted(result.episodes, key=lambda e: e.instance):
         i, s = divmod(e.instance, samples)
@@ -226,6 +234,7 @@ def play_pass(
                 "team": float(e.final_team),
                 "turns": e.turns,
                 "completion_tokens": tokens.get(e.instance, 0),
+                "completion": clip_text(last.get(e.instance, (0, ""))[1], COMPLETION_CHARS),
             }
         )
     return records
