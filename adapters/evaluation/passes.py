@@ -56,6 +56,7 @@ __all__ = [
     "Benchmark",
     "PassArgs",
     "benchmark_problems",
+    "evaluate_datasets",
     "pass_at_k",
     "play_pass",
     "run_passes",
@@ -164,7 +165,7 @@ class PassArgs:
 
 def play_pass(
     bench: Benchmark,
-    policy: Policy,
+    policy: Policy | Mapping[str, Policy],
     problems: Sequence[Any],
     *,
     first: int = 0,
@@ -174,9 +175,10 @@ def play_pass(
     max_new_tokens: int = 256,
     seed: int = 0,
     on_episode: Callable[[Any], None] | None = None,
+    role_policy: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Play problems ``first ..`` (the given ones) ``samples`` times each with ``policy`` in every
-    role; one record per problem and sample: index, id, sample, correct, team reward, tokens and
+    role (or ``policy`` a mapping of policy ids with ``role_policy``, as the trainer has them); one record per problem and sample: index, id, sample, correct, team reward, tokens and
     the episode's last completion (clipped)."""
     cfg = bench.config()
     shared = create_shared_objects(bench.env_id, cfg)
@@ -198,14 +200,14 @@ def play_pass(
         top_p=top_p,
         max_new_tokens=max_new_tokens,
     )
-    roles = env_roles(bench.env_id, cfg)
-    engine = RolloutEngine(
-        bench.env_id,
-        {"policy": policy},
-        rcfg,
-        env_config=full,
-        role_policy={r: "policy" for r in roles},
-    )
+    if isinstance(policy, Mapping):
+        policies = dict(policy)
+        if role_policy is None:
+            raise ValueError("a mapping of policies needs role_policy")
+    else:
+        policies = {"policy": policy}
+        role_policy = {r: "policy" for r in env_roles(bench.env_id, cfg)}
+    engine = RolloutEngine(bench.env_id, policies, rcfg, env_config=full, role_policy=role_policy)
     try:
         result = engine.run(
             specs,
@@ -229,6 +231,7 @@ def play_pass(
             {
                 "index": first + i,
                 "problem_id": str(getattr(problems[i], "id", first + i)),
+                "instance_id": e.instance_id,
                 "sample": s,
                 "correct": bool(e.success),
                 "team": float(e.final_team),
@@ -270,6 +273,50 @@ def score_records(
     for k in ks:
         out[f"pass@{k}"] = mean_interval([pass_at_k(samples, c, k) for c in counts]).to_dict()
     return out
+
+
+def evaluate_datasets(
+    env_id: str,
+    policies: Mapping[str, Policy],
+    role_policy: Mapping[str, str],
+    datasets: Sequence[str],
+    *,
+    env_config: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    temperature: float = 0.0,
+    max_new_tokens: int = 256,
+    out: str | Path | None = None,
+) -> dict[str, float]:
+    """A full pass (one sample per problem) over each of ``datasets`` (``NAME`` or
+    ``NAME=PATH``) with the trainer's policies, in the trainer's setting and mode; returns
+    ``{name: pass@1}`` and writes the rows and records to ``out`` (JSON) when given. This is
+    what ``adapters.train --eval-dataset`` runs at each evaluation point."""
+    cfg = dict(env_config or {})
+    mode = str(cfg.pop("mode", "multi"))
+    for key in ("dataset", "data_path", "data_split", "data_options"):
+        cfg.pop(key, None)  # the training data: the pass plays the benchmark's own problems
+    rows, records, scores = [], [], {}
+    for item in datasets:
+        name, _, path = str(item).partition("=")
+        bench = Benchmark(
+            name.strip(), path.strip() or None, setting=env_id, mode=mode, env_config=cfg
+        )
+        recs = play_pass(
+            bench,
+            policies,
+            benchmark_problems(bench),
+            seed=seed,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            role_policy=role_policy,
+        )
+        row = {"benchmark": bench.label, **score_records(recs, 1)}
+        rows.append(row)
+        records += [{"benchmark": bench.label, **r} for r in recs]
+        scores[bench.label] = float(row["pass@1"]["mean"])
+    if out is not None:
+        write_atomic(Path(out), json.dumps({"rows": rows, "records": records}, indent=1))
+    return scores
 
 
 def _slug(text: str, index: int) -> str:

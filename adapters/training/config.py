@@ -148,6 +148,8 @@ class TrainConfig:
     eval_split: str = "val"
     eval_every: int = 0  # 0 = only before and after training
     eval_temperature: float | None = None
+    # full passes over these benchmarks ("NAME" or "NAME=PATH") at every evaluation point
+    eval_dataset: list[str] = field(default_factory=list)
     # ---- the run
     seed: int = 0
     output_dir: str | None = None  # None = runs/<env>-<algorithm>-<time>

@@ -56,6 +56,8 @@ _HELP = {
     "recipe": "training recipe (default: the setting's paper recipe); see the list below",
     "env_config": "setting option KEY=VALUE (repeatable), e.g. --env-config mode=single",
     "instance": "explicit instance as JSON for every train/eval episode",
+    "eval_dataset": "benchmarks to pass over at each evaluation point: NAME or NAME=PATH, "
+    "comma-separated (e.g. aime24=aime_2024.jsonl,aime25); needs --eval-episodes > 0",
     "system_prompt": "system message prepended to every prompt",
     "prompt_prefix": "few-shot messages as JSON: [{role, content}, ...]",
     "demos": "worked examples per role from the setting's oracle, shown before each prompt",

@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.evaluation import EvalReport, compare_reports, evaluate
+from adapters.evaluation.passes import evaluate_datasets
 from adapters.policies.models import load_base_model, resolve_device
 from adapters.rollout import (
     LocalEnvPool,
@@ -454,6 +455,19 @@ class Trainer:
             max_new_tokens=cfg.max_new_tokens or 256,
             instance=cfg.instance,
         )
+        if cfg.eval_dataset:  # full passes over separate benchmarks (adapters.evaluation.passes)
+            scores = evaluate_datasets(
+                cfg.env,
+                self.policies,
+                self.role_policy,
+                cfg.eval_dataset,
+                env_config=self.env_config,
+                seed=cfg.seed,
+                temperature=cfg.eval_temperature or 0.0,
+                max_new_tokens=cfg.max_new_tokens or 256,
+                out=self.out / f"eval_datasets_{tag}.json",
+            )
+            self.log(f"{tag}: pass@1 " + "  ".join(f"{k} {v:.3f}" for k, v in scores.items()))
         self.backend.timer.reset()
         (self.out / f"eval_{tag}.json").write_text(json.dumps(report.to_dict(), indent=2))
         self.metrics.log_eval(self.step, tag, report)
