@@ -60,3 +60,14 @@ def test_train_evaluates_full_passes_on_a_disjoint_dataset(tmp_path):
         assert not {r["instance_id"] for r in data["records"]} & t.trained
     assert t.trained  # training did roll out (gsm8k problems)
     assert any(line.startswith("after: pass@1 aime24") for line in logs)
+
+
+def test_train_dataset_flags_set_the_setting_data():
+    from adapters.train import config_from_argv
+
+    c, _ = config_from_argv(
+        ["--env", "math", "--dataset", "mmlu", "--data-path", "mmlu.jsonl",
+         "--eval-dataset", "aime24=a.jsonl,gpqa"]
+    )  # fmt: skip
+    assert c.env_config["dataset"] == "mmlu" and c.env_config["data_path"] == "mmlu.jsonl"
+    assert c.eval_dataset == ["aime24=a.jsonl", "gpqa"]

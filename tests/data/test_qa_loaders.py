@@ -151,3 +151,21 @@ def test_registry_names_and_data_dir(tmp_path):
     assert find_data_file(tmp_path, "gpqa") is None
     with pytest.raises(ValueError, match="unknown dataset"):
         load_dataset("no_such_set")
+
+
+def test_registry_code_sets_are_the_code_settings():
+    from envs.code import DATASETS as CODE
+    from envs.data.registry import dataset_names
+    from envs.math import DATASETS as MATH
+
+    assert set(dataset_names("code")) <= set(CODE)
+    assert set(dataset_names("math")) <= set(MATH)
+
+
+def test_kodcode_through_the_code_setting():
+    from envs.code import load_code_problems
+
+    (p,) = load_code_problems(
+        "kodcode", str(FIX / "kodcode.jsonl"), None, {"difficulties": ["medium"]}
+    )
+    assert p.entry_point == "add"
