@@ -164,6 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--pass-k", type=int, action="append", default=[], help="repeatable: report pass@K"
     )
     bench.add_argument("--limit", type=int, default=None, help="only the first LIMIT problems")
+    bench.add_argument(
+        "--judge",
+        default=None,
+        metavar="SPEC",
+        help="also grade non-code answers with this policy as a TRUE/FALSE judge (MAE's "
+        "grading), cached in OUT/judge_cache.json; reports its agreement with exact match",
+    )
     suite = p.add_argument_group("suite runs (--suite)")
     suite.add_argument("--out", default=None, help="report directory (default: runs/suite-NAME)")
     suite.add_argument(
@@ -337,6 +344,7 @@ def _main_passes(
             max_new_tokens=256 if args.max_new_tokens is None else args.max_new_tokens,
             seed=args.seed,
             chunk_size=args.chunk_size,
+            judge=args.judge,
         )
     except ValueError as e:
         parser.error(str(e))

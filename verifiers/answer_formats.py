@@ -25,6 +25,9 @@ Formats (:data:`FORMATS`):
 * ``bbh``: exact match of the text after "the answer is" (trailing period dropped, case and
   surrounding spaces ignored; ``(A)`` also matches ``A``).
 * ``yesno`` (BoolQ): the first ``yes``/``no``/``true``/``false`` word of the final answer.
+
+:func:`parse_judgement` reads an LLM judge's TRUE/FALSE verdict (MAE 5.1 grades its general-QA
+benchmarks this way).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ __all__ = [
     "exact_match",
     "final_answer_text",
     "normalize_answer",
+    "parse_judgement",
     "token_f1",
 ]
 
@@ -325,6 +329,27 @@ def check_answer(
     if answer_format == "yesno":
         return check_yes_no(completion, reference)
     raise ValueError(f"answer_format must be one of {FORMATS}, got {answer_format!r}")
+
+
+_VERDICT = re.compile(r"\b(true|false|correct|incorrect)\b", re.I)
+
+
+def parse_judgement(text: object) -> bool | None:
+    """A judge's verdict: the last TRUE / FALSE (or correct / incorrect) word; ``None`` when
+    there is none (an unusable judgement, not a wrong answer).
+
+    >>> parse_judgement("The answer matches. TRUE"), parse_judgement("**False**")
+    (True, False)
+    >>> parse_judgement("It is not correct, so: incorrect"), parse_judgement("no idea") is None
+    (False, True)
+    """
+    src = _tail(text)
+    if src is None:
+        return None
+    words = [m.group(1).lower() for m in _VERDICT.finditer(src[-2000:])]
+    if not words:
+        return None
+    return words[-1] in ("true", "correct")
 
 
 def _show(s: str) -> str:

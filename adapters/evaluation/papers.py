@@ -225,7 +225,12 @@ def paper_table(suite: PaperSuite, results: Mapping[str, Any], skipped: Sequence
     if samples == 1:
         metric = "pass@1"
     policies = list(results["arguments"]["policies"])
-    value = {(r["benchmark"], r["policy"]): r[metric]["mean"] for r in results["rows"]}
+    judge = results["arguments"].get("judge")
+    value = {}
+    for r in results["rows"]:  # the judge's grading when there is one (MAE), else the metric
+        value[(r["benchmark"], r["policy"])] = (
+            r["judge"]["pass@1"]["mean"] if "judge" in r else r[metric]["mean"]
+        )
     header, sep = ["Method"], ["---"]
     for group, cols in suite.groups:
         header += [label for _d, label in cols]
@@ -250,6 +255,8 @@ def paper_table(suite: PaperSuite, results: Mapping[str, Any], skipped: Sequence
                 cells.append(f"{100 * sum(vals) / len(vals):.2f}" if vals else "-")
         cells.append(f"{100 * sum(every) / len(every):.2f}" if every else "-")
         lines.append("| " + " | ".join(cells) + " |")
+    if judge:
+        lines += ["", f"non-code benchmarks graded by the judge {judge} (see report.md)"]
     if skipped:
         lines += ["", "skipped (no file in --data-dir): " + ", ".join(skipped)]
     return "\n".join(lines) + "\n"
@@ -288,6 +295,7 @@ def main_paper_suite(
         max_new_tokens=256 if args.max_new_tokens is None else args.max_new_tokens,
         seed=args.seed,
         chunk_size=args.chunk_size,
+        judge=args.judge,
     )
     out = Path(args.out or f"runs/paper-{suite.name}")
     try:

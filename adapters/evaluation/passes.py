@@ -143,6 +143,7 @@ class PassArgs:
     max_new_tokens: int = 256
     seed: int = 0
     chunk_size: int = 16
+    judge: str | None = None  # a policy spec grading non-code answers TRUE/FALSE (MAE 5.1)
 
     def __post_init__(self) -> None:
         if not self.benchmarks or not self.policies:
@@ -382,14 +383,27 @@ def run_passes(
                     records.extend(data["records"])
             for r in records:
                 r.update(benchmark=bench.label, policy=spec)
-            rows.append(
-                {
-                    "benchmark": bench.label,
-                    "dataset": bench.dataset,
-                    "policy": spec,
-                    **score_records(records, args.samples, args.ks),
-                }
-            )
+            row = {
+                "benchmark": bench.label,
+                "dataset": bench.dataset,
+                "policy": spec,
+                **score_records(records, args.samples, args.ks),
+            }
+            if args.judge and bench.env_id != "code":
+                from adapters.evaluation.judge import judge_records, judge_summary
+
+                if args.judge not in built:
+                    built[args.judge] = policy_factory(args.judge)
+                judge_records(
+                    records,
+                    {str(p.id): p for p in problems},
+                    built[args.judge],
+                    judge_spec=args.judge,
+                    cache_path=root / "judge_cache.json",
+                    save=write_atomic,
+                )
+                row["judge"] = judge_summary(records, args.samples)
+            rows.append(row)
             all_records.extend(records)
     results = {"arguments": args.fingerprint(), "rows": rows, "records": all_records}
     write_atomic(root / "results.json", json.dumps(results, indent=1))
@@ -423,6 +437,23 @@ def markdown(results: Mapping[str, Any], command: str | None = None) -> str:
     for row in results["rows"]:
         cells = " | ".join(fmt_interval(row.get(n), 3) for n in names)
         lines.append(f"| {row['benchmark']} | {row['policy']} | {row['problems']} | {cells} |")
+    judged = [r for r in results["rows"] if "judge" in r]
+    if judged:
+        lines += [
+            "",
+            f"Graded by the judge `{a['judge']}` (TRUE/FALSE; unparsed verdicts count wrong):",
+            "",
+            "| benchmark | policy | pass@1 (judge) | pass@1 (exact) | agreement | kappa | unparsed |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in judged:
+            j = r["judge"]
+            kappa = "-" if j["kappa"] is None else f"{j['kappa']:.2f}"
+            lines.append(
+                f"| {r['benchmark']} | {r['policy']} | {fmt_interval(j['pass@1'], 3)} | "
+                f"{fmt_interval(r['pass@1'], 3)} | {j['agreement']:.3f} | {kappa} | "
+                f"{j['unparsed']} |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -135,3 +135,58 @@ def test_cli_full_pass_writes_results(tmp_path, capsys):
     assert row["pass@2"]["mean"] == 1.0 and len(res["records"]) == 15
     assert res["arguments"]["temperature"] == 0.6 and res["arguments"]["top_p"] == 0.95
     assert re.search(r"\| aime24 \| oracle \| 5 \|", capsys.readouterr().out)
+
+
+# ------------------------------------------------------------------------------ judge grading
+
+
+def lenient_judge(calls):
+    def fn(prompt: str) -> str:
+        calls.append(prompt)
+        ref = re.search(r"Reference answer\(s\): (.*)", prompt).group(1)
+        ans = re.search(r"Model's final answer: (.*)", prompt).group(1)
+        if ref == "99":
+            return "Close enough: TRUE"  # a lenient judge: wrong on this problem
+        return "TRUE" if ans == ref else "FALSE"
+
+    return ScriptedPolicy(fn, name="judge")
+
+
+def test_judge_grading_agreement_and_cache(tmp_path):
+    calls: list[str] = []
+    judge = lenient_judge(calls)
+
+    def fac(spec):
+        return judge if spec == "judge" else factory(spec)
+
+    args = PassArgs(
+        benchmarks=(Benchmark("aime24", str(BENCH5), setting="math"),),
+        policies=("two-of-five",),
+        judge="judge",
+    )
+    (row,) = run_passes(args, tmp_path, policy_factory=fac)["rows"]
+    j = row["judge"]
+    # exact match: right on 2 of 5; the judge also accepts the wrong answer to "100 - 1"
+    assert row["pass@1"]["mean"] == pytest.approx(0.4)
+    assert j["pass@1"]["mean"] == pytest.approx(0.6) and j["agreement"] == pytest.approx(0.8)
+    # kappa: observed .8; chance .4 * .6 + .6 * .4 = .48; (.8 - .48) / (1 - .48)
+    assert j["kappa"] == pytest.approx(0.32 / 0.52) and j["unparsed"] == 0
+    assert len(calls) == 5
+    assert "Model's final answer: -1" in calls[2]  # the answer inside the box, not the box
+    run_passes(args, tmp_path, policy_factory=fac)  # cached: the judge is not asked again
+    assert len(calls) == 5
+    assert "agreement" in (tmp_path / "report.md").read_text()
+
+
+def test_unparsable_judge_counts_wrong(tmp_path):
+    mute = ScriptedPolicy(lambda _p: "I cannot say.", name="mute")
+    args = PassArgs(
+        benchmarks=(Benchmark("aime24", str(BENCH5), setting="math"),),
+        policies=("oracle",),
+        judge="mute",
+    )
+    (row,) = run_passes(
+        args, tmp_path, policy_factory=lambda s: mute if s == "mute" else factory(s)
+    )["rows"]
+    assert row["judge"]["unparsed"] == 5 and row["judge"]["pass@1"]["mean"] == 0.0
+    assert row["pass@1"]["mean"] == 1.0
