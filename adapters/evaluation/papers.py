@@ -193,14 +193,15 @@ def resolve_paper_suite(spec: str) -> PaperSuite:
 def plan_paper_suite(
     suite: PaperSuite, data_dir: str | Path | None, *, limit: int | None = None
 ) -> tuple[list[Benchmark], list[str]]:
-    """The benchmarks whose files are in ``data_dir`` (without it: all, from the hub cache),
-    and the names of those skipped because their files are absent."""
+    """The benchmarks whose files are in ``data_dir`` (or that ship with a package, like
+    HumanEval; without ``data_dir``: all, from the hub cache), and the names of those skipped
+    because their files are absent."""
     from envs.data.registry import dataset_info, find_data_file
 
     benches, skipped = [], []
     for dataset in suite.datasets():
         path = find_data_file(data_dir, dataset) if data_dir is not None else None
-        if data_dir is not None and path is None:
+        if data_dir is not None and path is None and not dataset_info(dataset).offline:
             skipped.append(dataset)
             continue
         code = dataset_info(dataset).setting == "code"
@@ -227,7 +228,10 @@ def paper_table(suite: PaperSuite, results: Mapping[str, Any], skipped: Sequence
     policies = list(results["arguments"]["policies"])
     judge = results["arguments"].get("judge")
     value = {}
-    for r in results["rows"]:  # the judge's grading when there is one (MAE), else the metric
+    errors = {(r["benchmark"], r["policy"]): r["error"] for r in results["rows"] if "error" in r}
+    for r in results["rows"]:
+        if "error" in r:
+            continue  # the judge's grading when there is one (MAE), else the metric
         value[(r["benchmark"], r["policy"])] = (
             r["judge"]["pass@1"]["mean"] if "judge" in r else r[metric]["mean"]
         )
@@ -248,13 +252,19 @@ def paper_table(suite: PaperSuite, results: Mapping[str, Any], skipped: Sequence
         cells, every = [pol], []
         for _group, cols in suite.groups:
             got = [value.get((d, pol)) for d, _label in cols]
-            cells += ["-" if v is None else f"{100 * v:.2f}" for v in got]
+            cells_na = [(d, pol) in errors for d, _label in cols]
+            cells += [
+                "n/a" if na else "-" if v is None else f"{100 * v:.2f}"
+                for v, na in zip(got, cells_na)
+            ]
             vals = [v for v in got if v is not None]
             every += vals
             if len(suite.groups) > 1:
                 cells.append(f"{100 * sum(vals) / len(vals):.2f}" if vals else "-")
         cells.append(f"{100 * sum(every) / len(every):.2f}" if every else "-")
         lines.append("| " + " | ".join(cells) + " |")
+    for (bench, pol), why in errors.items():
+        lines += ["", f"n/a: {pol} cannot play {bench}: {why}"]
     if judge:
         lines += ["", f"non-code benchmarks graded by the judge {judge} (see report.md)"]
     if skipped:

