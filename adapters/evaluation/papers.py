@@ -263,12 +263,13 @@ def paper_table(suite: PaperSuite, results: Mapping[str, Any], skipped: Sequence
                 cells.append(f"{100 * sum(vals) / len(vals):.2f}" if vals else "-")
         cells.append(f"{100 * sum(every) / len(every):.2f}" if every else "-")
         lines.append("| " + " | ".join(cells) + " |")
-    for (bench, pol), why in errors.items():
-        lines += ["", f"n/a: {pol} cannot play {bench}: {why}"]
+    notes = [f"n/a: {pol} cannot play {bench}: {why}" for (bench, pol), why in errors.items()]
     if judge:
-        lines += ["", f"non-code benchmarks graded by the judge {judge} (see report.md)"]
+        notes.append(f"non-code benchmarks graded by the judge {judge} (see report.md)")
     if skipped:
-        lines += ["", "skipped (no file in --data-dir): " + ", ".join(skipped)]
+        notes.append("skipped (no file in --data-dir): " + ", ".join(skipped))
+    if notes:
+        lines += ["", *(f"- {n}" for n in notes)]
     return "\n".join(lines) + "\n"
 
 

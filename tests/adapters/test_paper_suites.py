@@ -56,7 +56,7 @@ def test_paper_mae_oracle_table_on_fixtures(mae_dir, tmp_path, capsys):
     got = dict(zip(cols, cells))
     assert got["MMLU"] == got["BoolQ"] == got["SQuAD"] == got["BBH"] == got["AMC"] == "100.00"
     assert got["GSM8K"] == "-" and got["ID Avg."] == "100.00" and got["Overall Avg."] == "100.00"
-    assert "skipped (no file in --data-dir): gsm8k, math, arc_challenge" in table
+    assert "- skipped (no file in --data-dir): gsm8k, math, arc_challenge" in table
     res = json.loads((out / "results.json").read_text())
     assert {r["benchmark"] for r in res["rows"]} == {"mmlu", "boolq", "squad", "bbh", "amc"}
     assert (out / "charts" / "passes.png").exists()
