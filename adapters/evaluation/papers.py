@@ -28,8 +28,8 @@ marsrl     AIME25, BeyondAIME                                    the solver-veri
                                                                  top-p 0.95, avg@32 (4.1)
 =========  ===================================================  ==============================
 
-CoMAS keeps a random 500 of a larger benchmark; here the first 500 in file order are kept (the
-paper gives no seed). The command-line ``--samples``, ``--temperature``, ``--top-p`` and
+CoMAS keeps a random 500 problems of a larger benchmark and gives no seed; here the 500 whose
+text hashes lowest are kept (:func:`~adapters.evaluation.passes.hash_subsample`), a fixed subset. The command-line ``--samples``, ``--temperature``, ``--top-p`` and
 ``--limit`` override a suite's values (e.g. a 2-sample smoke run of MarsRL's protocol).
 """
 
@@ -61,7 +61,7 @@ class PaperSuite:
     top_p: float = 1.0
     mode: str = "single"
     math_setting: str = "math"
-    limit: int | None = None
+    subsample: int | None = None  # problems kept per benchmark (a fixed pseudo-random subset)
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per dataset
 
     def datasets(self) -> list[str]:
@@ -164,7 +164,7 @@ PAPER_SUITES: dict[str, PaperSuite] = {
                 ("General", (("mmlu", "MMLU"),)),
             ),
             temperature=0.7,
-            limit=500,
+            subsample=500,
         ),
         PaperSuite(
             "marsrl",
@@ -212,7 +212,8 @@ def plan_paper_suite(
                 setting="code" if code else suite.math_setting,
                 mode=suite.mode,
                 options=dict(suite.options.get(dataset, {})),
-                limit=limit if limit is not None else suite.limit,
+                limit=limit,
+                subsample=suite.subsample,
             )
         )
     return benches, skipped

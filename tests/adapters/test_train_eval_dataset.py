@@ -71,3 +71,10 @@ def test_train_dataset_flags_set_the_setting_data():
     )  # fmt: skip
     assert c.env_config["dataset"] == "mmlu" and c.env_config["data_path"] == "mmlu.jsonl"
     assert c.eval_dataset == ["aime24=a.jsonl", "gpqa"]
+
+
+def test_eval_dataset_needs_evaluation_points(tmp_path):
+    from adapters.training.config import ConfigError
+
+    with pytest.raises(ConfigError, match="eval_episodes"):
+        cfg(tmp_path, eval_episodes=0, eval_dataset=["aime24"])
