@@ -393,3 +393,24 @@ def test_question_answering_dataset_from_file():
     ok = [s for s in ("train", "val", "test") if _has(env, s)]
     r = play(env, oracle_policy, seed=0, options={"split": ok[0]})
     assert r["success"] and env.unwrapped.instance.answer_format == "choice"
+
+
+@pytest.mark.parametrize(
+    "inst",
+    [
+        MC,
+        {"question": "Who?", "answer": "Ann", "answer_format": "qa", "aliases": ["Anne"]},
+        {"question": "Is it?", "answer": "no", "answer_format": "yesno"},
+        {"question": "not True is", "answer": "False", "answer_format": "bbh"},
+    ],
+)
+def test_hostile_completions_on_question_answering_are_format_failures(inst):
+    import time
+
+    for bad in ["\\boxed{" * 40_000, "answer is " * 40_000, "\x00" * 1000, "(" * 100_000]:
+        env = make(inst, mode="single")
+        t0 = time.perf_counter()
+        env.step(bad)
+        assert time.perf_counter() - t0 < 5.0
+        p = parts(env, "reasoner")
+        assert p["components"]["step"] == 0.0 and not env.unwrapped.success
