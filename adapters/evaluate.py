@@ -45,6 +45,16 @@ finished chunk of ``--chunk-size`` episodes, so the same command continues a kil
 arguments on the same ``--out`` are refused). The episodes of a chunk are generated together:
 an ``openai:`` policy keeps up to ``--concurrency`` requests in flight.
 
+Full benchmark passes (``--dataset``; :mod:`adapters.evaluation.passes`): every problem of a
+benchmark read from ``--data-path`` (a file or directory in the dataset's released format;
+without it the Hugging Face cache), each played ``--samples`` times in the setting's single mode,
+reported as pass@1 (= avg@samples) and, with ``--pass-k K``, unbiased pass@K, with 95%
+intervals; resumable like ``--suite``::
+
+    python -m adapters.evaluate --env math --dataset aime24 --data-path aime_2024.jsonl \
+        --policy openai:http://127.0.0.1:8000/v1#m --samples 32 --temperature 0.6 \
+        --top-p 0.95 --pass-k 8 --out runs/aime24
+
 This module only parses arguments; the work is done by :mod:`adapters.evaluation` (``evaluate``,
 ``EvalReport``; importing them from here still works but is deprecated) and
 :mod:`adapters.evaluation.suite` (``run_suite``).
@@ -129,6 +139,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--json", default=None, help="write the report as JSON here (--env)")
+    bench = p.add_argument_group("full benchmark passes (--env with --dataset)")
+    bench.add_argument(
+        "--dataset",
+        action="append",
+        default=[],
+        help="repeatable: play every problem of this dataset (envs.data.registry names: aime24, "
+        "mmlu, gpqa, livecodebench, ...); writes results.json to --out",
+    )
+    bench.add_argument(
+        "--data-path",
+        action="append",
+        default=[],
+        help="the dataset's file or directory in its released format (one per --dataset, in "
+        "order; without it the Hugging Face cache, or --data-dir)",
+    )
+    bench.add_argument(
+        "--data-dir",
+        default=None,
+        help="directory holding NAME.jsonl / .json / .parquet / .csv or NAME/ per dataset",
+    )
+    bench.add_argument("--samples", type=int, default=1, help="samples per problem (avg@N)")
+    bench.add_argument(
+        "--pass-k", type=int, action="append", default=[], help="repeatable: report pass@K"
+    )
+    bench.add_argument("--limit", type=int, default=None, help="only the first LIMIT problems")
+    bench.add_argument(
+        "--judge",
+        default=None,
+        metavar="SPEC",
+        help="also grade non-code answers with this policy as a TRUE/FALSE judge (MAE's "
+        "grading), cached in OUT/judge_cache.json; reports its agreement with exact match",
+    )
     suite = p.add_argument_group("suite runs (--suite)")
     suite.add_argument("--out", default=None, help="report directory (default: runs/suite-NAME)")
     suite.add_argument(
@@ -162,8 +204,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    if args.suite is not None and args.suite.startswith("paper:"):
+        from adapters.evaluation.papers import main_paper_suite
+
+        return main_paper_suite(parser, args, _command(argv))
     if args.suite is not None:
         return _main_suite(parser, args, argv)
+    if args.dataset:
+        return _main_passes(parser, args, argv)
     env_config = parse_key_values(args.env_config, "--env-config")
     if args.mode:
         env_config["mode"] = args.mode
@@ -245,6 +293,69 @@ def _main_suite(
             progress=not args.no_progress,
             concurrency=args.concurrency,
             command=command,
+        )
+    except ArgumentMismatch as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print((out / "report.md").read_text())
+    print(f"wrote {out / 'results.json'}, {out / 'report.md'} and {out / 'charts'}/")
+    return 0
+
+
+def _command(argv: Sequence[str] | None) -> str:
+    return "python -m adapters.evaluate " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+
+
+def _main_passes(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str] | None
+) -> int:
+    from adapters.evaluation.passes import Benchmark, PassArgs, run_passes
+    from adapters.evaluation.suite import _default_factory
+    from envs.data.registry import find_data_file
+
+    if len(args.data_path) > len(args.dataset):
+        parser.error("more --data-path than --dataset")
+    if args.instance or args.json:
+        parser.error("--instance and --json are not used by a full pass (--dataset)")
+    env_config = parse_key_values(args.env_config, "--env-config")
+    benches = []
+    for i, name in enumerate(args.dataset):
+        path = args.data_path[i] if i < len(args.data_path) else None
+        if path is None and args.data_dir:
+            path = find_data_file(args.data_dir, name)
+        benches.append(
+            Benchmark(
+                name,
+                path,
+                setting=args.env,
+                mode=args.mode or "single",
+                env_config=env_config,
+                limit=args.limit,
+            )
+        )
+    try:
+        run = PassArgs(
+            benchmarks=tuple(benches),
+            policies=tuple(args.policy),
+            samples=args.samples,
+            ks=tuple(args.pass_k),
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_new_tokens=256 if args.max_new_tokens is None else args.max_new_tokens,
+            seed=args.seed,
+            chunk_size=args.chunk_size,
+            judge=args.judge,
+        )
+    except ValueError as e:
+        parser.error(str(e))
+    out = Path(args.out or f"runs/pass-{'_'.join(args.dataset)}")
+    try:
+        run_passes(
+            run,
+            out,
+            policy_factory=_default_factory(args, args.concurrency),  # type: ignore[arg-type]
+            progress=not args.no_progress,
+            command=_command(argv),
         )
     except ArgumentMismatch as e:
         print(f"error: {e}", file=sys.stderr)

@@ -96,7 +96,7 @@ Data (config ``dataset``): ``"humaneval"`` (default, 164 problems shipped by ``h
 problems shipped in :mod:`envs.data.bundled`), ``"humaneval+"`` / ``"mbpp+"`` (evalplus's
 releases from ``data_path`` or evalplus's cache, with its stricter differential tests decided on
 the host: :mod:`envs.data.evalplus`), or any code loader of :mod:`envs.data` (``"apps"``,
-``"code_contests"``, ``"livecodebench"``, ``"mbpp"``) with ``data_path`` (a local file or
+``"code_contests"``, ``"livecodebench"`` (release v6 by default), ``"mbpp"``, ``"kodcode"``) with ``data_path`` (a local file or
 directory; without it the hub), ``data_split`` (the loader's split) and ``data_options`` (other
 loader keywords). Splits are by the problem statement's content hash.
 Explicit instance: ``reset(options={"instance": {"prompt": ..., "tests": [...], "style":
@@ -147,6 +147,7 @@ DATASETS = (
     "mbpp",
     "humaneval+",
     "mbpp+",
+    "kodcode",
 )
 _REPORTS: LRU[TestReport] = LRU(4096)
 _MUTANTS: LRU[tuple] = LRU(1024)

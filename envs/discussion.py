@@ -60,7 +60,9 @@ infos report accuracy: every solution's boxed answer is graded with
 ``success`` (set at the end) is ``majority_correct``; it is ``False`` without a reference.
 
 Instances: reasoning-gym math by default (``dataset="gsm_symbolic"``, ``dataset_size`` problems
-generated offline with seed ``dataset_seed``), split by a hash of the question text; or any
+generated offline with seed ``dataset_seed``), or a math set of :data:`envs.data.DATASETS`
+(``dataset="math_l45"``, CoMAS 4.1's MATH levels 4-5) read from ``data_path`` (its released
+file; without it the hub cache); split by a hash of the question text; or any
 ``problems=[MathProblem | dict, ...]`` passed to ``envs.make``; or
 ``reset(options={"instance": {"question": ..., "answer": ...}})`` (``answer`` optional: without it
 the discussion runs the same and only accuracy is not reported).
@@ -109,7 +111,7 @@ Job = Literal["solution", "evaluation", "scoring"]
 
 
 # ---------------------------------------------------------------------- question pools
-_POOLS: dict[tuple[str, int, int], dict[str, tuple[MathProblem, ...]]] = {}
+_POOLS: dict[tuple[str, int, int, str | None], dict[str, tuple[MathProblem, ...]]] = {}
 _POOLS_LOCK = threading.Lock()
 
 
@@ -129,14 +131,29 @@ def split_problems(problems: Iterable[Any]) -> dict[str, tuple[MathProblem, ...]
     return {k: tuple(v) for k, v in out.items()}
 
 
-def question_pool(dataset: str, size: int, seed: int) -> dict[str, tuple[MathProblem, ...]]:
-    """The reasoning-gym problems of ``dataset`` by split (generated once per process)."""
-    key = (dataset, int(size), int(seed))
+def question_pool(
+    dataset: str, size: int, seed: int, data_path: str | None = None
+) -> dict[str, tuple[MathProblem, ...]]:
+    """The problems of ``dataset`` by split (loaded once per process): a math set of
+    :data:`envs.data.registry.DATASETS` (``aime25``, ``math_l45``, ...; from ``data_path``, or
+    the hub cache), else ``size`` reasoning-gym problems generated with ``seed``."""
+    from envs.data.registry import dataset_names
+
+    registered = dataset in dataset_names("math")
+    if data_path is not None and not registered:
+        raise ValueError(f"data_path needs a dataset of envs.data.DATASETS, not {dataset!r}")
+    key = (dataset, int(size), int(seed), data_path)
     with _POOLS_LOCK:
         if key not in _POOLS:
-            from envs.data.math_sets import load_reasoning_gym
+            if registered:
+                from envs.data.registry import load_dataset
 
-            _POOLS[key] = split_problems(load_reasoning_gym(dataset, size=size, seed=seed))
+                problems = load_dataset(dataset, data_path)
+            else:
+                from envs.data.math_sets import load_reasoning_gym
+
+                problems = load_reasoning_gym(dataset, size=size, seed=seed)
+            _POOLS[key] = split_problems(problems)
         return _POOLS[key]
 
 
@@ -230,7 +247,8 @@ class DiscussionRewards(RewardConfig):
 class DiscussionConfig(EnvConfig):
     """num_agents: l. num_rounds: m (``None``: 2 l). num_evaluations: n. history_rounds: kappa.
     agent_draw: ``"uniform"`` (paper) or ``"others"`` (see the module docstring).
-    dataset / dataset_size / dataset_seed: the reasoning-gym pool. max_entry_chars: longest
+    dataset / dataset_size / dataset_seed: the reasoning-gym pool; or ``dataset`` a math set of
+    :data:`envs.data.DATASETS` read from ``data_path``. max_entry_chars: longest
     solution/evaluation text quoted in a prompt. max_turns: truncation cap in rounds."""
 
     num_agents: int = 4
@@ -241,6 +259,7 @@ class DiscussionConfig(EnvConfig):
     dataset: str = "gsm_symbolic"
     dataset_size: int = 2000
     dataset_seed: int = 0
+    data_path: str | None = None
     max_entry_chars: int = 20_000
     max_turns: int = 1000
     rewards: DiscussionRewards = field(default_factory=DiscussionRewards)
@@ -335,7 +354,9 @@ class raw_env(TurnBasedEnv):
     def _sample_instance(self, split: str, seed: int) -> MathProblem:
         if self._pool is None:
             cfg = self.config
-            self._pool = question_pool(cfg.dataset, cfg.dataset_size, cfg.dataset_seed)
+            self._pool = question_pool(
+                cfg.dataset, cfg.dataset_size, cfg.dataset_seed, cfg.data_path
+            )
         items = self._pool[split]
         if not items:
             raise ValueError(f"the question pool has no {split} problems; give more problems")

@@ -68,11 +68,20 @@ one that fails there is truncated.
 
 Data (config ``dataset``): ``"reasoning_gym"`` (default; each instance generated offline by one
 of the ``generators``, chosen and seeded per instance: GSM8K-style ``gsm_symbolic`` and
-``basic_arithmetic`` by default, ``generator_options`` passed through), or a math loader of
-:mod:`envs.data` (``"gsm8k"``, ``"math"``, ``"polaris"``, ``"aime24"``, ``"aime25"``,
-``"olympiadbench"``) with ``data_path`` (a local file or directory; without it the hub),
-``data_split`` and ``data_options``. Splits are by the question's content hash. Explicit
-instance: ``reset(options={"instance": {"question": ..., "answer": ...}})``.
+``basic_arithmetic`` by default, ``generator_options`` passed through), or any dataset of
+:data:`envs.data.registry.DATASETS` played by this setting (math: ``"gsm8k"``, ``"math"``,
+``"polaris"``, ``"aime24"``, ``"aime25"``, ``"olympiadbench"``, ``"amc"``, ...; question answering:
+``"mmlu"``, ``"gpqa"``, ``"squad"``, ``"bbh"``, ...) with ``data_path`` (a local file or directory
+in the released format; without it the hub cache), ``data_split`` and ``data_options``. Splits
+are by the question's content hash. Explicit instance: ``reset(options={"instance":
+{"question": ..., "answer": ...}})``, optionally with ``answer_format``, ``choices`` and
+``aliases``.
+
+Questions that are not math (``answer_format`` other than ``"math"``: multiple choice, short
+answers, BBH, yes/no) are graded by :func:`verifiers.answer_formats.check_answer` instead of the
+math verifier: the reasoner's answer is read from its ``\\boxed{}``, ``<answer>`` tags or "the
+answer is ..." phrase, the tool's from its last printed line, and the two agree when one checks
+against the other.
 
 Version history: v0 (initial); v1 (A.1.1 team reward for the reasoner of the final turn,
 ``team_credit``; single mode is single-turn by default, ``single_turns``).
@@ -92,14 +101,24 @@ from envs.core.config import RewardConfig
 from envs.core.program import ProblemPool, ProgramConfig, ProgramEnv, fence, indent, verdict
 from envs.core.rewards import RewardParts
 from envs.data.records import MathProblem
+from envs.data.registry import dataset_names, load_dataset
 from envs.data.splits import canonical_text
+from verifiers.answer_formats import check_answer
 from verifiers.code_tests import check_compiles
 from verifiers.extract import Extraction, clip_text, extract_code_block
 from verifiers.math_answer import extract_boxed, extract_marker_answer, extract_program_answer
 
 __all__ = ["MathConfig", "MathRewards", "env", "raw_env", "reasoner_answer"]
 
-DATASETS = ("reasoning_gym", "gsm8k", "math", "polaris", "aime24", "aime25", "olympiadbench")
+_FORMAT_KEYS = ("answer_format", "choices", "aliases")
+_ANSWER_RULES = {
+    "choice": "the letter of the chosen option, e.g. \\boxed{B}",
+    "qa": "a short answer (a few words), e.g. \\boxed{Paris}",
+    "bbh": "the answer in the form the question asks for, e.g. \\boxed{(A)}",
+    "yesno": "yes or no, e.g. \\boxed{yes}",
+}
+
+DATASETS = ("reasoning_gym", *dataset_names("math"))
 
 
 TEAM_CREDITS = ("final_turn", "ending_step")
@@ -175,12 +194,10 @@ def reasoner_answer(text: object) -> Extraction:
 
 @functools.lru_cache(maxsize=16)
 def _pool(dataset: str, data_path, data_split, options: tuple) -> ProblemPool:
-    import envs.data
-
     kwargs = dict(options)
     if data_split is not None:
         kwargs["split"] = data_split
-    problems = getattr(envs.data, f"load_{dataset}")(path=data_path, **kwargs)
+    problems = load_dataset(dataset, data_path, **kwargs)
     return ProblemPool([p for p in problems if str(p.answer).strip()], dataset)
 
 
@@ -236,7 +253,7 @@ class raw_env(ProgramEnv):
             return data
         if not isinstance(data, dict) or not {"question", "answer"} <= set(data):
             raise ValueError('a math instance is {"question": str, "answer": str | number}')
-        extra = set(data) - {"question", "answer", "id", "solution"}
+        extra = set(data) - {"question", "answer", "id", "solution", *_FORMAT_KEYS}
         if extra:
             raise ValueError(f"unknown math instance keys {sorted(extra)}")
         q, a = data["question"], data["answer"]
@@ -244,13 +261,34 @@ class raw_env(ProgramEnv):
             raise ValueError("'question' must be a non-empty string")
         if isinstance(a, bool) or not isinstance(a, str | int | float) or not str(a).strip():
             raise ValueError("'answer' must be a non-empty string or a number")
+        fmt = {k: data[k] for k in _FORMAT_KEYS if k in data}
+        for k in ("choices", "aliases"):
+            v = fmt.get(k, ())
+            if isinstance(v, str) or not all(isinstance(x, str) for x in v):
+                raise ValueError(f"{k!r} must be a list of strings")
         return MathProblem(
             id=str(data.get("id", "")),
             question=q,
             answer=str(a).strip(),
             source="explicit",
             solution=str(data.get("solution", "")),
+            **fmt,
         )
+
+    def _reasoner_answer(self, completion: str) -> Extraction:
+        """The reasoner's answer: :func:`reasoner_answer` for math; for other formats, the
+        answer the format's checker reads (a letter for multiple choice)."""
+        inst = self.instance
+        if inst.answer_format == "math":
+            return reasoner_answer(completion)
+        c = check_answer(
+            completion,
+            inst.answer,
+            answer_format=inst.answer_format,
+            choices=inst.choices,
+            aliases=inst.aliases,
+        )
+        return Extraction(c.extracted, c.reason) if c.extracted else Extraction(None, c.reason)
 
     def _reset_state(self, instance: MathProblem) -> None:
         self.history: list[_Turn] = []
@@ -264,6 +302,17 @@ class raw_env(ProgramEnv):
     def _equiv(self, answer: str | None, reference: str | None) -> tuple[bool, str]:
         if answer is None or reference is None:
             return False, "no answer"
+        inst = self.instance
+        if inst.answer_format != "math":
+            aliases = inst.aliases if reference == inst.answer else ()
+            c = check_answer(
+                answer,
+                reference,
+                answer_format=inst.answer_format,
+                choices=inst.choices,
+                aliases=aliases,
+            )
+            return c.correct, c.reason
         from verifiers.math_answer import grade
 
         g = grade(answer, reference, source="answer", timeout_s=self.config.grade_timeout_s)
@@ -279,7 +328,7 @@ class raw_env(ProgramEnv):
         cfg = self.config
         rec = self._current
         reasons: dict[str, str] = {}
-        ext = reasoner_answer(completion)
+        ext = self._reasoner_answer(completion)
         rec.solution = clip_text(completion, 1500) if isinstance(completion, str) else None
         if ext.ok:
             rec.answer = clip_text(str(ext.value), 500)
@@ -435,6 +484,13 @@ class raw_env(ProgramEnv):
                 "single number or simplified expression; several answers go in one box, "
                 "separated by commas), e.g. \\boxed{42}; nothing after the box."
             )
+            other = _ANSWER_RULES.get(self.instance.answer_format)
+            if other:
+                answer_rule = (
+                    "Start with a short summary of your plan under **Reasoning Steps:**, then "
+                    f"answer concisely. Finish with the final answer alone in \\boxed{{...}}: "
+                    f"{other}; nothing after the box."
+                )
             if not hist:
                 role = "You are the reasoner: solve the math problem by careful reasoning."
             elif cfg.mode == "single":

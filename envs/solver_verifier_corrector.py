@@ -62,7 +62,8 @@ rejections go on). A trainer needs nothing else from the env: each step's reward
 once (no ``award()``), ``done`` says which candidates can go on, and ``infos`` carry
 ``verdict`` (True / False / None), ``correct`` and ``answer`` for logging.
 
-Instances: reasoning-gym math by default (``dataset``, ``dataset_size``, ``dataset_seed``), split by
+Instances: reasoning-gym math by default (``dataset``, ``dataset_size``, ``dataset_seed``), or a
+math set of :data:`envs.data.DATASETS` read from ``data_path`` (e.g. ``dataset="aime25"``), split by
 a hash of the question; ``problems=[...]`` to ``envs.make``; or
 ``reset(options={"instance": {"question": ..., "answer": ...}})`` (the answer is required).
 ``max_turns`` counts correction cycles and truncates only if set low (default 1000).
@@ -231,7 +232,8 @@ class SolverVerifierCorrectorRewards(RewardConfig):
 @dataclass(frozen=True)
 class SolverVerifierCorrectorConfig(EnvConfig):
     """max_steps: agent steps per episode (paper: 5). accept_after: consecutive accepting verdicts
-    that end the episode. dataset / dataset_size / dataset_seed: the reasoning-gym pool.
+    that end the episode. dataset / dataset_size / dataset_seed: the reasoning-gym pool (or a
+    registered math set with ``data_path``).
     max_entry_chars: longest solution/report quoted in a prompt. max_turns: truncation cap in
     correction cycles (default does not bind)."""
 
@@ -240,6 +242,7 @@ class SolverVerifierCorrectorConfig(EnvConfig):
     dataset: str = "gsm_symbolic"
     dataset_size: int = 2000
     dataset_seed: int = 0
+    data_path: str | None = None
     max_entry_chars: int = 20_000
     unparsed_verdict: Literal["end", "retry"] = "end"
     max_turns: int = 1000
@@ -325,7 +328,9 @@ class raw_env(TurnBasedEnv):
     def _sample_instance(self, split: str, seed: int) -> MathProblem:
         if self._pool is None:
             cfg = self.config
-            self._pool = question_pool(cfg.dataset, cfg.dataset_size, cfg.dataset_seed)
+            self._pool = question_pool(
+                cfg.dataset, cfg.dataset_size, cfg.dataset_seed, cfg.data_path
+            )
         items = self._pool[split]
         if not items:
             raise ValueError(f"the question pool has no {split} problems; give more problems")

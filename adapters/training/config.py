@@ -248,6 +248,11 @@ class TrainConfig:
     eval_split: str = opt("val", "the split evaluated")
     eval_every: int = opt(0, "0 = only before and after training")
     eval_temperature: float | None = opt(None, "evaluation temperature (0: greedy)")
+    eval_dataset: list[str] = opt(
+        doc="benchmarks to pass over at each evaluation point: NAME or NAME=PATH, comma-separated "
+        "(e.g. aime24=aime_2024.jsonl,aime25); needs --eval-episodes > 0",
+        factory=list,
+    )
     # ---- the run
     seed: int = opt(
         0, "run seed (instances, sampling, LoRA initialisation and minibatch order derive from it)"
@@ -369,6 +374,8 @@ class TrainConfig:
         for name, value in positive.items():
             if value is not None and value < 1:
                 raise ConfigError(f"{name} must be >= 1, got {value}")
+        if self.eval_dataset and self.eval_episodes == 0:
+            raise ConfigError("eval_dataset runs at the evaluation points: set eval_episodes > 0")
         for name in (
             "steps",
             "eval_episodes",

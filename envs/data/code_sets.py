@@ -22,7 +22,14 @@ livecodebench     ``livecodebench/                  question_content; public_tes
                                                    testtype stdin / functional; no golden
 mbpp              ``google-research-datasets/       text or prompt; code (golden); test_list
                   mbpp`` (full / sanitized)         (asserts) with test_setup_code / test_imports
+kodcode           ``KodCode/KodCode-V1`` (train)    question; solution (golden); test (a pytest
+                                                   file importing from ``solution``); test_info
+                                                   (function_name); gpt_difficulty
 ================  ===============================  ==============================================
+
+KodCode's pytest file becomes assert code: its ``from solution import ...`` lines are dropped
+(the candidate's definitions are in scope) and every ``test_*`` function is called in turn.
+``difficulties=("medium", "hard")`` keeps CoMAS 4.1's training levels.
 
 Call-based tests (APPS ``fn_name``, LiveCodeBench ``functional``) become assert code that calls
 the function (or ``Solution().<name>`` when the starter code defines ``class Solution``) on
@@ -54,6 +61,8 @@ __all__ = [
     "load_code_contests",
     "load_livecodebench",
     "load_mbpp",
+    "load_kodcode",
+    "kodcode_test",
     "call_test",
     "decode_lcb_tests",
 ]
@@ -320,7 +329,7 @@ def _lcb_tests(cases: list[dict[str, Any]], func_name: str | None) -> list[TestC
 def load_livecodebench(
     split: str = "test",
     *,
-    version: str | None = "release_v5",
+    version: str | None = "release_v6",
     path: PathLike = None,
     rows: Rows = None,
     limit: int | None = None,
@@ -421,6 +430,68 @@ def load_mbpp(
                 entry_point=_function_name(row.get("code") or "", asserts),
                 public_tests=(tests[0],),
                 source="mbpp",
+            )
+        )
+    return _limit(out, limit)
+
+
+_FROM_SOLUTION = re.compile(r"^\s*(?:from\s+solution\s+import\b.*|import\s+solution\b.*)$", re.M)
+
+
+def kodcode_test(test_file: str) -> str | None:
+    """A KodCode pytest file as assert code that runs every ``test_*`` function (``None`` when
+    it defines none or does not parse).
+
+    >>> code = kodcode_test("from solution import f\\ndef test_f():\\n    assert f(1) == 2")
+    >>> code.splitlines()
+    ['def test_f():', '    assert f(1) == 2', '', 'test_f()']
+    """
+    body = _FROM_SOLUTION.sub("", str(test_file)).strip("\n")
+    try:
+        tree = ast.parse(body)
+    except (SyntaxError, ValueError):
+        return None
+    names = [
+        n.name
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef) and n.name.startswith("test") and not n.args.args
+    ]
+    if not names:
+        return None
+    return body + "\n\n" + "\n".join(f"{n}()" for n in names) + "\n"
+
+
+def load_kodcode(
+    split: str = "train",
+    *,
+    difficulties: Iterable[str] | None = None,
+    path: PathLike = None,
+    rows: Rows = None,
+    limit: int | None = None,
+) -> list[CodeProblem]:
+    """KodCode-V1 (function-style problems with a pytest file; see the module docstring)."""
+    keep = {d.lower() for d in difficulties} if difficulties else None
+    out = []
+    for row in iter_rows("KodCode/KodCode-V1", split=split, path=path, rows=rows):
+        level = str(row.get("gpt_difficulty") or "")
+        if keep is not None and level.lower() not in keep:
+            continue
+        code = kodcode_test(row.get("test") or "")
+        if code is None:
+            continue
+        info = row.get("test_info") or []
+        entry = info[0].get("function_name") if info and isinstance(info[0], dict) else None
+        out.append(
+            CodeProblem(
+                id=f"kodcode/{row.get('question_id')}",
+                prompt=str(row["question"]),
+                style="function",
+                golden_solution=row.get("solution"),
+                tests=(TestCase.asserts(code, "pytest"),),
+                entry_point=entry or None,
+                source="kodcode",
+                difficulty=level,
+                metadata={"subset": str(row.get("subset") or "")},
             )
         )
     return _limit(out, limit)

@@ -21,7 +21,14 @@ aime25         ``math-ai/aime25`` (also                     problem or question,
                ``opencompass/AIME2025``)
 olympiadbench  ``Hothan/OlympiadBench``                     question, final_answer (list), id,
                (``OE_TO_maths_en_COMP``)                    context, unit, solution (list)
+amc            ``AI-MO/aimo-validation-amc`` (83, train)    id, problem, answer (a float), url
+amc23          ``math-ai/amc23`` (40, test)                 id, question, answer
+minerva        ``math-ai/minervamath`` (272, test)          question, answer
+beyond_aime    ``ByteDance-Seed/BeyondAIME`` (100, test)    problem, answer
 =============  ==========================================  ======================================
+
+``load_math(levels=(4, 5))`` keeps MATH's level-4 and level-5 problems (CoMAS 4.1's training
+set).
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ __all__ = [
     "load_aime24",
     "load_aime25",
     "load_olympiadbench",
+    "load_amc",
+    "load_amc23",
+    "load_minerva",
+    "load_beyond_aime",
     "gsm8k_answer",
 ]
 
@@ -129,12 +140,17 @@ def load_math(
     path: PathLike = None,
     rows: Rows = None,
     limit: int | None = None,
+    levels: Iterable[int] | None = None,
 ) -> list[MathProblem]:
-    """MATH (Hendrycks et al.); the answer is the last ``\\boxed{}`` of the solution."""
+    """MATH (Hendrycks et al.); the answer is the last ``\\boxed{}`` of the solution.
+    ``levels`` keeps only those difficulty levels (``"Level 4"`` or ``4`` in the release)."""
     from verifiers.math_answer import extract_boxed
 
+    wanted = {int(x) for x in levels} if levels is not None else None
     out = []
     for i, row in enumerate(iter_rows(hub_name, config=config, split=split, path=path, rows=rows)):
+        if wanted is not None and _level(row.get("level")) not in wanted:
+            continue
         solution = str(_first(row, "solution", default=""))
         answer = _first(row, "answer")
         if answer is None:
@@ -157,6 +173,16 @@ def load_math(
             )
         )
     return _limit(out, limit)
+
+
+def _level(value: Any) -> int | None:
+    """MATH's level as an int: ``"Level 4"`` and ``4`` -> 4; ``"Level ?"`` -> None.
+
+    >>> _level("Level 4"), _level(5), _level("Level ?")
+    (4, 5, None)
+    """
+    digits = "".join(ch for ch in str(value) if ch.isdigit())
+    return int(digits) if digits else None
 
 
 def load_polaris(
@@ -258,3 +284,64 @@ def load_olympiadbench(
             )
         )
     return _limit(out, limit)
+
+
+def _number_text(x: Any) -> str:
+    """A released answer as text; integral floats lose their ``.0`` (AMC ships floats).
+
+    >>> _number_text(142.0), _number_text(" 7 "), _number_text(2.5)
+    ('142', '7', '2.5')
+    """
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x))
+    return str(x).strip()
+
+
+def _plain(
+    rows_it: Iterable[dict[str, Any]], source: str, question_keys: tuple[str, ...]
+) -> list[MathProblem]:
+    out = []
+    for i, row in enumerate(rows_it):
+        out.append(
+            MathProblem(
+                id=f"{source}/{_first(row, 'id', 'unique_id', default=i)}",
+                question=str(_first(row, *question_keys)).strip(),
+                answer=_number_text(_first(row, "answer", "Answer")),
+                source=source,
+                solution=str(_first(row, "solution", default="")),
+                metadata={"url": str(_first(row, "url", default=""))},
+            )
+        )
+    return out
+
+
+def load_amc(
+    split: str = "train", *, path: PathLike = None, rows: Rows = None
+) -> list[MathProblem]:
+    """AMC 2022-2023 (83 problems, ``AI-MO/aimo-validation-amc``; MAE's AMC)."""
+    rows_it = iter_rows("AI-MO/aimo-validation-amc", split=split, path=path, rows=rows)
+    return _plain(rows_it, "amc", ("problem", "question"))
+
+
+def load_amc23(
+    split: str = "test", *, path: PathLike = None, rows: Rows = None
+) -> list[MathProblem]:
+    """AMC 2023 (40 problems, ``math-ai/amc23``; SAGE's AMC'23)."""
+    rows_it = iter_rows("math-ai/amc23", split=split, path=path, rows=rows)
+    return _plain(rows_it, "amc23", ("question", "problem"))
+
+
+def load_minerva(
+    split: str = "test", *, path: PathLike = None, rows: Rows = None
+) -> list[MathProblem]:
+    """Minerva math (272 problems, ``math-ai/minervamath``)."""
+    rows_it = iter_rows("math-ai/minervamath", split=split, path=path, rows=rows)
+    return _plain(rows_it, "minerva", ("question", "problem"))
+
+
+def load_beyond_aime(
+    split: str = "test", *, path: PathLike = None, rows: Rows = None
+) -> list[MathProblem]:
+    """BeyondAIME (100 problems, ``ByteDance-Seed/BeyondAIME``; MarsRL's second benchmark)."""
+    rows_it = iter_rows("ByteDance-Seed/BeyondAIME", split=split, path=path, rows=rows)
+    return _plain(rows_it, "beyond_aime", ("problem", "question"))

@@ -80,7 +80,14 @@ class CodeProblem:
 
 @dataclass(frozen=True)
 class MathProblem:
-    """A math question with its reference final answer (a string math-verify can parse)."""
+    """A question with its reference final answer.
+
+    ``answer_format`` says how an answer is checked: ``"math"`` (default; ``answer`` is a string
+    math-verify can parse) or one of :data:`verifiers.answer_formats.FORMATS` (``"choice"``:
+    ``answer`` is an option letter and ``choices`` the options' texts, already listed in
+    ``question``; ``"qa"``: ``answer`` and ``aliases`` are accepted answers; ``"bbh"``;
+    ``"yesno"``).
+    """
 
     id: str
     question: str
@@ -88,6 +95,17 @@ class MathProblem:
     source: str
     solution: str = ""
     metadata: dict[str, Any] = field(default_factory=dict, compare=False)
+    answer_format: str = "math"
+    choices: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        from verifiers.answer_formats import FORMATS
+
+        if self.answer_format not in ("math", *FORMATS):
+            raise ValueError(f"answer_format must be 'math' or one of {FORMATS}")
+        object.__setattr__(self, "choices", tuple(str(c) for c in self.choices))
+        object.__setattr__(self, "aliases", tuple(str(a) for a in self.aliases))
 
     @property
     def key(self) -> str:
@@ -104,6 +122,9 @@ class MathProblem:
             "source": self.source,
             "solution": self.solution,
             "metadata": dict(self.metadata),
+            "answer_format": self.answer_format,
+            "choices": list(self.choices),
+            "aliases": list(self.aliases),
         }
 
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter, defaultdict
 
 import pytest
@@ -300,3 +301,14 @@ def test_custom_problem_list_and_one_agent():
     assert raw.possible_agents == ["agent_0"]
     result = play(env, oracle_policy, seed=5)
     assert result["steps"] == 6 and result["success"]
+
+
+def test_registered_math_set_from_a_file():
+    path = "tests/data/fixtures/amc.jsonl"  # AMC in its released schema (answers are floats)
+    raw = envs.make("discussion", dataset="amc", data_path=path, num_agents=2).unwrapped
+    got = []
+    for split in ("train", "val", "test"):
+        with contextlib.suppress(ValueError):  # a split may hold none of 2 problems
+            got.append(raw.sample_instance(split, 0))
+    assert got and {p.source for p in got} == {"amc"}
+    assert {p.answer for p in got} <= {"7", "9"}

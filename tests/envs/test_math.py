@@ -327,3 +327,91 @@ def test_51_single_agent_baseline_is_single_turn(answer, success):
     assert all(ended.values()) and env.infos["reasoner"]["success"] is success
     with pytest.raises(ValueError, match="single_turns"):
         make(mode="single", single_turns=0)
+
+
+# ---------------------------------------------------------------------- non-math questions
+MC = {
+    "question": "Which city is the capital of Italy?\n\nA. Paris\nB. Rome\nC. Berlin",
+    "answer": "B",
+    "answer_format": "choice",
+    "choices": ["Paris", "Rome", "Berlin"],
+}
+
+
+@pytest.mark.parametrize(
+    "completion, fmt, step",
+    [
+        ("Rome is the capital, so \\boxed{B}", 1.0, 1.0),
+        ("The answer is (B).", 1.0, 1.0),  # the MMLU-Pro harness phrase
+        ("<answer>Rome</answer>", 1.0, 1.0),  # option text -> its letter
+        ("The answer is (A).", 1.0, 0.0),
+        ("The answer is Madrid", 0.0, 0.0),  # no option: a format failure, with the reason
+        ("", 0.0, 0.0),
+    ],
+)
+def test_multiple_choice_question_graded_by_letter(completion, fmt, step):
+    env = make(MC)
+    env.step(completion)
+    p = parts(env, "reasoner")
+    assert p["components"] == {"fmt": fmt, "step": step}
+    if not fmt:
+        assert p["reasons"]["fmt"]
+
+
+def test_short_answer_and_yes_no_single_mode_episodes():
+    qa = {
+        "question": "Who won?",
+        "answer": "Denver Broncos",
+        "answer_format": "qa",
+        "aliases": ["Broncos"],
+    }
+    env = make(qa, mode="single")
+    env.step("Answer: the Broncos")  # an alias, after normalisation
+    assert env.unwrapped.success
+    env = make(dict(qa, question="Who lost?"), mode="single")
+    env.step("Answer: Carolina")
+    assert not env.unwrapped.success and "matches none" in parts(env, "reasoner")["reasons"]["step"]
+    yn = {"question": "Is water wet?", "answer": "yes", "answer_format": "yesno"}
+    env = make(yn, mode="single")
+    env.step("\\boxed{Yes}")
+    assert env.unwrapped.success
+
+
+def test_non_math_agreement_and_oracle():
+    env = make(MC)
+    env.step("The answer is (B)")
+    env.step(py("print('B')"))  # the tool prints the same letter: agreement, correct
+    assert env.unwrapped.success and all(env.terminations.values())
+    for inst in (MC, {"question": "q?", "answer": "(C)", "answer_format": "bbh"}):
+        r = play(envs.make("math"), oracle_policy, seed=0, options={"instance": inst})
+        assert r["success"]
+    with pytest.raises(ValueError, match="choices"):
+        make(dict(MC, choices="Paris"))
+
+
+def test_question_answering_dataset_from_file():
+    env = envs.make("math", dataset="mmlu", data_path="tests/data/fixtures/mmlu.jsonl")
+    ok = [s for s in ("train", "val", "test") if _has(env, s)]
+    r = play(env, oracle_policy, seed=0, options={"split": ok[0]})
+    assert r["success"] and env.unwrapped.instance.answer_format == "choice"
+
+
+@pytest.mark.parametrize(
+    "inst",
+    [
+        MC,
+        {"question": "Who?", "answer": "Ann", "answer_format": "qa", "aliases": ["Anne"]},
+        {"question": "Is it?", "answer": "no", "answer_format": "yesno"},
+        {"question": "not True is", "answer": "False", "answer_format": "bbh"},
+    ],
+)
+def test_hostile_completions_on_question_answering_are_format_failures(inst):
+    import time
+
+    for bad in ["\\boxed{" * 40_000, "answer is " * 40_000, "\x00" * 1000, "(" * 100_000]:
+        env = make(inst, mode="single")
+        t0 = time.perf_counter()
+        env.step(bad)
+        assert time.perf_counter() - t0 < 5.0
+        p = parts(env, "reasoner")
+        assert p["components"]["step"] == 0.0 and not env.unwrapped.success

@@ -325,3 +325,16 @@ def test_same_seed_same_pools_across_runs_and_thread_orders():
     assert _grow(12, threaded=False) != first
     generated = [d for d in first["items"] if d["origin"] == "generated"]
     assert all(d["metadata"]["quality"] >= 0.7 for d in generated)
+
+
+def test_registry_question_answering_sets_as_seed_sources():
+    from envs.pools import load_seed_items, verify_answer
+
+    fix = "tests/data/fixtures"
+    items = load_seed_items([f"mmlu@{fix}/mmlu.jsonl", f"boolq:1@{fix}/boolq.jsonl"])
+    by_answer = {it.answer: it for it in items}
+    assert len(items) == 3 and {"B", "C"} <= set(by_answer)  # MMLU letters, one BoolQ item
+    canberra = by_answer["C"]
+    assert canberra.kind == "text" and "C. Canberra" in canberra.question
+    assert verify_answer(canberra, "C").score == 1.0
+    assert verify_answer(canberra, "B").score == 0.0

@@ -281,3 +281,23 @@ def test_rollout_engine_adaptive_keeps_follow_the_rule():
             informative[role] += 1
     assert informative["solver"] and informative["corrector"]
     assert len(result.episodes) > 3
+
+
+def test_registered_math_set_from_a_file():
+    path = "tests/data/fixtures/aime25.jsonl"  # AIME25 in its released schema
+    env = envs.make("solver_verifier_corrector", dataset="aime25", data_path=path)
+    raw = env.unwrapped
+    split = next(s for s in ("train", "val", "test") if _has(raw, s))
+    r = play(env, oracle_policy, seed=0, options={"split": split})
+    assert r["success"] and raw.instance.source == "aime25" and raw.instance.answer == "70"
+    bad = envs.make("solver_verifier_corrector", dataset="gsm_symbolic", data_path=path)
+    with pytest.raises(ValueError, match="data_path"):
+        bad.reset(seed=0)
+
+
+def _has(raw, split):
+    try:
+        raw.sample_instance(split, 0)
+    except ValueError:
+        return False
+    return True
