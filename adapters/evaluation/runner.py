@@ -7,9 +7,10 @@ trainer's before/after comparison (:func:`compare_reports`) is paired instance b
 report holds the success rate, the mean final team reward, mean turns and steps, and per agent
 the mean per-step reward and the mean episode return, plus one record per episode (its index,
 instance, success, turns, steps, team reward, mean reward, per-role returns and mean per-step
-rewards, completion tokens). ``first`` evaluates episodes ``first ..`` of a longer evaluation
-(the same instances as in one run of it), which is how :mod:`adapters.evaluation.suite` runs a
-benchmark in resumable chunks.
+rewards, completion tokens) with what replays it: env id and config, reset seed and options,
+and every step's role and completion (:mod:`adapters.evaluation.records`). ``first`` evaluates
+episodes ``first ..`` of a longer evaluation (the same instances as in one run of it), which is
+how :mod:`adapters.evaluation.suite` runs a benchmark in resumable chunks.
 :func:`with_prompt_prefixes` wraps policies with a system prompt and per-role oracle
 demonstrations, as the trainer does.
 """
@@ -21,11 +22,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from adapters.evaluation.records import reproduction, transcript
 from adapters.evaluation.stats import paired_difference
 from adapters.policies.base import Policy
 from adapters.policies.wrappers import ManagedPolicy
 from adapters.rollout import (
     Episode,
+    EpisodeSpec,
     RolloutConfig,
     RolloutEngine,
     Sample,
@@ -186,12 +189,17 @@ def evaluate(
         policies=names,
         seconds=seconds,
         completion_tokens=sum(_completion_tokens(s) for s in result.samples),
-        per_episode=[_episode_record(e, first, result.samples) for e in eps],
+        per_episode=[
+            _episode_record(e, first, result.samples, specs[e.instance], list(shared)) for e in eps
+        ],
     )
 
 
-def _episode_record(e: Episode, first: int, samples: list[Sample]) -> dict[str, Any]:
-    """One episode's numbers (K = 1: the samples of instance ``e.instance`` are its steps)."""
+def _episode_record(
+    e: Episode, first: int, samples: list[Sample], spec: EpisodeSpec, shared: list[str]
+) -> dict[str, Any]:
+    """One episode's numbers and what replays it (K = 1: the samples of instance ``e.instance``
+    are its steps; :mod:`adapters.evaluation.records`)."""
     own = [s for s in samples if s.instance == e.instance and s.branch == e.branch]
     by_role: dict[str, list[float]] = {}
     for s in own:
@@ -207,6 +215,8 @@ def _episode_record(e: Episode, first: int, samples: list[Sample]) -> dict[str, 
         "returns": e.returns,
         "role_reward": {r: sum(xs) / len(xs) for r, xs in by_role.items()},
         "completion_tokens": sum(_completion_tokens(s) for s in own),
+        **reproduction(spec, shared),
+        "transcript": transcript(own),
     }
 
 
