@@ -17,6 +17,7 @@ demonstrations, as the trainer does.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -122,6 +123,7 @@ def evaluate(
     pool: Any = None,
     first: int = 0,
     on_episode: Callable[[Episode], None] | None = None,
+    batch_size: int | None = None,
 ) -> EvalReport:
     """Run ``episodes`` episodes (K = 1) and summarise them.
 
@@ -129,6 +131,12 @@ def evaluate(
     created, so an evaluation never changes a training run's pools. ``first`` numbers the
     episodes from ``first`` on (their instances are those episodes of a longer evaluation with the
     same seed). ``on_episode`` is called as each episode finishes.
+
+    The episodes are played together: at every wave the prompts of all live episodes go to each
+    policy in one ``generate`` call, decoded in batches of up to ``batch_size`` sequences
+    (default: all of them) inside the policies' :meth:`~adapters.policies.base.Policy.
+    evaluation_scope`, where a model backend also keeps the KV cache of the prompt prefixes
+    (system message, demonstrations, task preamble) from one wave to the next.
     """
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
@@ -159,7 +167,10 @@ def evaluate(
     gen_seed = derive_seed(seed, "eval-generation", *([first] if first else []))
     t0 = time.perf_counter()
     try:
-        result = engine.run(specs, seed=gen_seed, on_episode=on_episode)
+        with contextlib.ExitStack() as scopes:
+            for p in {id(p): p for p in engine.policies.values()}.values():
+                scopes.enter_context(p.evaluation_scope(batch_size or episodes))
+            result = engine.run(specs, seed=gen_seed, on_episode=on_episode)
     finally:
         engine.close()
     seconds = time.perf_counter() - t0
