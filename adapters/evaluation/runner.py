@@ -38,6 +38,7 @@ from adapters.rollout import (
     env_roles,
     episode_specs,
     oracle_demos,
+    progress_measure,
 )
 
 __all__ = ["EvalReport", "compare_reports", "evaluate", "with_prompt_prefixes"]
@@ -60,13 +61,16 @@ class EvalReport:
     seconds: float
     completion_tokens: int = 0
     per_episode: list[dict[str, Any]] = field(default_factory=list)
+    progress: float = 0.0  # mean of the setting's own progress measure at the episodes' ends
+    progress_label: str = "solved"  # what it measures (the env's PROGRESS)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def values(self, metric: str) -> list[float]:
         """One value per episode: ``reward`` (the episode's mean per-step reward over all
-        agents), ``success`` (0/1) or ``team`` (final team reward)."""
+        agents), ``success`` (0/1), ``progress`` (the setting's progress measure at the end) or
+        ``team`` (final team reward)."""
         return [float(e[metric]) for e in self.per_episode]
 
     @property
@@ -78,9 +82,10 @@ class EvalReport:
     def summary(self) -> dict[str, float]:
         """Flat scalars (for logs): reward, success rate, team reward, turns, per-agent rewards."""
         out = {
-            "reward": self.mean_reward,
             "success_rate": self.success_rate,
+            "progress": self.progress,
             "team_reward": self.team_reward,
+            "reward": self.mean_reward,
             "turns": self.mean_turns,
         }
         out.update({f"reward/{a}": v for a, v in self.reward_per_agent.items()})
@@ -91,11 +96,12 @@ class EvalReport:
         lines = [
             f"env {self.env}  split {self.split}  episodes {self.episodes}  ({self.seconds:.1f} s)",
             f"policies: {pol}",
-            f"  {'mean reward':<16}{self.mean_reward:>10.3f}",
-            f"  {'success rate':<16}{self.success_rate:>10.3f}",
-            f"  {'team reward':<16}{self.team_reward:>10.3f}",
-            f"  {'mean turns':<16}{self.mean_turns:>10.2f}",
-            f"  {'mean steps':<16}{self.mean_steps:>10.2f}",
+            f"  {'success rate':<22}{self.success_rate:>10.3f}",
+            f"  {self.progress_label:<22}{self.progress:>10.3f}",
+            f"  {'team reward (final)':<22}{self.team_reward:>10.3f}",
+            f"  {'mean reward (shaped)':<22}{self.mean_reward:>10.3f}",
+            f"  {'mean turns':<22}{self.mean_turns:>10.2f}",
+            f"  {'mean steps':<22}{self.mean_steps:>10.2f}",
             f"  {'agent':<16}{'reward/step':>12}{'return':>10}",
         ]
         for agent in self.reward_per_agent:
@@ -191,6 +197,8 @@ def evaluate(
         episodes=len(eps),
         success_rate=sum(e.success for e in eps) / n,
         team_reward=sum(e.final_team for e in eps) / n,
+        progress=sum(e.progress for e in eps) / n,
+        progress_label=progress_measure(env_id, cfg),
         mean_turns=sum(e.turns for e in eps) / n,
         mean_steps=sum(e.steps for e in eps) / n,
         reward_per_agent={
@@ -222,6 +230,7 @@ def _episode_record(
         "turns": e.turns,
         "steps": e.steps,
         "team": e.final_team,
+        "progress": e.progress,
         "reward": sum(e.returns.values()) / max(e.steps, 1),
         "returns": e.returns,
         "role_reward": {r: sum(xs) / len(xs) for r, xs in by_role.items()},
@@ -286,43 +295,85 @@ def with_prompt_prefixes(
 
 
 def compare_reports(
-    before: EvalReport | Mapping[str, Any], after: EvalReport, confidence: float = 0.95
+    before: EvalReport | Mapping[str, Any],
+    after: EvalReport | Mapping[str, Any],
+    confidence: float = 0.95,
+    references: Mapping[str, EvalReport | Mapping[str, Any]] | None = None,
 ) -> str:
-    """The before -> after table of two evaluations of the same instances, paired per instance:
-    mean before, mean after, the mean difference with its confidence interval, and the p-value
-    (:func:`~adapters.evaluation.stats.paired_difference`)."""
+    """The before -> after table of two evaluations of the same instances, paired per instance.
+
+    The task's measures lead: success rate, the setting's progress measure at the end (boxes on
+    goals, distance closed, cells solved, tests passed) and the final team reward; the shaped
+    mean per-step reward comes after them, then each role's. Each row has the mean before and
+    after, the mean difference with its confidence interval and the p-value
+    (:func:`~adapters.evaluation.stats.paired_difference`). ``references`` (name -> report on the
+    same instances, :mod:`adapters.evaluation.references`) add their means and the paired
+    difference ``after - reference`` of the task measures."""
     b = before.to_dict() if isinstance(before, EvalReport) else dict(before)
-    a = after.to_dict()
-    ids_b = [e["instance_id"] for e in b["per_episode"]]
+    a = after.to_dict() if isinstance(after, EvalReport) else dict(after)
+    refs = {
+        k: (r.to_dict() if isinstance(r, EvalReport) else dict(r))
+        for k, r in (references or {}).items()
+    }
     ids_a = [e["instance_id"] for e in a["per_episode"]]
-    if ids_b != ids_a:
-        raise ValueError("the two evaluations did not play the same instances in the same order")
+    for other in [b, *refs.values()]:
+        if [e["instance_id"] for e in other["per_episode"]] != ids_a:
+            raise ValueError("the evaluations did not play the same instances in the same order")
     pct = f"{round(confidence * 100)}%"
+    rows = _metric_rows(a)
     lines = [
         f"before -> after training, {len(ids_a)} {a['split']} instances never trained on "
         f"(same seeds), paired per instance:",
-        f"  {'metric':<18}{'before':>8}{'after':>8}{'diff':>8}   {pct} interval        p",
+        f"  {'metric':<22}{'before':>8}{'after':>8}{'diff':>8}   {pct} interval        p",
     ]
-    rows = [("mean reward", "reward"), ("success rate", "success"), ("team reward", "team")]
     starred = False
     for label, key in rows:
-        d = paired_difference(
-            [float(e[key]) for e in b["per_episode"]],
-            [float(e[key]) for e in a["per_episode"]],
-            confidence,
-        )
+        d = paired_difference(_values(b, key), _values(a, key), confidence)
         mark = " *" if d.excludes_zero else ""
         starred = starred or d.excludes_zero
         lines.append(
-            f"  {label:<18}{d.mean_before:>8.3f}{d.mean_after:>8.3f}{d.mean_diff:>+8.3f}"
+            f"  {label:<22}{d.mean_before:>8.3f}{d.mean_after:>8.3f}{d.mean_diff:>+8.3f}"
             f"   [{d.low:+.3f}, {d.high:+.3f}]  {d.p_value:.3g}{mark}"
         )
     for role, v in a["reward_per_agent"].items():
         x = b["reward_per_agent"].get(role, 0.0)
-        lines.append(f"  {'reward/' + role:<18}{x:>8.3f}{v:>8.3f}{v - x:>+8.3f}   (per step)")
+        lines.append(f"  {'reward/' + role:<22}{x:>8.3f}{v:>8.3f}{v - x:>+8.3f}   (per step)")
     lines.append(
         "  * the interval excludes zero"
         if starred
         else "  no interval excludes zero: no significant change"
     )
+    if refs:
+        lines += [
+            f"reference policies on the same instances (mean; after - reference, paired, {pct} "
+            "interval):",
+            f"  {'policy':<14}" + "".join(f"{label:>30}" for label, _ in rows),
+        ]
+        for name, ref in [("after", a), *refs.items()]:
+            cells = []
+            for _label, key in rows:
+                mean = sum(_values(ref, key)) / max(1, len(ref["per_episode"]))
+                if ref is a:
+                    cells.append(f"{mean:>30.3f}")
+                    continue
+                d = paired_difference(_values(ref, key), _values(a, key), confidence)
+                mark = "*" if d.excludes_zero else " "
+                cells.append(
+                    f"{mean:>8.3f} ({d.mean_diff:+.3f} [{d.low:+.3f},{d.high:+.3f}]){mark}"
+                )
+            lines.append(f"  {name:<14}" + "".join(f"{c:>30}" for c in cells))
     return "\n".join(lines)
+
+
+def _metric_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, per-episode key) of the compared measures, the task's first."""
+    rows = [("success rate", "success")]
+    label = str(report.get("progress_label", "solved"))
+    if label != "solved":  # "solved" progress is success itself
+        rows.append((label, "progress"))
+    rows += [("team reward (final)", "team"), ("mean reward (shaped)", "reward")]
+    return rows
+
+
+def _values(report: Mapping[str, Any], key: str) -> list[float]:
+    return [float(e.get(key, 0.0)) for e in report["per_episode"]]

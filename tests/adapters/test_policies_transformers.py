@@ -256,8 +256,8 @@ def test_evaluation_scope_reuses_prefix_caches_without_changing_completions(char
     policy = TransformersPolicy(model, tok, device="cpu", batch_size=2)
     system = [{"role": "system", "content": "you are a careful planner; answer with moves. "}]
     waves = [
-        [system + [{"role": "user", "content": q}] for q in ("go up", "go left now")],
-        [system + [{"role": "user", "content": q}] for q in ("go up twice", "go up and right")],
+        [[*system, {"role": "user", "content": q}] for q in ("go up", "go left now")],
+        [[*system, {"role": "user", "content": q}] for q in ("go up twice", "go up and right")],
     ]
     params = SamplingParams(max_new_tokens=8, temperature=0)
     fresh = [policy.generate(w, params) for w in waves]
