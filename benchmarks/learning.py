@@ -29,9 +29,9 @@ from the MAS row's numbers: a fresh LoRA adapter (B = 0) leaves the frozen model
 unchanged, so their step-0 evaluation is not run again. Everything (tables, curves, the raw
 reports with replayable episode records) goes to ``--out``.
 
-The table below predates the task measures: it reports the shaped mean reward only, and issue 22
-found its gains reproduced by a policy that copies the demonstration's answer (team reward and
-success unchanged), so it does not show task learning. Regenerate it with this script.
+The table below predates the task measures: it reports the shaped mean reward only, and a policy
+that copies the demonstration's answer reproduces its gains (with team reward and success
+unchanged), so it does not show task learning. Regenerate it with this script.
 
 Measured on a 2-core CPU machine, otherwise idle (``--budget-min 60 --max-steps 6 --episodes 16
 --eval-every 0 --threads 2``, 100 min wall; Sudoku's runs stopped at 5 steps when their 10 minutes

@@ -41,8 +41,12 @@ about 1.6 GB), role sharing, the paper's protocol (AT-GRPO tree sampling with K 
 the paper's rewards) on 1 instance per step for 6 steps, 48 new tokens at temperature 1.0, lr 1e-3
 in 4 PPO mini-batches per step, one oracle demonstration per role (the tool's is a one-line program
 that prints the answer, ``oracle_tool="answer"``, so that it fits in 48 tokens; the run header
-shows it), and 32 greedy validation episodes before and after training on the same seeds, compared
-instance by instance (:func:`~adapters.evaluation.compare_reports`, last lines of the output).
+shows it), and 64 greedy validation episodes before and after training on the same seeds, compared
+instance by instance (:func:`~adapters.evaluation.compare_reports`, last lines of the output:
+success rate, the setting's progress measure and the final team reward first, the shaped reward
+after them, and the no-op, demonstration-answer and oracle references on the same instances).
+The measurements below predate those columns and are shaped reward only: a policy that copies
+the demonstration's answer reaches the same numbers, so they show no task learning.
 Measured on the project's 2-core machine, 1 torch thread while a second run shared the cores:
 Sokoban 6 steps in 727 s of training wall time, mean validation reward 0.317 -> 0.392 (paired
 difference +0.075, 95% interval [+0.066, +0.085]); Plan-Path 881 s, 0.147 -> 0.196 (+0.049 [+0.042,
