@@ -13,6 +13,8 @@ from adapters.policies.specs import parse_policy_spec
 CORRIDOR = {"grid": ["..."], "start": [0, 0], "goal": [0, 2]}
 TWO_BOXES = {"map": ["#######", "#@$.  #", "# $.  #", "#######"]}
 SINGLE = {"mode": "single", "max_turns": 1}
+# solution rows 1234 / 3412 / 2143 / 4321 with (1,1) and (2,2) blank (1-based)
+TWO_BLANKS = {"puzzle": [[0, 2, 3, 4], [3, 0, 1, 2], [2, 1, 4, 3], [4, 3, 2, 1]]}
 
 
 def _progress(env_id: str, instance: dict, answer: str) -> float:
@@ -32,6 +34,11 @@ def test_progress_is_each_settings_own_measure():
     assert envs.make("sokoban").unwrapped.PROGRESS == "boxes on goals"
     assert _progress("sokoban", TWO_BOXES, "#### [R]") == pytest.approx(0.5)
     assert _progress("sokoban", TWO_BOXES, "#### [U]") == 0.0
+    # Sudoku: cells solved, the share of blanks holding the solution's digit (1 of 2 filled)
+    assert envs.make("sudoku").unwrapped.PROGRESS == "cells solved"
+    assert _progress("sudoku", TWO_BLANKS, "#### [[1,1,1]]") == pytest.approx(0.5)
+    assert _progress("sudoku", TWO_BLANKS, "#### [[1,1,2]]") == 0.0
+    assert _progress("sudoku", TWO_BLANKS, "#### [[1,1,1],[2,2,4]]") == 1.0
 
 
 def test_compare_table_leads_with_task_measures_and_pairs_references():
