@@ -19,6 +19,7 @@ import pytest
 
 from adapters.evaluate import main
 from adapters.evaluation import SUITES, ArgumentMismatch, SuiteArgs, resolve_suite, run_suite
+from adapters.evaluation.records import replay
 from adapters.evaluation.report import fmt_interval
 from adapters.evaluation.suite import CPU_OPTIONS, plan_units
 from adapters.policies import ScriptedPolicy
@@ -129,6 +130,9 @@ def test_report_table_json_and_charts_agree(full_run):
         else:
             assert row["completion_tokens"]["mean"] > 0
         assert [c["episodes"] for c in row["chunks"]] == [2, 1]
+        if row["setting"] != "propose_solve_judge":  # the records replay, across chunks too
+            for e in eps:
+                assert replay(e) == pytest.approx([t["reward"] for t in e["transcript"]])
     # the Markdown table: one line per row, in order, with the JSON's numbers
     md = (out / "report.md").read_text()
     table = [ln for ln in md.splitlines() if re.match(r"\| [a-z_]+ \| (multi|single) \|", ln)]
