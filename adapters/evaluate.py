@@ -16,7 +16,8 @@ The whole suite (``--suite``)::
         --episodes 16 --out runs/suite-m
 
 Policy specs (:mod:`adapters.policies.specs`): ``oracle`` (the env's scripted correct answer),
-``smollm2`` (the embedded model), ``tiny`` (random tiny model, for smoke tests), a local checkpoint
+``constant:TEXT`` (answers ``TEXT`` to every prompt; ``constant:`` answers nothing: the trivial
+baselines), ``smollm2`` (the embedded model), ``tiny`` (random tiny model, for smoke tests), a local checkpoint
 directory or a LoRA adapter directory written by the trainer, ``openai:BASE_URL[#MODEL]`` (any
 OpenAI-compatible server). With ``--env``, ``ROLE=SPEC`` assigns a policy to one role and a spec
 without ``ROLE=`` serves every role that has no explicit one. With ``--suite``, every ``--policy``
@@ -108,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy",
         action="append",
         required=True,
-        help="repeatable: oracle | smollm2 | tiny | PATH | openai:BASE_URL[#MODEL]. With --env: "
+        help="repeatable: oracle | constant:TEXT | smollm2 | tiny | PATH | openai:BASE_URL[#MODEL]"
+        ". With --env: "
         "SPEC or ROLE=SPEC (one policy per role). With --suite: each --policy is one policy to "
         "compare, playing every role",
     )

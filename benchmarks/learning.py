@@ -12,15 +12,26 @@ the paper's protocol and rewards) it evaluates, on the same validation instances
 4. **MAS + AT-GRPO (per-role policies)**: the ``at-grpo-per-role`` recipe (one LoRA adapter per
    role);
 
-and prints validation success rate and mean reward (the episode's mean per-step reward) with 95%
-intervals, in the layout of AT-GRPO Table 2 (methods as rows, settings as columns), plus the
-paired difference of each trained row against the untrained MAS row. ``--budget-min`` is the
+and, on the same instances, the scripted references (:mod:`adapters.evaluation.references`):
+the no-op (every role answers nothing), the constant answer of the in-context demonstration (what a
+team that only copies it scores) and the oracle. For each setting it prints one block, methods as
+rows, with the task's measures first: success rate, the setting's own progress measure at the end
+of the episode (``env.progress()``: boxes on goals, distance closed, cells solved) and the final
+team reward, then the shaped mean per-step reward, each a mean with its 95% interval; then the
+paired differences (95% intervals) of each trained row against MAS (prompt-only), the no-op and
+the demonstration's answer on the task's measures. A trained team has learned the task only where
+those intervals lie above zero; a shaped-reward gain alone is no evidence. ``--budget-min`` is the
 total training wall time, split evenly over the trained runs (each trains until its share is
 spent, at least one step); evaluations are not counted. Every trained run is evaluated every
-``--eval-every`` steps too, and ``learning_curves.png`` draws those validation points. Both trained
-rows start from the MAS row's numbers: a fresh LoRA adapter (B = 0) leaves the frozen model's
-greedy answers unchanged, so their step-0 evaluation is not run again.
-Everything (tables, curves, the raw reports) goes to ``--out``.
+``--eval-every`` steps too, and ``learning_curves.png`` draws the progress measure at those
+validation points, with MAS, single agent, no-op and demo-answer lines. Both trained rows start
+from the MAS row's numbers: a fresh LoRA adapter (B = 0) leaves the frozen model's greedy answers
+unchanged, so their step-0 evaluation is not run again. Everything (tables, curves, the raw
+reports with replayable episode records) goes to ``--out``.
+
+The table below predates the task measures: it reports the shaped mean reward only, and a policy
+that copies the demonstration's answer reproduces its gains (with team reward and success
+unchanged), so it does not show task learning. Regenerate it with this script.
 
 Measured on a 2-core CPU machine, otherwise idle (``--budget-min 60 --max-steps 6 --episodes 16
 --eval-every 0 --threads 2``, 100 min wall; Sudoku's runs stopped at 5 steps when their 10 minutes
@@ -79,6 +90,13 @@ ROWS = (
     ("shared", "MAS + AT-GRPO (shared policy)"),
     ("per_role", "MAS + AT-GRPO (per-role policies)"),
 )
+# scripted references on the same instances (adapters.evaluation.references), no model
+REFERENCES = (
+    ("ref:no-op", "no-op (answers nothing)"),
+    ("ref:demo answer", "constant: the demo's answer"),
+    ("ref:oracle", "oracle"),
+)
+TRAINED = ROWS[2:]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,8 +132,14 @@ def _evaluate(trainer: Any, env_config: dict[str, Any], tag: str) -> Any:
     )
 
 
+def _point(step: int, rep: Any) -> tuple[int, float, float, float]:
+    """A curve point: (step, progress measure, success rate, shaped mean reward)."""
+    return (step, rep.progress, rep.success_rate, rep.mean_reward)
+
+
 def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path) -> dict:
     """The four rows of one setting: reports and learning curves."""
+    from adapters.evaluation.references import evaluate_references
     from adapters.training.config import TrainConfig
     from adapters.training.trainer import Trainer
 
@@ -140,6 +164,17 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
         env_config = dict(trainer.env_config)
         if row == "shared":  # the two untrained rows use the same frozen model and prompts
             result["reports"]["mas"] = _evaluate(trainer, env_config, "mas")
+            refs = evaluate_references(
+                env_id,
+                trainer.roles,
+                trainer.demos,
+                episodes=cfg.eval_episodes,
+                env_config=env_config,
+                split=cfg.eval_split,
+                seed=cfg.seed,
+                max_new_tokens=trainer.cfg.max_new_tokens or 256,
+            )
+            result["reports"].update({f"ref:{k}": r for k, r in refs.items()})
             single_cfg = {**env_config, "mode": "single"}
             single = Trainer(
                 cfg.replace(
@@ -151,7 +186,7 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
             single.close()
         # step 0 of both trained rows: fresh LoRA adapters (B = 0) leave the greedy answers as is
         before = result["reports"]["mas"]
-        curve = [(0, before.mean_reward, before.success_rate)]
+        curve = [_point(0, before)]
         t0 = time.perf_counter()
         train_s = 0.0
         while trainer.step < args.max_steps and (trainer.step == 0 or train_s < share_s):
@@ -160,10 +195,10 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
             train_s += time.perf_counter() - t
             if args.eval_every and trainer.step % args.eval_every == 0:
                 rep = _evaluate(trainer, env_config, f"step{trainer.step}")
-                curve.append((trainer.step, rep.mean_reward, rep.success_rate))
+                curve.append(_point(trainer.step, rep))
         after = _evaluate(trainer, env_config, "after")
         if curve[-1][0] != trainer.step:
-            curve.append((trainer.step, after.mean_reward, after.success_rate))
+            curve.append(_point(trainer.step, after))
         result["reports"][row] = after
         result["curves"][row] = curve
         result["steps"][row] = trainer.step
@@ -177,36 +212,55 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
     return result
 
 
+def _metrics(rep: Any) -> list[tuple[str, str]]:
+    """(label, per-episode key): the task's measures first, the shaped reward last."""
+    rows = [("success", "success")]
+    if rep.progress_label != "solved":
+        rows.append((rep.progress_label, "progress"))
+    return [*rows, ("team reward", "team"), ("mean reward (shaped)", "reward")]
+
+
 def table(results: dict[str, dict]) -> str:
-    """AT-GRPO Table 2 layout: methods as rows, settings as columns."""
+    """One block per setting: methods and scripted references as rows, the task's measures
+    (success, the setting's progress measure, final team reward) then the shaped mean reward as
+    columns, each a mean with its 95% interval; then the paired differences of each trained row
+    against MAS (prompt-only) and the references on the task's measures."""
     from adapters.evaluation.stats import mean_interval, paired_difference
 
-    envs = list(results)
-    head = f"{'method':<36}" + "".join(f"{e + ' success':>22}{e + ' reward':>22}" for e in envs)
-    lines = [head, "-" * len(head)]
-    for key, label in ROWS:
-        cells = []
-        for e in envs:
-            rep = results[e]["reports"][key]
-            s = mean_interval(rep.values("success"))
-            r = mean_interval(rep.values("reward"))
-            cells.append(f"{s.mean:>8.2f} [{s.low:.2f},{s.high:.2f}]")
-            cells.append(f"{r.mean:>8.3f} [{r.low:.3f},{r.high:.3f}]")
-        lines.append(f"{label:<36}" + "".join(f"{c:>22}" for c in cells))
-    lines.append("")
-    lines.append("paired difference of mean reward against MAS (prompt-only), 95% interval:")
-    for key, label in ROWS[2:]:
-        parts = []
-        for e in envs:
-            d = paired_difference(
-                results[e]["reports"]["mas"].values("reward"),
-                results[e]["reports"][key].values("reward"),
-            )
-            mark = "*" if d.excludes_zero else " "
-            parts.append(f"{e} {d.mean_diff:+.3f} [{d.low:+.3f},{d.high:+.3f}]{mark}")
-        lines.append(f"  {label:<36}" + "   ".join(parts))
-    lines.append("  * the interval excludes zero")
-    return "\n".join(lines)
+    lines: list[str] = []
+    for e, res in results.items():
+        reps = res["reports"]
+        metrics = _metrics(reps["mas"])
+        rows = [(k, label) for k, label in (*ROWS, *REFERENCES) if k in reps]
+        n = reps["mas"].episodes
+        lines += [
+            f"{e}: {n} validation instances, mean [95% interval]",
+            f"{'method':<36}" + "".join(f"{label:>22}" for label, _ in metrics),
+        ]
+        for key, label in rows:
+            cells = []
+            for _m, field in metrics:
+                iv = mean_interval(reps[key].values(field))
+                cells.append(f"{iv.mean:.3f} [{iv.low:.2f},{iv.high:.2f}]")
+            lines.append(f"{label:<36}" + "".join(f"{c:>22}" for c in cells))
+        task = metrics[:-1]
+        lines.append(
+            "paired difference, trained row - other row ("
+            + " / ".join(label for label, _ in task)
+            + "), 95% interval; * excludes zero:"
+        )
+        for key, label in TRAINED:
+            for other, other_label in [("mas", "MAS (prompt-only)"), *REFERENCES]:
+                if other not in reps or other == "ref:oracle":
+                    continue
+                parts = []
+                for _m, field in task:
+                    d = paired_difference(reps[other].values(field), reps[key].values(field))
+                    mark = "*" if d.excludes_zero else " "
+                    parts.append(f"{d.mean_diff:+.3f} [{d.low:+.3f},{d.high:+.3f}]{mark}")
+                lines.append(f"  {label} - {other_label}: " + "  ".join(parts))
+        lines.append("")
+    return "\n".join(lines).rstrip()
 
 
 def plot(results: dict[str, dict], png: Path) -> None:
@@ -217,15 +271,17 @@ def plot(results: dict[str, dict], png: Path) -> None:
 
     fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.2), squeeze=False)
     for ax, (env_id, res) in zip(axes[0], results.items()):
-        for key, label in ROWS[2:]:
+        for key, label in TRAINED:
             pts = res["curves"].get(key, [])
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-        mas = res["reports"]["mas"].mean_reward
-        ax.axhline(mas, color="gray", linestyle="--", label="MAS (prompt-only)")
-        single = res["reports"]["single"].mean_reward
-        ax.axhline(single, color="gray", linestyle=":", label="single agent")
-        ax.set_title(f"{env_id}: validation mean reward", fontsize=9)
+        reps = res["reports"]
+        lines = [("mas", "MAS (prompt-only)", "--"), ("single", "single agent", ":")]
+        lines += [("ref:no-op", "no-op", "-."), ("ref:demo answer", "demo's answer", (0, (1, 3)))]
+        for key, label, style in lines:
+            if key in reps:
+                ax.axhline(reps[key].progress, color="gray", linestyle=style, label=label)
+        ax.set_title(f"{env_id}: validation {reps['mas'].progress_label}", fontsize=9)
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)

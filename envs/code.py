@@ -586,6 +586,12 @@ class raw_env(ProgramEnv):
         return res
 
     # ------------------------------------------------------------------ acting
+    PROGRESS = "tests passed"
+
+    def progress(self) -> float:
+        """The share of golden tests the coder's current program passes (p_k)."""
+        return float(self.pass_rate)
+
     def _act(self, agent: str, completion: str) -> RewardParts:
         if agent == "coder":
             return self._act_coder(completion)

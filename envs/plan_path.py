@@ -311,6 +311,15 @@ class raw_env(ToolPlannerEnv):
         before, after = _manhattan(self.state.pos, goal), _manhattan(sim.state.pos, goal)
         return max(0.0, (before - after) / self._d0)
 
+    PROGRESS = "distance closed"
+
+    def progress(self) -> float:
+        """The share of the initial distance to the goal closed so far, ``max(0, 1 - d / d0)``
+        (1 at the goal)."""
+        if self.state.pos == self.instance.goal:
+            return 1.0
+        return max(0.0, 1.0 - _manhattan(self.state.pos, self.instance.goal) / self._d0)
+
     def _is_solved(self, state: _State) -> bool:
         return state.pos == self.instance.goal
 

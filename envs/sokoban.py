@@ -482,6 +482,13 @@ class raw_env(ToolPlannerEnv):
         board = sim.state.board
         return 1.0 if board.solved else board.boxes_on_goals / len(board.boxes)
 
+    PROGRESS = "boxes on goals"
+
+    def progress(self) -> float:
+        """The share of boxes on goals in the current position (1 when solved)."""
+        board = self.state.board
+        return 1.0 if board.solved else board.boxes_on_goals / len(board.boxes)
+
     def _is_solved(self, state: _State) -> bool:
         return state.board.solved
 

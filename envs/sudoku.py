@@ -377,6 +377,16 @@ class raw_env(ToolPlannerEnv):
     def _team(self, sim: Sim) -> float:
         return float(self._is_solved(sim.state))
 
+    PROGRESS = "cells solved"
+
+    def progress(self) -> float:
+        """The share of the puzzle's blank cells that hold their solution's digit now."""
+        puzzle, solution, grid = self.instance.puzzle, self.instance.solution, self.state.grid
+        blanks = [(r, c) for r, row in enumerate(puzzle) for c, v in enumerate(row) if v == 0]
+        if not blanks:
+            return 1.0
+        return sum(grid[r][c] == solution[r][c] for r, c in blanks) / len(blanks)
+
     def _is_solved(self, state: _Board) -> bool:
         return _freeze(state.grid) == self.instance.solution
 

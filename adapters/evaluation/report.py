@@ -6,6 +6,9 @@ record and, over episodes, the mean and 95% Student-t interval
 (:func:`~adapters.evaluation.stats.mean_interval`) of
 
 * ``success_rate`` - the share of episodes the setting counts as solved;
+* ``progress`` - the setting's own progress measure at the end of the episode
+  (``env.progress()``, named by ``progress_label``: boxes on goals, distance closed, cells
+  solved, tests passed; success itself where the task has no partial progress);
 * ``team_reward`` - the final team reward (``None`` for settings whose rewards mix in no team
   reward: MAE, SAGE, CoMAS, MarsRL);
 * ``reward_per_role`` - per role, the episode's mean per-step reward of that role (delayed
@@ -16,7 +19,8 @@ record and, over episodes, the mean and 95% Student-t interval
 
 and ``seconds``, the wall time of the row (its chunks' engine runs added up; no interval).
 :func:`markdown` renders the table (``mean ± half-width`` of the interval; the t-interval is
-symmetric) and the wall time per setting; :func:`charts` draws one PNG per setting (a panel per
+symmetric), the task's measures (success, progress, team reward) before the shaped per-role
+rewards, and the wall time per setting; :func:`charts` draws one PNG per setting (a panel per
 mode, bars per policy, error bars = the intervals) with matplotlib's Agg canvas.
 """
 
@@ -93,6 +97,8 @@ def _row(
         "policy_name": chunks[0][1]["policies"] if chunks else {},
         "episodes": len(episodes),
         "success_rate": iv([float(e["success"]) for e in episodes]),
+        "progress": iv([float(e.get("progress", e["success"])) for e in episodes]),
+        "progress_label": str(chunks[0][1].get("progress_label", "solved")) if chunks else "",
         "team_reward": (
             iv([float(e["team"]) for e in episodes]) if entry["has_team_reward"] else None
         ),
@@ -144,12 +150,14 @@ def markdown(results: Mapping[str, Any], command: str | None = None) -> str:
         f"instances (seed {args['seed']}, the same instances for every policy), temperature "
         f"{args['temperature']}, at most {args['max_new_tokens']} new tokens per completion; "
         "each policy plays every role. Cells are the mean over episodes ± the half-width of its "
-        "95% Student-t interval; reward per role is the mean per-step reward; — = the setting "
-        "has no team reward.",
+        "95% Student-t interval. The task's measures come first: success rate, progress (the "
+        "setting's own measure at the end of the episode, named in the cell) and the final team "
+        "reward (— = the setting has no team reward); reward per role is the shaped mean "
+        "per-step reward.",
         "",
-        "| setting | mode | policy | episodes | success rate | team reward "
+        "| setting | mode | policy | episodes | success rate | progress | team reward "
         "| reward per role | completion tokens / episode | wall time (s) |",
-        "|---|---|---|---:|---|---|---|---|---:|",
+        "|---|---|---|---:|---|---|---|---|---|---:|",
     ]
     for row in results["rows"]:
         roles = "<br>".join(
@@ -157,7 +165,8 @@ def markdown(results: Mapping[str, Any], command: str | None = None) -> str:
         )
         lines.append(
             f"| {row['setting']} | {row['mode']} | {row['policy']} | {row['episodes']} "
-            f"| {fmt_interval(row['success_rate'])} | {fmt_interval(row['team_reward'])} "
+            f"| {fmt_interval(row['success_rate'])} | {_progress_cell(row)} "
+            f"| {fmt_interval(row['team_reward'])} "
             f"| {roles} | {fmt_interval(row['completion_tokens'], 0)} | {row['seconds']:.1f} |"
         )
     policies = list(results["policies"])
@@ -175,6 +184,13 @@ def markdown(results: Mapping[str, Any], command: str | None = None) -> str:
     cells = " | ".join(f"{x:.1f}" for x in [*sums, results["seconds_total"]])
     lines.append(f"| all | {cells} |")
     return "\n".join(lines) + "\n"
+
+
+def _progress_cell(row: Mapping[str, Any]) -> str:
+    """The progress measure's interval and name (rows saved before it existed: —)."""
+    if row.get("progress") is None:
+        return "—"
+    return f"{fmt_interval(row['progress'])} ({row.get('progress_label') or 'solved'})"
 
 
 def charts(results: Mapping[str, Any]) -> dict[str, bytes]:
@@ -221,6 +237,8 @@ def charts(results: Mapping[str, Any]) -> dict[str, bytes]:
 def _metrics(row: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """(label, row -> interval) for the chart's x axis: success, team reward, each role."""
     out: list[tuple[str, Any]] = [("success", lambda r: r["success_rate"])]
+    if row.get("progress") is not None and row.get("progress_label", "solved") != "solved":
+        out.append((str(row["progress_label"]), lambda r: r["progress"]))
     if row["team_reward"] is not None:
         out.append(("team reward", lambda r: r["team_reward"]))
     for role in row["reward_per_role"]:

@@ -7,25 +7,29 @@ trainer's before/after comparison (:func:`compare_reports`) is paired instance b
 report holds the success rate, the mean final team reward, mean turns and steps, and per agent
 the mean per-step reward and the mean episode return, plus one record per episode (its index,
 instance, success, turns, steps, team reward, mean reward, per-role returns and mean per-step
-rewards, completion tokens). ``first`` evaluates episodes ``first ..`` of a longer evaluation
-(the same instances as in one run of it), which is how :mod:`adapters.evaluation.suite` runs a
-benchmark in resumable chunks.
+rewards, completion tokens) with what replays it: env id and config, reset seed and options,
+and every step's role and completion (:mod:`adapters.evaluation.records`). ``first`` evaluates
+episodes ``first ..`` of a longer evaluation (the same instances as in one run of it), which is
+how :mod:`adapters.evaluation.suite` runs a benchmark in resumable chunks.
 :func:`with_prompt_prefixes` wraps policies with a system prompt and per-role oracle
 demonstrations, as the trainer does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from adapters.evaluation.records import reproduction, transcript
 from adapters.evaluation.stats import paired_difference
 from adapters.policies.base import Policy
 from adapters.policies.wrappers import ManagedPolicy
 from adapters.rollout import (
     Episode,
+    EpisodeSpec,
     RolloutConfig,
     RolloutEngine,
     Sample,
@@ -34,6 +38,7 @@ from adapters.rollout import (
     env_roles,
     episode_specs,
     oracle_demos,
+    progress_measure,
 )
 
 __all__ = ["EvalReport", "compare_reports", "evaluate", "with_prompt_prefixes"]
@@ -56,13 +61,16 @@ class EvalReport:
     seconds: float
     completion_tokens: int = 0
     per_episode: list[dict[str, Any]] = field(default_factory=list)
+    progress: float = 0.0  # mean of the setting's own progress measure at the episodes' ends
+    progress_label: str = "solved"  # what it measures (the env's PROGRESS)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def values(self, metric: str) -> list[float]:
         """One value per episode: ``reward`` (the episode's mean per-step reward over all
-        agents), ``success`` (0/1) or ``team`` (final team reward)."""
+        agents), ``success`` (0/1), ``progress`` (the setting's progress measure at the end) or
+        ``team`` (final team reward)."""
         return [float(e[metric]) for e in self.per_episode]
 
     @property
@@ -74,9 +82,10 @@ class EvalReport:
     def summary(self) -> dict[str, float]:
         """Flat scalars (for logs): reward, success rate, team reward, turns, per-agent rewards."""
         out = {
-            "reward": self.mean_reward,
             "success_rate": self.success_rate,
+            "progress": self.progress,
             "team_reward": self.team_reward,
+            "reward": self.mean_reward,
             "turns": self.mean_turns,
         }
         out.update({f"reward/{a}": v for a, v in self.reward_per_agent.items()})
@@ -87,11 +96,12 @@ class EvalReport:
         lines = [
             f"env {self.env}  split {self.split}  episodes {self.episodes}  ({self.seconds:.1f} s)",
             f"policies: {pol}",
-            f"  {'mean reward':<16}{self.mean_reward:>10.3f}",
-            f"  {'success rate':<16}{self.success_rate:>10.3f}",
-            f"  {'team reward':<16}{self.team_reward:>10.3f}",
-            f"  {'mean turns':<16}{self.mean_turns:>10.2f}",
-            f"  {'mean steps':<16}{self.mean_steps:>10.2f}",
+            f"  {'success rate':<22}{self.success_rate:>10.3f}",
+            f"  {self.progress_label:<22}{self.progress:>10.3f}",
+            f"  {'team reward (final)':<22}{self.team_reward:>10.3f}",
+            f"  {'mean reward (shaped)':<22}{self.mean_reward:>10.3f}",
+            f"  {'mean turns':<22}{self.mean_turns:>10.2f}",
+            f"  {'mean steps':<22}{self.mean_steps:>10.2f}",
             f"  {'agent':<16}{'reward/step':>12}{'return':>10}",
         ]
         for agent in self.reward_per_agent:
@@ -119,6 +129,7 @@ def evaluate(
     pool: Any = None,
     first: int = 0,
     on_episode: Callable[[Episode], None] | None = None,
+    batch_size: int | None = None,
 ) -> EvalReport:
     """Run ``episodes`` episodes (K = 1) and summarise them.
 
@@ -126,6 +137,12 @@ def evaluate(
     created, so an evaluation never changes a training run's pools. ``first`` numbers the
     episodes from ``first`` on (their instances are those episodes of a longer evaluation with the
     same seed). ``on_episode`` is called as each episode finishes.
+
+    The episodes are played together: at every wave the prompts of all live episodes go to each
+    policy in one ``generate`` call, decoded in batches of up to ``batch_size`` sequences
+    (default: all of them) inside the policies' :meth:`~adapters.policies.base.Policy.
+    evaluation_scope`, where a model backend also keeps the KV cache of the prompt prefixes
+    (system message, demonstrations, task preamble) from one wave to the next.
     """
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
@@ -156,7 +173,10 @@ def evaluate(
     gen_seed = derive_seed(seed, "eval-generation", *([first] if first else []))
     t0 = time.perf_counter()
     try:
-        result = engine.run(specs, seed=gen_seed, on_episode=on_episode)
+        with contextlib.ExitStack() as scopes:
+            for p in {id(p): p for p in engine.policies.values()}.values():
+                scopes.enter_context(p.evaluation_scope(batch_size or episodes))
+            result = engine.run(specs, seed=gen_seed, on_episode=on_episode)
     finally:
         engine.close()
     seconds = time.perf_counter() - t0
@@ -177,6 +197,8 @@ def evaluate(
         episodes=len(eps),
         success_rate=sum(e.success for e in eps) / n,
         team_reward=sum(e.final_team for e in eps) / n,
+        progress=sum(e.progress for e in eps) / n,
+        progress_label=progress_measure(env_id, cfg),
         mean_turns=sum(e.turns for e in eps) / n,
         mean_steps=sum(e.steps for e in eps) / n,
         reward_per_agent={
@@ -186,12 +208,17 @@ def evaluate(
         policies=names,
         seconds=seconds,
         completion_tokens=sum(_completion_tokens(s) for s in result.samples),
-        per_episode=[_episode_record(e, first, result.samples) for e in eps],
+        per_episode=[
+            _episode_record(e, first, result.samples, specs[e.instance], list(shared)) for e in eps
+        ],
     )
 
 
-def _episode_record(e: Episode, first: int, samples: list[Sample]) -> dict[str, Any]:
-    """One episode's numbers (K = 1: the samples of instance ``e.instance`` are its steps)."""
+def _episode_record(
+    e: Episode, first: int, samples: list[Sample], spec: EpisodeSpec, shared: list[str]
+) -> dict[str, Any]:
+    """One episode's numbers and what replays it (K = 1: the samples of instance ``e.instance``
+    are its steps; :mod:`adapters.evaluation.records`)."""
     own = [s for s in samples if s.instance == e.instance and s.branch == e.branch]
     by_role: dict[str, list[float]] = {}
     for s in own:
@@ -203,10 +230,13 @@ def _episode_record(e: Episode, first: int, samples: list[Sample]) -> dict[str, 
         "turns": e.turns,
         "steps": e.steps,
         "team": e.final_team,
+        "progress": e.progress,
         "reward": sum(e.returns.values()) / max(e.steps, 1),
         "returns": e.returns,
         "role_reward": {r: sum(xs) / len(xs) for r, xs in by_role.items()},
         "completion_tokens": sum(_completion_tokens(s) for s in own),
+        **reproduction(spec, shared),
+        "transcript": transcript(own),
     }
 
 
@@ -265,43 +295,85 @@ def with_prompt_prefixes(
 
 
 def compare_reports(
-    before: EvalReport | Mapping[str, Any], after: EvalReport, confidence: float = 0.95
+    before: EvalReport | Mapping[str, Any],
+    after: EvalReport | Mapping[str, Any],
+    confidence: float = 0.95,
+    references: Mapping[str, EvalReport | Mapping[str, Any]] | None = None,
 ) -> str:
-    """The before -> after table of two evaluations of the same instances, paired per instance:
-    mean before, mean after, the mean difference with its confidence interval, and the p-value
-    (:func:`~adapters.evaluation.stats.paired_difference`)."""
+    """The before -> after table of two evaluations of the same instances, paired per instance.
+
+    The task's measures lead: success rate, the setting's progress measure at the end (boxes on
+    goals, distance closed, cells solved, tests passed) and the final team reward; the shaped
+    mean per-step reward comes after them, then each role's. Each row has the mean before and
+    after, the mean difference with its confidence interval and the p-value
+    (:func:`~adapters.evaluation.stats.paired_difference`). ``references`` (name -> report on the
+    same instances, :mod:`adapters.evaluation.references`) add their means and the paired
+    difference ``after - reference`` of the task measures."""
     b = before.to_dict() if isinstance(before, EvalReport) else dict(before)
-    a = after.to_dict()
-    ids_b = [e["instance_id"] for e in b["per_episode"]]
+    a = after.to_dict() if isinstance(after, EvalReport) else dict(after)
+    refs = {
+        k: (r.to_dict() if isinstance(r, EvalReport) else dict(r))
+        for k, r in (references or {}).items()
+    }
     ids_a = [e["instance_id"] for e in a["per_episode"]]
-    if ids_b != ids_a:
-        raise ValueError("the two evaluations did not play the same instances in the same order")
+    for other in [b, *refs.values()]:
+        if [e["instance_id"] for e in other["per_episode"]] != ids_a:
+            raise ValueError("the evaluations did not play the same instances in the same order")
     pct = f"{round(confidence * 100)}%"
+    rows = _metric_rows(a)
     lines = [
         f"before -> after training, {len(ids_a)} {a['split']} instances never trained on "
         f"(same seeds), paired per instance:",
-        f"  {'metric':<18}{'before':>8}{'after':>8}{'diff':>8}   {pct} interval        p",
+        f"  {'metric':<22}{'before':>8}{'after':>8}{'diff':>8}   {pct} interval        p",
     ]
-    rows = [("mean reward", "reward"), ("success rate", "success"), ("team reward", "team")]
     starred = False
     for label, key in rows:
-        d = paired_difference(
-            [float(e[key]) for e in b["per_episode"]],
-            [float(e[key]) for e in a["per_episode"]],
-            confidence,
-        )
+        d = paired_difference(_values(b, key), _values(a, key), confidence)
         mark = " *" if d.excludes_zero else ""
         starred = starred or d.excludes_zero
         lines.append(
-            f"  {label:<18}{d.mean_before:>8.3f}{d.mean_after:>8.3f}{d.mean_diff:>+8.3f}"
+            f"  {label:<22}{d.mean_before:>8.3f}{d.mean_after:>8.3f}{d.mean_diff:>+8.3f}"
             f"   [{d.low:+.3f}, {d.high:+.3f}]  {d.p_value:.3g}{mark}"
         )
     for role, v in a["reward_per_agent"].items():
         x = b["reward_per_agent"].get(role, 0.0)
-        lines.append(f"  {'reward/' + role:<18}{x:>8.3f}{v:>8.3f}{v - x:>+8.3f}   (per step)")
+        lines.append(f"  {'reward/' + role:<22}{x:>8.3f}{v:>8.3f}{v - x:>+8.3f}   (per step)")
     lines.append(
         "  * the interval excludes zero"
         if starred
         else "  no interval excludes zero: no significant change"
     )
+    if refs:
+        lines += [
+            f"reference policies on the same instances (mean; after - reference, paired, {pct} "
+            "interval):",
+            f"  {'policy':<14}" + "".join(f"{label:>30}" for label, _ in rows),
+        ]
+        for name, ref in [("after", a), *refs.items()]:
+            cells = []
+            for _label, key in rows:
+                mean = sum(_values(ref, key)) / max(1, len(ref["per_episode"]))
+                if ref is a:
+                    cells.append(f"{mean:>30.3f}")
+                    continue
+                d = paired_difference(_values(ref, key), _values(a, key), confidence)
+                mark = "*" if d.excludes_zero else " "
+                cells.append(
+                    f"{mean:>8.3f} ({d.mean_diff:+.3f} [{d.low:+.3f},{d.high:+.3f}]){mark}"
+                )
+            lines.append(f"  {name:<14}" + "".join(f"{c:>30}" for c in cells))
     return "\n".join(lines)
+
+
+def _metric_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, per-episode key) of the compared measures, the task's first."""
+    rows = [("success rate", "success")]
+    label = str(report.get("progress_label", "solved"))
+    if label != "solved":  # "solved" progress is success itself
+        rows.append((label, "progress"))
+    rows += [("team reward (final)", "team"), ("mean reward (shaped)", "reward")]
+    return rows
+
+
+def _values(report: Mapping[str, Any], key: str) -> list[float]:
+    return [float(e.get(key, 0.0)) for e in report["per_episode"]]

@@ -30,8 +30,10 @@ Conventions shared by all backends
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -172,6 +174,12 @@ class Policy(abc.ABC):
         self, prompts: Sequence[ChatPrompt], params: SamplingParams | None = None
     ) -> list[list[Completion]]:
         return self.generate(prompts, params)
+
+    def evaluation_scope(self, batch_size: int | None = None) -> AbstractContextManager[Any]:
+        """A scope in which the weights do not change (an evaluation): a backend may decode up
+        to ``batch_size`` sequences per batch and reuse prompt prefixes' KV caches between
+        calls. The default changes nothing."""
+        return contextlib.nullcontext()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"

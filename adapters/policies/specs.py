@@ -1,6 +1,7 @@
 """Policies from spec strings, as the command lines take them (``--policy SPEC``).
 
-Specs: ``oracle`` (the env's scripted correct answer), ``smollm2`` (the embedded model), ``tiny``
+Specs: ``oracle`` (the env's scripted correct answer), ``constant:TEXT`` (always answers ``TEXT``;
+``constant:`` answers nothing: the trivial baselines), ``smollm2`` (the embedded model), ``tiny``
 (random tiny model, for smoke tests), a local checkpoint directory or a LoRA adapter directory
 written by the trainer (``adapter_config.json``; the base is loaded from the path it names),
 ``openai:BASE_URL[#MODEL]`` (any OpenAI-compatible server; without ``#MODEL`` the first model the
@@ -16,13 +17,27 @@ from typing import Any
 
 from adapters.policies.base import Policy
 
-__all__ = ["build_policies", "parse_policy_spec", "split_role_spec"]
+__all__ = ["build_policies", "constant_policy", "parse_policy_spec", "split_role_spec"]
+
+
+def constant_policy(text: str) -> Policy:
+    """A policy that answers ``text`` to every prompt (``constant:TEXT``; ``""``: the no-op).
+
+    >>> p = constant_policy("[U]")
+    >>> p.name, [c.text for c in p.generate(["any level"])[0]]
+    ('constant:[U]', ['[U]'])
+    """
+    from adapters.policies.scripted import ScriptedPolicy
+
+    return ScriptedPolicy(lambda _prompt: text, name=f"constant:{text}")
 
 
 def parse_policy_spec(
     spec: str, *, device: str | None = None, dtype: str | None = None, batch_size: int = 16
 ) -> Policy:
     """Build a policy from a spec string (see the module docstring)."""
+    if spec.lstrip().startswith("constant:"):  # the text is kept exactly, spaces included
+        return constant_policy(spec.lstrip()[len("constant:") :])
     spec = spec.strip()
     if not spec:
         raise ValueError("empty policy spec")
@@ -59,8 +74,8 @@ def parse_policy_spec(
         m, tok = load_policy_model(spec, device=device, dtype=dtype)
         return TransformersPolicy(m, tok, device=device, batch_size=batch_size, name=spec)
     raise ValueError(
-        f"unknown policy spec {spec!r}: use oracle, smollm2, tiny, a local model or adapter "
-        "directory, or openai:BASE_URL[#MODEL]"
+        f"unknown policy spec {spec!r}: use oracle, constant:TEXT, smollm2, tiny, a local model "
+        "or adapter directory, or openai:BASE_URL[#MODEL]"
     )
 
 
@@ -83,9 +98,13 @@ def _adapter_policy(path: Path, *, device: Any, dtype: Any, batch_size: int) -> 
 
 def split_role_spec(raw: str) -> tuple[str | None, str]:
     """``"tool=oracle"`` -> ``("tool", "oracle")``; a plain spec -> ``(None, spec)`` (an ``=``
-    inside an ``openai:`` URL or a path does not name a role)."""
+    inside an ``openai:`` URL, a ``constant:`` text or a path does not name a role).
+
+    >>> split_role_spec("tool=constant:x=1"), split_role_spec("constant:x=1")
+    (('tool', 'constant:x=1'), (None, 'constant:x=1'))
+    """
     role, sep, spec = raw.partition("=")
-    if sep and not role.startswith("openai:") and "/" not in role:
+    if sep and ":" not in role and "/" not in role:
         return role, spec
     return None, raw
 

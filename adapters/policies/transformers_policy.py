@@ -35,9 +35,10 @@ without a chat template gets a plain ``role: content`` rendering.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,23 +76,84 @@ class PromptBatch:
     def prefix_len(self) -> int:
         return 0 if self.prefix is None else int(self.prefix.shape[1])
 
-    def prefill(self, forward: Any, cache: Any) -> Any:
+    def prefill(self, forward: Any, cache: Any, store: PrefixCache | None = None) -> Any:
         """Run ``forward(input_ids, attention_mask, position_ids, cache)`` over the prefix (once,
         then its cache is copied to every distinct prompt) and the rests; returns the rests'
-        output. The cache then holds (D, P + W) positions."""
+        output. The cache then holds (D, P + W) positions.
+
+        With a ``store`` (:class:`PrefixCache`), the longest stored prefix of the prefix is copied
+        in instead of recomputed, only the prefix's remaining tokens run, and the whole prefix's
+        cache is stored for later calls."""
         import torch
 
         if self.prefix is not None:
             p = self.prefix_len
             dev = self.prefix.device
-            forward(
-                self.prefix,
-                torch.ones((1, p), dtype=torch.long, device=dev),
-                torch.arange(p, device=dev)[None],
-                cache,
-            )
+            key = tuple(self.prefix[0].tolist())
+            start = store.restore(key, cache) if store is not None else 0
+            if start < p:
+                forward(
+                    self.prefix[:, start:],
+                    torch.ones((1, p), dtype=torch.long, device=dev),
+                    torch.arange(start, p, device=dev)[None],
+                    cache,
+                )
+                if store is not None:
+                    store.save(key, cache)
             cache.reorder_cache(torch.zeros(self.ids.shape[0], dtype=torch.long, device=dev))
         return forward(self.ids, self.attn, self.positions, cache)
+
+
+class PrefixCache:
+    """KV caches of shared prompt prefixes, kept between ``generate`` calls while the weights do
+    not change (an evaluation, :meth:`TransformersPolicy.evaluation_scope`).
+
+    An evaluation's waves send each role's prompts again and again with the same system message,
+    demonstrations and task preamble; their cache is computed once and copied in afterwards.
+    Entries are keyed by ``(namespace, tokens)`` (the namespace names the active LoRA adapter, so
+    two roles' adapters on one model never share an entry); the ``capacity`` most recent stay.
+
+    >>> import torch
+    >>> from transformers import DynamicCache
+    >>> store, c = PrefixCache(), DynamicCache()
+    >>> _ = c.update(torch.ones(1, 2, 3, 4), torch.zeros(1, 2, 3, 4), 0)
+    >>> store.save((5, 6, 7), c)
+    >>> fresh = DynamicCache()
+    >>> store.restore((5, 6, 7, 8), fresh), fresh.get_seq_length()  # 3 of 4 tokens cached
+    (3, 3)
+    >>> store.restore((5, 9), DynamicCache()), store.hits
+    (0, 1)
+    """
+
+    def __init__(self, capacity: int = 8) -> None:
+        self.capacity = capacity
+        self.namespace = ""
+        self.hits = 0
+        self._entries: dict[tuple[str, tuple[int, ...]], list[tuple[Any, Any]]] = {}
+
+    def restore(self, tokens: tuple[int, ...], cache: Any) -> int:
+        """Fill the empty ``cache`` with the longest stored prefix of ``tokens``; its length."""
+        best: tuple[str, tuple[int, ...]] | None = None
+        for key in self._entries:
+            ns, stored = key
+            longer = best is None or len(stored) > len(best[1])
+            if ns == self.namespace and longer and tokens[: len(stored)] == stored:
+                best = key
+        if best is None:
+            return 0
+        self._entries[best] = self._entries.pop(best)  # most recently used last
+        for layer, (k, v) in enumerate(self._entries[best]):
+            cache.update(k.clone(), v.clone(), layer)
+        self.hits += 1
+        return len(best[1])
+
+    def save(self, tokens: tuple[int, ...], cache: Any) -> None:
+        """Store the cache of ``tokens`` (one row: before it is expanded to the batch)."""
+        self._entries[(self.namespace, tokens)] = [
+            (layer.keys.clone(), layer.values.clone()) for layer in cache.layers
+        ]
+        while len(self._entries) > self.capacity:
+            self._entries.pop(next(iter(self._entries)))
 
 
 def prompt_batch(
@@ -257,6 +319,27 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
         self._vocab = cfg.get_text_config().vocab_size
         self._keep_kw = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._torch = torch
+        self._prefix_store: PrefixCache | None = None
+
+    @contextlib.contextmanager
+    def evaluation_scope(self, batch_size: int | None = None) -> Iterator[None]:
+        """While the weights stay fixed: decode up to ``batch_size`` sequences together (never
+        fewer than :attr:`batch_size`) and keep prompt prefixes' KV caches between calls
+        (:class:`PrefixCache`); both end with the scope."""
+        saved, self.batch_size = self.batch_size, max(self.batch_size, batch_size or 0)
+        outer, self._prefix_store = self._prefix_store, PrefixCache()
+        try:
+            yield
+        finally:
+            self.batch_size, self._prefix_store = saved, outer
+
+    def _adapter_name(self) -> str:
+        """The active LoRA adapter(s) of a peft model ("" for a plain model)."""
+        try:
+            active = getattr(self.model, "active_adapters", None)
+            return str(active() if callable(active) else active or "")
+        except (AttributeError, ValueError):  # transformers' mixin raises without adapters
+            return ""
 
     @classmethod
     def from_pretrained(
@@ -346,7 +429,9 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
         max_new = params.max_new_tokens
         stop_window = 4 * max((len(s) for s in params.stop), default=0) + 4
         with torch.inference_mode():
-            logits = batch.prefill(self._forward, cache)
+            if self._prefix_store is not None:
+                self._prefix_store.namespace = self._adapter_name()
+            logits = batch.prefill(self._forward, cache, self._prefix_store)
             expand = torch.tensor(row_prompt, device=dev)
             if n_unique != len(prompts) or row_prompt != list(range(len(prompts))):
                 cache.reorder_cache(expand)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 from adapters.policies.base import Completion, Policy, SamplingParams
 from adapters.policies.chat import ChatPrompt, check_prompts
@@ -47,6 +49,9 @@ class ManagedPolicy(Policy):
         self.name = name or inner.name
         self.tokenizer = inner.tokenizer
         self.env_aware = bool(getattr(inner, "env_aware", False))
+
+    def evaluation_scope(self, batch_size: int | None = None) -> AbstractContextManager[Any]:
+        return self.inner.evaluation_scope(batch_size)
 
     def generate(
         self, prompts: Sequence[ChatPrompt], params: SamplingParams | None = None

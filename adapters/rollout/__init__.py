@@ -40,6 +40,7 @@ from adapters.rollout.episodes import (
     episode_specs,
     has_team_reward,
     oracle_demos,
+    progress_measure,
 )
 from adapters.rollout.keep import KEEP_RULES, KeepRule, select_candidates
 from adapters.rollout.records import Episode, RolloutResult, Sample, write_jsonl
@@ -66,6 +67,7 @@ __all__ = [
     "episode_specs",
     "flush_dead_steps",
     "has_team_reward",
+    "progress_measure",
     "oracle_demos",
     "select_candidates",
     "write_jsonl",

@@ -491,6 +491,7 @@ class RolloutEngine:
             turns=b.view.turn,
             returns=dict(b.returns),
             final_team=b.last_team,
+            progress=b.view.progress,
         )
         if self._on_episode is not None:
             self._on_episode(episode)

@@ -50,6 +50,7 @@ class BranchView:
     success: bool
     instance_id: str
     preference: str = "high"  # which candidates an adaptive keep rule prefers from this agent
+    progress: float = 0.0  # the task's own progress measure (env.progress(): boxes on goals, ...)
 
 
 @dataclass
@@ -90,6 +91,7 @@ def view_of(branch_id: int, raw: Any) -> BranchView:
         success=bool(raw.success),
         instance_id=raw.instance_id,
         preference=pref,
+        progress=float(raw.progress()) if hasattr(raw, "progress") else float(raw.success),
     )
 
 

@@ -5,6 +5,7 @@ integrations) without stepping it:
 
 * :func:`env_roles` - the setting's agents in turn order for a config;
 * :func:`delayed_rewards` - whether some of its rewards arrive later (``award()``);
+* :func:`progress_measure` - what its ``progress()`` measures (boxes on goals, ...);
 * :func:`has_team_reward` - whether its rewards mix in a team reward (``mixing != "none"``);
 * :func:`create_shared_objects` - its run-wide shared objects (``create_shared``: the MAE/SAGE
   question pools), created once per run and handed to every env instance;
@@ -33,6 +34,7 @@ __all__ = [
     "episode_specs",
     "has_team_reward",
     "oracle_demos",
+    "progress_measure",
 ]
 
 logger = logging.getLogger(__name__)
@@ -92,6 +94,11 @@ def has_team_reward(env_id: str, env_config: Mapping[str, Any] | None = None) ->
 def env_roles(env_id: str, env_config: Mapping[str, Any] | None = None) -> list[str]:
     """The setting's agents (roles) in turn order for this config."""
     return list(_raw_env(env_id, env_config or {}).possible_agents)
+
+
+def progress_measure(env_id: str, env_config: Mapping[str, Any] | None = None) -> str:
+    """What the setting's ``progress()`` measures (its ``PROGRESS``: "boxes on goals", ...)."""
+    return str(getattr(_raw_env(env_id, env_config or {}), "PROGRESS", "solved"))
 
 
 def create_shared_objects(env_id: str, env_config: Mapping[str, Any] | None = None) -> dict:

@@ -62,6 +62,7 @@ class Episode:
     turns: int
     returns: dict[str, float]
     final_team: float
+    progress: float = 0.0  # the setting's own progress measure at the end (env.progress())
 
 
 @dataclass

@@ -24,8 +24,10 @@ One training step (AT-GRPO, Algorithm 1):
 Run directory: ``config.yaml`` (the resolved :class:`~adapters.training.config.TrainConfig`),
 ``metrics.jsonl``, ``trajectories.jsonl``, ``tensorboard/``, ``training_curve.png``,
 ``eval_before.json`` / ``eval_after.json`` (greedy evaluation on ``eval_split``,
-:mod:`adapters.evaluation`), ``checkpoints/step_NNNNNN/`` and ``final/<policy>/`` (peft adapter
-or model directory, loadable by ``python -m adapters.evaluate --policy DIR``).
+:mod:`adapters.evaluation`; each episode's record replays it), ``eval_references.json`` (the
+no-op, demonstration-answer and oracle policies on the same instances),
+``checkpoints/step_NNNNNN/`` and ``final/<policy>/`` (peft adapter or model directory, loadable by
+``python -m adapters.evaluate --policy DIR``).
 
 Under ``torchrun`` / ``accelerate launch`` each process is one rank of a data-parallel run
 (:mod:`adapters.training.distributed`): it rolls out its block of the step's instances, the update
@@ -39,8 +41,10 @@ about 1.6 GB), role sharing, the paper's protocol (AT-GRPO tree sampling with K 
 the paper's rewards) on 1 instance per step for 6 steps, 48 new tokens at temperature 1.0, lr 1e-3
 in 4 PPO mini-batches per step, one oracle demonstration per role (the tool's is a one-line program
 that prints the answer, ``oracle_tool="answer"``, so that it fits in 48 tokens; the run header
-shows it), and 32 greedy validation episodes before and after training on the same seeds, compared
-instance by instance (:func:`~adapters.evaluation.compare_reports`, last lines of the output).
+shows it), and 64 greedy validation episodes before and after training on the same seeds, compared
+instance by instance (:func:`~adapters.evaluation.compare_reports`, last lines of the output:
+success rate, the setting's progress measure and the final team reward first, the shaped reward
+after them, and the no-op, demonstration-answer and oracle references on the same instances).
 What such a run takes and what it learns is measured in ``benchmarks/learning.py`` (its page).
 On CUDA the defaults are the paper's sizes (see :mod:`adapters.training.recipes`).
 """
@@ -58,6 +62,7 @@ from typing import Any
 
 from adapters.evaluation import EvalReport, compare_reports, evaluate
 from adapters.evaluation.passes import evaluate_datasets
+from adapters.evaluation.references import evaluate_references
 from adapters.rollout import RolloutResult, Sample, derive_seed, episode_specs, write_jsonl
 from adapters.training import checkpoints, distributed
 from adapters.training.config import TrainConfig, UpdateConfig
@@ -288,8 +293,40 @@ class Trainer(Run):
         self.backend.timer.reset()
         (self.out / f"eval_{tag}.json").write_text(json.dumps(report.to_dict(), indent=2))
         self.metrics.log_eval(self.step, tag, report)
+        if tag == "before":
+            self.references()
         self.dist.barrier(long=True)
         return report
+
+    def references(self) -> dict[str, Any]:
+        """The scripted reference policies (no-op, the demonstration's answer, the oracle) on
+        the evaluation's instances (:mod:`adapters.evaluation.references`), played once and kept
+        in ``eval_references.json``; name -> report dict."""
+        cfg = self.cfg
+        path = self.out / "eval_references.json"
+        if not cfg.eval_episodes or not self.dist.is_main:
+            return {}
+        if path.exists():
+            return dict(json.loads(path.read_text()))
+        reports = evaluate_references(
+            cfg.env,
+            self.roles,
+            self.demos,
+            episodes=cfg.eval_episodes,
+            env_config=self.env_config,
+            split=cfg.eval_split,
+            seed=cfg.seed,
+            max_new_tokens=cfg.max_new_tokens or 256,
+            instance=cfg.instance,
+        )
+        for name, r in reports.items():
+            self.log(
+                f"reference {name}: success {r.success_rate:.3f}  {r.progress_label} "
+                f"{r.progress:.3f}  team {r.team_reward:.3f}  mean reward {r.mean_reward:.3f}"
+            )
+        data = {name: r.to_dict() for name, r in reports.items()}
+        path.write_text(json.dumps(data, indent=2))
+        return data
 
     def train(self) -> list[dict[str, Any]]:
         """The whole run: evaluation before, ``steps`` steps, evaluation after, final export."""
@@ -350,7 +387,7 @@ class Trainer(Run):
             f"time ({total:.0f} s with evaluation); outputs in {self.out}"
         )
         if before is not None and after is not None:
-            self.comparison = compare_reports(before, after)
+            self.comparison = compare_reports(before, after, references=self.references())
             self.log(self.comparison)
         return history
 

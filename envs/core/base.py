@@ -86,6 +86,8 @@ class TurnBasedEnv(AECEnv):
     SINGLE_AGENTS: ClassVar[tuple[str, ...]] = ()
     config_cls: ClassVar[type[EnvConfig]] = EnvConfig
     _shared_attrs: ClassVar[tuple[str, ...]] = ()
+    # what progress() measures (a setting with partial progress names its own measure)
+    PROGRESS: ClassVar[str] = "solved"
 
     def __init__(
         self,
@@ -151,6 +153,13 @@ class TurnBasedEnv(AECEnv):
 
     def _render_rgb(self) -> np.ndarray:
         raise NotImplementedError
+
+    def progress(self) -> float:
+        """The task's own progress in the current state, in [0, 1] with 1 = solved (``PROGRESS``
+        names it). The default is success itself; settings where part of the task can be done
+        (boxes on goals, distance closed, cells solved, tests passed) override it. Evaluations
+        report it at the end of every episode beside the success rate."""
+        return float(self.success)
 
     def oracle(self, agent: str) -> str:
         """A correct scripted completion for ``agent`` in the current state (tests, baselines)."""

@@ -143,3 +143,20 @@ def test_later_episodes_play_the_same_instances_and_are_reported_as_they_finish(
     assert sorted(e.instance_id for e in seen) == sorted(e["instance_id"] for e in tail.per_episode)
     rec = whole.per_episode[0]
     assert rec["role_reward"] == {"tool": 1.0, "planner": 1.0} and rec["completion_tokens"] == 0
+
+
+def test_constant_specs_are_the_trivial_baselines():
+    """``constant:TEXT`` answers TEXT everywhere and ``constant:`` nothing (issue 26, item 5): on
+    the 1 x 3 corridor, ``#### [R,R]`` walks start -> goal, the empty answer is a format failure
+    that scores 0 and never succeeds."""
+    cfg = {"mode": "single", "max_turns": 2}
+    right = parse_policy_spec("constant:#### [R,R]")
+    noop = parse_policy_spec("constant:")
+    assert right.name == "constant:#### [R,R]" and noop.name == "constant:"
+    good = evaluate("plan_path", right, episodes=2, env_config=cfg, instance=CORRIDOR)
+    bad = evaluate("plan_path", noop, episodes=2, env_config=cfg, instance=CORRIDOR)
+    assert good.success_rate == 1.0 and good.reward_per_agent == {"planner": 1.0}
+    assert bad.success_rate == 0.0 and bad.reward_per_agent == {"planner": 0.0}
+    pols, mapping = build_policies(["tool=constant:a=b", "planner=oracle"], ["tool", "planner"])
+    assert mapping == {"tool": "constant:a=b", "planner": "oracle"}
+    assert [c.text for c in pols["constant:a=b"].generate(["x"])[0]] == ["a=b"]

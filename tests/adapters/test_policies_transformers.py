@@ -245,3 +245,29 @@ def test_row_seeds_are_distinct_and_deterministic():
     seeds = {row_seed(0, p, s) for p in range(20) for s in range(8)}
     assert len(seeds) == 160
     assert row_seed(3, 1, 2) == row_seed(3, 1, 2) != row_seed(4, 1, 2)
+
+
+def test_evaluation_scope_reuses_prefix_caches_without_changing_completions(char_model):
+    """Inside ``evaluation_scope`` the prompts' shared prefix (here a 46-character system
+    message) is computed once and copied in on later calls, also when a later call's shared
+    prefix is longer (partial reuse); completions and log-probs equal those computed afresh,
+    and the batch size is raised to the scope's for its duration only."""
+    model, tok = char_model
+    policy = TransformersPolicy(model, tok, device="cpu", batch_size=2)
+    system = [{"role": "system", "content": "you are a careful planner; answer with moves. "}]
+    waves = [
+        [[*system, {"role": "user", "content": q}] for q in ("go up", "go left now")],
+        [[*system, {"role": "user", "content": q}] for q in ("go up twice", "go up and right")],
+    ]
+    params = SamplingParams(max_new_tokens=8, temperature=0)
+    fresh = [policy.generate(w, params) for w in waves]
+    with policy.evaluation_scope(batch_size=4):
+        assert policy.batch_size == 4
+        store = policy._prefix_store
+        reused = [policy.generate(w, params) for w in waves]
+        assert store is not None and store.hits == 1  # wave 2 starts from wave 1's prefix
+    assert policy.batch_size == 2 and policy._prefix_store is None
+    for a, b in zip(fresh, reused):
+        for x, y in zip(a, b):
+            assert x[0].token_ids == y[0].token_ids
+            assert max(abs(p - q) for p, q in zip(x[0].logprobs, y[0].logprobs)) < 1e-4

@@ -20,6 +20,7 @@ import pytest
 import envs
 from adapters.evaluate import main
 from adapters.evaluation import SUITES, ArgumentMismatch, SuiteArgs, resolve_suite, run_suite
+from adapters.evaluation.records import replay
 from adapters.evaluation.report import fmt_interval
 from adapters.evaluation.suite import plan_units
 from adapters.policies import ScriptedPolicy
@@ -131,6 +132,9 @@ def test_report_table_json_and_charts_agree(full_run):
         else:
             assert row["completion_tokens"]["mean"] > 0
         assert [c["episodes"] for c in row["chunks"]] == [2, 1]
+        if row["setting"] != "propose_solve_judge":  # the records replay, across chunks too
+            for e in eps:
+                assert replay(e) == pytest.approx([t["reward"] for t in e["transcript"]])
     # the Markdown table: one line per row, in order, with the JSON's numbers
     md = (out / "report.md").read_text()
     table = [ln for ln in md.splitlines() if re.match(r"\| [a-z_]+ \| (multi|single) \|", ln)]
@@ -140,11 +144,18 @@ def test_report_table_json_and_charts_agree(full_run):
         assert c[:4] == [row["setting"], row["mode"], row["policy"], "3"]
         assert c[4] == fmt_interval(row["success_rate"])
         assert _mean(c[4]) == pytest.approx(row["success_rate"]["mean"], abs=0.005)
-        assert c[5] == fmt_interval(row["team_reward"])
-        roles = dict(part.split(" ", 1) for part in c[6].split("<br>"))
+        # the setting's own progress measure comes before the team and shaped rewards
+        assert c[5] == f"{fmt_interval(row['progress'])} ({row['progress_label']})"
+        assert _mean(c[5].split(" (")[0]) == pytest.approx(
+            sum(e["progress"] for e in row["per_episode"]) / 3, abs=0.005
+        )
+        if row["policy"] == "oracle":
+            assert row["progress"]["mean"] == 1.0
+        assert c[6] == fmt_interval(row["team_reward"])
+        roles = dict(part.split(" ", 1) for part in c[7].split("<br>"))
         assert roles == {r: fmt_interval(iv) for r, iv in row["reward_per_role"].items()}
-        assert _mean(c[7]) == pytest.approx(row["completion_tokens"]["mean"], abs=0.5)
-        assert float(c[8]) == pytest.approx(row["seconds"], abs=0.05)
+        assert _mean(c[8]) == pytest.approx(row["completion_tokens"]["mean"], abs=0.5)
+        assert float(c[9]) == pytest.approx(row["seconds"], abs=0.05)
     for setting, times in results["seconds_per_setting"].items():
         line = next(
             ln for ln in md.splitlines() if ln.startswith(f"| {setting} | ") and "±" not in ln
@@ -313,7 +324,9 @@ def test_cli_suite_run_and_flag_checks(tmp_path, capsys):
     )  # fmt: skip
     assert rc == 0
     text = capsys.readouterr().out
-    assert "| plan_path | single | oracle | 2 | 1.00 ± 0.00 | 1.00 ± 0.00 |" in text
+    assert (
+        "| plan_path | single | oracle | 2 | 1.00 ± 0.00 | 1.00 ± 0.00 (distance closed) |" in text
+    )
     assert (tmp_path / "r" / "charts" / "plan_path.png").is_file()
     run = json.loads((tmp_path / "r" / "run.json").read_text())
     assert run["max_new_tokens"] == SUITES["default"].max_new_tokens and run["episodes"] == 2

@@ -311,6 +311,12 @@ def test_run_writes_logs_checkpoints_and_plot(tmp_path):
     assert list((out / "tensorboard").iterdir())
     assert json.loads((out / "eval_before.json").read_text())["episodes"] == 1
     assert (out / "eval_after.json").exists()
+    refs = json.loads((out / "eval_references.json").read_text())
+    assert {"no-op", "oracle"} <= set(refs) and refs["oracle"]["success_rate"] == 1.0
+    assert refs["no-op"]["progress_label"] == "distance closed"
+    lines = tr.comparison.splitlines()  # the task's measures lead, the shaped reward after
+    assert [x.split()[0] for x in lines[2:6]] == ["success", "distance", "team", "mean"]
+    assert any(x.split()[:1] == ["oracle"] for x in lines)
     assert (out / "final" / "shared" / "adapter_config.json").exists()
     ck = latest_checkpoint(out)
     assert ck is not None and ck.name == "step_000002"

@@ -1,0 +1,107 @@
+"""Replayable evaluation records: what reproduces an episode, and the replay itself.
+
+Every per-episode record of an evaluation (``eval_before.json`` / ``eval_after.json`` of a
+training run, each row of a suite's ``results.json``) carries
+
+* ``env`` and ``env_config`` - the setting id and the keyword arguments of ``envs.make`` (the
+  run-wide shared objects, e.g. MAE/SAGE question pools, are not JSON: ``shared`` names them, and
+  :func:`replay` creates fresh ones, as an evaluation does);
+* ``reset_seed`` and ``reset_options`` - the arguments of ``reset``;
+* ``transcript`` - every step in order: the acting ``role``, its ``turn`` and env ``step``, the
+  ``completion`` it wrote and the ``reward`` it was credited (delayed awards included).
+
+:func:`replay` makes the env, resets it with the recorded seed and options and steps it with the
+recorded completions (flushing terminated agents as the rollout engine does); it returns the
+rewards the env pays, which equal the recorded ones. That is how a reader audits what a model
+did on an instance without the model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from adapters.rollout import Sample
+from adapters.rollout.envpool import EpisodeSpec, flush_dead_steps
+
+__all__ = ["jsonable_config", "replay", "reproduction", "transcript"]
+
+
+def jsonable_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Split an env config into its JSON part and the names of the values that are not JSON
+    (shared objects, sandboxes).
+
+    >>> jsonable_config({"size": 4, "pool": object()})
+    ({'size': 4}, ['pool'])
+    """
+    plain: dict[str, Any] = {}
+    other: list[str] = []
+    for k, v in config.items():
+        try:
+            json.dumps(v)
+        except (TypeError, ValueError):
+            other.append(k)
+        else:
+            plain[k] = v
+    return plain, other
+
+
+def reproduction(spec: EpisodeSpec, shared: Sequence[str] = ()) -> dict[str, Any]:
+    """The record fields that reproduce an episode's reset (see the module docstring)."""
+    config, other = jsonable_config({k: v for k, v in spec.config.items() if k not in shared})
+    return {
+        "env": spec.env_id,
+        "env_config": config,
+        "shared": sorted({*shared, *other}),
+        "reset_seed": spec.seed,
+        "reset_options": spec.options,
+    }
+
+
+def transcript(samples: Sequence[Sample]) -> list[dict[str, Any]]:
+    """The steps of one episode (its samples, K = 1) in env-step order."""
+    return [
+        {
+            "role": s.role,
+            "turn": s.turn,
+            "step": s.step,
+            "completion": s.completion,
+            "reward": s.reward,
+        }
+        for s in sorted(samples, key=lambda s: s.step)
+    ]
+
+
+def replay(record: Mapping[str, Any]) -> list[float]:
+    """Step a fresh env through a record's transcript; the reward of each step, delayed awards
+    added to the step they reward (as the rollout engine credits them)."""
+    import envs
+    from adapters.rollout import create_shared_objects
+
+    config = dict(record["env_config"])
+    if record.get("shared"):
+        config.update(create_shared_objects(record["env"], config))
+    raw = envs.make(record["env"], **config).unwrapped
+    raw.reset(seed=record["reset_seed"], options=record["reset_options"])
+    flush_dead_steps(raw)
+    rewards: list[float] = []
+    at_step: dict[int, int] = {}
+    for entry in record["transcript"]:
+        if not raw.agents:
+            raise ValueError(f"the episode ended before step {entry['step']}")
+        agent = raw.agent_selection
+        if agent != entry["role"]:
+            raise ValueError(
+                f"step {entry['step']}: {agent!r} acts, the record says {entry['role']!r}"
+            )
+        at_step[int(raw.num_steps)] = len(rewards)
+        raw.step(entry["completion"])
+        parts = raw.infos.get(agent, {}).get("reward_parts") or {}
+        rewards.append(float(parts.get("reward", 0.0)))
+        for award in getattr(raw, "last_awards", []):
+            idx = at_step.get(int(award["step"]))
+            if idx is not None:
+                rewards[idx] = float(award["reward_parts"]["reward"])
+        flush_dead_steps(raw)
+    return rewards
