@@ -20,8 +20,12 @@ Proposer phase.
    ``reference_prob`` (default 0.5, MAE's best "half reference" setting, Section 5) it is shown a
    reference question drawn from the pool, *without* its answer; otherwise it writes from
    scratch.
-2. **judge** rates the question 1-10 inside ``<score>`` (clarity, well-posedness, solvability,
-   challenge); ``quality = (s - 1) / 9`` clipped to [0, 1], 0.5 when unparsable.
+2. **judge** rates the question 1-10 inside ``<score>`` with MAE 4.3's rubric
+   (:data:`QUESTION_RUBRIC`: 1-3 unsolvable, self-contradictory or against common sense; 4-7
+   reasonable but ambiguous; 8-10 clear, well-formed and logically sound);
+   ``quality = (s - 1) / 9`` clipped to [0, 1], 0.5 when unparsable. With the 0.7 filter a
+   question passes from a score of 8 (``7/9 = 0.78``); a 7 (``6/9 = 0.67``) is filtered, so the
+   rubric's "ambiguous" band is exactly the filtered one.
 3. **solver** answers the question ``num_answers`` times (N = 5, MAE Table 3 "N samples to
    estimate difficulty"), each inside ``<answer>...</answer>``. The N prompts are identical; the
    solver does not see its earlier answers.
@@ -141,9 +145,24 @@ from verifiers.extract import clip_text
 from verifiers.formats import extract_tag, find_tags
 from verifiers.judge import mae_norm, parse_score
 
-__all__ = ["MaeConfig", "MaeInstance", "MaeRewards", "env", "raw_env", "judge_score"]
+__all__ = [
+    "QUESTION_RUBRIC",
+    "MaeConfig",
+    "MaeInstance",
+    "MaeRewards",
+    "env",
+    "raw_env",
+    "judge_score",
+]
 
 _EPS = 1e-9
+
+# MAE 4.3: the judge's question rubric (bands as in the paper; wording our own)
+QUESTION_RUBRIC = (
+    "1-3 if the question cannot be solved, contradicts itself or defies common sense; 4-7 if "
+    "it is broadly reasonable but ambiguous (unclear wording, missing information, more than "
+    "one possible reading); 8-10 only if it is clear, well-formed and logically sound."
+)
 
 
 @dataclass(frozen=True)
@@ -556,10 +575,7 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
             return (
                 "You are the Judge. Rate the quality of the question below from 1 to 10.\n\n"
                 f"Question:\n{q}\n\n"
-                "Guide: 1-3 ill-posed (ambiguous, missing information, unanswerable, not a "
-                "question, or it gives away its own answer); 4-6 answerable but vague, trivial "
-                "or badly worded; 7-8 clear, self-contained and solvable; 9-10 clear, "
-                "self-contained, solvable and genuinely challenging.\n"
+                f"Guide: {QUESTION_RUBRIC}\n"
                 "Explain briefly inside <think></think>, then give only the number inside "
                 "<score></score>."
             )

@@ -432,3 +432,29 @@ def test_render_and_code_oracle():
     assert res["rewards"]["solver"] == pytest.approx(1.0)
     text = env.unwrapped.render()
     assert "difficulty: 0.000" in text and "Write inc(x)." in text
+
+
+# ---------------------------------------------------------------- MAE 4.3 question rubric
+
+
+def test_mae_4_3_question_rubric_bands_and_filter():
+    """MAE 4.3: 1-3 unsolvable, 4-7 ambiguous, 8-10 clear and well-formed. A clear question
+    the judge scores 8 has quality 7/9 = 0.778 >= 0.7 and is accepted; the top of the ambiguous
+    band, 7, gives 6/9 = 0.667 and is filtered (the old 7-8 "clear, solvable" band filtered
+    some clear questions)."""
+    raw = _raw()
+    raw.reset(options={"instance": REF})
+    _drive(raw, ["<question>Is 7 odd?</question>"])
+    prompt = raw.observe("judge")["prompt"]
+    assert "1-3 if the question cannot be solved" in prompt
+    assert "4-7 if it is broadly reasonable but ambiguous" in prompt
+    assert "8-10 only if it is clear, well-formed" in prompt
+    assert "9-10" not in prompt and "7-8" not in prompt
+    for score, quality, accepted in ((8, 7 / 9, True), (7, 6 / 9, False)):
+        raw = _raw(num_answers=1)
+        raw.reset(options={"instance": REF})
+        log = _drive(raw, ["<question>Is 7 odd?</question>", f"<score>{score}</score>"])
+        assert raw.state.quality == pytest.approx(quality)
+        assert (raw.state.phase == "solve") is accepted
+        if not accepted:
+            assert "filtered" in log[1][3][0]["reward_parts"]["reasons"]["difficulty"]
