@@ -271,8 +271,8 @@ def test_tool_potential_decrease_and_collisions():
     assert p["reward"] == pytest.approx(0.6 * 0.7)
     assert "wall" in p["reasons"]["exec"]
     env.step("")
-    env.step(tool_code("[]"))  # an empty list does not advance: exec 0
-    assert _parts(env, "tool")["components"] == {"fmt": 1.0, "exec": 0.0, "pot": 1.0}
+    env.step(tool_code("[]"))  # an empty list collides with nothing: exec 1 (A.1.5)
+    assert _parts(env, "tool")["components"] == {"fmt": 1.0, "exec": 1.0, "pot": 1.0}
     env.step("")
     env = _env(L3)
     env.step(tool_code("[R]"))  # box into box
@@ -424,3 +424,16 @@ def test_boxes_may_start_on_goals_when_allowed():
         Board.from_xsb(raw.sample_instance("train", s).map).boxes_on_goals for s in range(40)
     ]
     assert max(on_goals) > 0 and all(k < 3 for k in on_goals)
+
+
+def test_a15_tool_exec_is_no_illegal_push_no_collision():
+    """A.1.5: s_exec = 1{no illegal push; no wall/box collision}; nothing asks the list to be
+    non-empty. Hand case ``#@$ . #``: a tool printing ``[]`` earns fmt 1, exec 1, pot 1 (psi
+    unchanged), local 1.0; the planner then answers ``[]`` too, the state stays unsolved, team
+    0: 0.4 * 0 + 0.6 * 1.0 = 0.60 (0.6 * 0.7 = 0.42 when exec required a non-empty list)."""
+    env = _env(["#######", "#@$ . #", "#######"])
+    env.step(tool_code("[]"))
+    env.step("#### []")
+    p = _parts(env, "tool")
+    assert p["components"] == {"fmt": 1.0, "exec": 1.0, "pot": 1.0}
+    assert p["team"] == 0.0 and p["reward"] == pytest.approx(0.60)
