@@ -203,7 +203,11 @@ RECIPES: dict[str, Recipe] = {
             "max_new_tokens": (8192, "SAGE Table 4: maximum response length 8192"),
             "lora_rank": (128, "SAGE §5 and Table 4: LoRA rank 128"),
             "lora_alpha": (256.0, "SAGE Table 4: LoRA alpha 256"),
-            "lora_dropout": (0.95, "SAGE Table 4 prints 0.95 (pass --lora-dropout to change)"),
+            "lora_dropout": (
+                0.05,
+                "SAGE Table 4 prints 0.95, read as a typo for 0.05 (the usual LoRA dropout; "
+                "0.95 would zero 95% of the adapter's inputs); --lora-dropout 0.95 for the print",
+            ),
             "per_role": (False, "SAGE §4: four agents from one shared backbone"),
         },
         env_config={"num_samples": (4, "SAGE Alg. 1's N_s (value not given: paper silent)")},

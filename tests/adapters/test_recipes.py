@@ -40,6 +40,7 @@ PAPER_VALUES = [
     ("sage", "temperature", 0.6),  # SAGE Table 4
     ("sage", "lr", 3e-6),  # SAGE Table 4
     ("sage", "lora_rank", 128),  # SAGE Table 4
+    ("sage", "lora_dropout", 0.05),  # SAGE Table 4 prints 0.95: a typo (see the recipe note)
     ("comas", "algorithm", "reinforce++"),  # CoMAS §3.3
     ("comas", "kl_reward_coef", 0.0),  # CoMAS Table 2
     ("comas", "per_role", True),  # CoMAS Table 2: 4 trained agents
@@ -340,3 +341,14 @@ def test_math_reasoner_candidates_are_all_credited_under_tree_sampling():
     rewards = sorted(round(s.reward, 6) for s in reasoner)
     assert rewards == [0.0, 1.0, 1.0, 1.0], rewards
     assert sum(1 for s in reasoner if s.reward_parts.get("counterfactual")) == 2
+
+
+def test_sage_table_4_lora_dropout_reads_the_printed_095_as_005():
+    """SAGE Table 4 prints LoRA dropout 0.95; with it, 95% of the adapter's inputs would be
+    zeroed at every training forward (the update would see a twentieth of each activation,
+    scaled up 20x), which no LoRA recipe does. The recipe uses 0.05 and says why; the printed
+    value stays one flag away."""
+    cfg = TrainConfig(env="sage").resolved(cuda=True)
+    assert cfg.lora_dropout == 0.05
+    assert "0.95" in cfg.sources["lora_dropout"] and "typo" in cfg.sources["lora_dropout"]
+    assert TrainConfig(env="sage", lora_dropout=0.95).resolved(cuda=True).lora_dropout == 0.95
