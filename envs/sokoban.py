@@ -47,8 +47,10 @@ planner oracle then answers ``[]`` for positions it cannot solve within the budg
 Rewards (``r = lam * team + (1 - lam) * mask * local``, ``lam = 0.40``; B = number of boxes;
 psi = -(sum over boxes of the Manhattan distance to the nearest goal)):
 
-- team: 1 when every box is on a goal, else (boxes on goals) / B, for the position the step's
-  moves produce (for the tool: its proposed moves, simulated without changing the state).
+- team: 1 when every box is on a goal, else (boxes on goals) / B, for the position after the
+  turn (the planner's moves); the tool of the turn receives the same value by ``award()`` at the
+  planner's step (:mod:`envs.core.toolplanner`; ``tool_team="proposal"``: the position its own
+  proposed moves would produce, simulated without changing the state).
 - planner: fmt 0.10 (the answer parses as a list of U/D/L/R), leg 0.45 (the list is non-empty
   and every move is legal), dlk 0.45 (the list is non-empty and afterwards no box off a goal sits
   in a corner, i.e. against a vertical and a horizontal wall).
@@ -70,7 +72,8 @@ position (``[]`` when none exists; fine for the default sizes, large many-box le
 the sandbox time limit); the planner answers ``#### [..]`` with a shortest solution from the
 current position found by :func:`verifiers.sokoban.solve`.
 
-Version history: v0 (initial); v1 (the tool's exec no longer requires a non-empty list).
+Version history: v0 (initial); v1 (the tool's exec no longer requires a non-empty list; its team term is the turn's
+value, ``tool_team``).
 """
 
 from __future__ import annotations
