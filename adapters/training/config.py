@@ -48,6 +48,7 @@ AUTO_FIELDS = (
     "max_grad_norm",
     "ppo_epochs",
     "ppo_minibatches",
+    "loss_agg",
     "kl_loss_coef",
     "kl_loss_type",
     "kl_reward_coef",
@@ -127,7 +128,10 @@ class TrainConfig:
     micro_batch_tokens: int | None = None  # padded tokens per forward/backward (0 = no limit)
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    # how the policy loss is averaged; group-mean = AT-GRPO Eq. 3 (adapters.training.losses)
+    loss_agg: (
+        Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "group-mean"] | None
+    ) = None
     kl_loss_coef: float | None = None
     kl_loss_type: Literal["k1", "k2", "k3"] | None = None
     kl_reward_coef: float | None = None  # REINFORCE++ token-level KL penalty beta (CoMAS Eq. 9)

@@ -82,6 +82,11 @@ _CPU_AT_GRPO: dict[str, Sourced] = {
     **_CPU_COMMON,
     "lr": (1e-3, "CPU scale-down: a LoRA step large enough for a six-step run"),
     "ppo_minibatches": (4, "CPU scale-down: four optimizer steps per batch (PPO mini-batches)"),
+    "loss_agg": (
+        "token-mean",
+        "CPU scale-down: the token mean over informative samples, the step size the six-step "
+        "CPU runs were tuned with (Eq. 3's group mean on CUDA)",
+    ),
 }
 
 _AT_GRPO_VALUES: dict[str, Sourced] = {
@@ -106,6 +111,11 @@ _AT_GRPO_VALUES: dict[str, Sourced] = {
     "instances_per_step": (128, "AT-GRPO A.2.1: global batch size 128"),
     "ppo_minibatches": (2, "AT-GRPO A.2.1: PPO mini-batch 64 of a batch of 128"),
     "ppo_epochs": (1, "verl's default (paper silent)"),
+    "loss_agg": (
+        "group-mean",
+        "AT-GRPO Eq. 3: 1/K per sample within its group, groups averaged (token-mean: verl's "
+        "token mean, the authors' code)",
+    ),
     "max_new_tokens": (4096, "AT-GRPO A.2.1: maximum response length 4096"),
     "lora_rank": (0, "AT-GRPO A.2.1: full fine-tuning with Adam"),
     "per_role": (False, "AT-GRPO §5.1 (d): role-sharing policy; (e) is --per-role"),
@@ -338,6 +348,7 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "kl_loss_type": ("k3", "k3", "suite default"),
     "eval_temperature": (0.0, 0.0, "suite default: greedy validation"),
     "ppo_minibatches": (1, 1, "suite default: one optimizer step per batch"),
+    "loss_agg": ("token-mean", "token-mean", "suite default: verl's token mean"),
     "entropy_coef": (0.0, 0.0, "suite default"),
     "role_sampling": ({}, {}, "suite default: the same sampling for every role"),
 }
