@@ -48,6 +48,7 @@ AUTO_FIELDS = (
     "max_grad_norm",
     "ppo_epochs",
     "ppo_minibatches",
+    "minibatch_size",
     "loss_agg",
     "kl_loss_coef",
     "kl_loss_type",
@@ -123,7 +124,7 @@ class TrainConfig:
     max_grad_norm: float | None = None
     ppo_epochs: int | None = None
     ppo_minibatches: int | None = None  # optimizer steps per epoch (the batch split evenly)
-    minibatch_size: int = 0  # samples per optimizer step; 0 = use ppo_minibatches
+    minibatch_size: int | None = None  # samples per optimizer step; 0 = use ppo_minibatches
     micro_batch_size: int | None = None  # sequences per forward/backward (gradient accumulation)
     micro_batch_tokens: int | None = None  # padded tokens per forward/backward (0 = no limit)
     clip_eps: float = 0.2

@@ -244,7 +244,13 @@ RECIPES: dict[str, Recipe] = {
             "kl_reward_coef": (0.0, "CoMAS Table 2: weight of KL penalty 0.0"),
             "gamma": (1.0, "CoMAS Table 2: discount factor 1.0"),
             "ppo_epochs": (1, "CoMAS Table 2: training epochs 1"),
-            "ppo_minibatches": (1, "paper silent"),
+            "ppo_minibatches": (1, "unused: minibatch_size sets the optimizer steps"),
+            "minibatch_size": (
+                64,
+                "CoMAS Table 2: macro training batch size 64, samples per optimizer step (the "
+                "train_batch_size of OpenRLHF, which MARTI builds on): 64 questions x 4 reuses "
+                "give ~24 steps per agent and rollout",
+            ),
             "steps": (150, "paper silent"),
             "instances_per_step": (64, "CoMAS Table 2: macro rollout batch size 64"),
             "max_new_tokens": (4096, "CoMAS Table 2: token limit for responses 4096"),
@@ -256,7 +262,11 @@ RECIPES: dict[str, Recipe] = {
             "num_evaluations": (1, "CoMAS §4.1.1: n = 1"),
             "history_rounds": (2, "CoMAS §4.1.1: kappa = 2"),
         },
-        cpu={**_CPU_COMMON, "candidates": (2, "CPU scale-down: 2 rollouts per question")},
+        cpu={
+            **_CPU_COMMON,
+            "candidates": (2, "CPU scale-down: 2 rollouts per question"),
+            "minibatch_size": (0, "CPU scale-down: one optimizer step per batch"),
+        },
         cpu_env_config={
             "num_agents": (2, "CPU scale-down: the paper's own l = 2 ablation (§4.1.1), m = 2l"),
         },
@@ -349,6 +359,7 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "eval_temperature": (0.0, 0.0, "suite default: greedy validation"),
     "ppo_minibatches": (1, 1, "suite default: one optimizer step per batch"),
     "loss_agg": ("token-mean", "token-mean", "suite default: verl's token mean"),
+    "minibatch_size": (0, 0, "suite default: ppo_minibatches sets the optimizer steps"),
     "entropy_coef": (0.0, 0.0, "suite default"),
     "role_sampling": ({}, {}, "suite default: the same sampling for every role"),
 }

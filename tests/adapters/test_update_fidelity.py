@@ -1,4 +1,5 @@
-"""AT-GRPO Eq. 3 (``loss_agg="group-mean"``) against the token mean, through ``update_policy``."""
+"""Optimizer-step fidelity through ``update_policy``: AT-GRPO Eq. 3 (``loss_agg="group-mean"``)
+against the token mean, and CoMAS' samples per optimizer step."""
 
 from __future__ import annotations
 
@@ -41,21 +42,22 @@ def _fake_logprobs(model, prompts, completions, **_kw):
     return torch.stack([model.theta[c[0]].expand(len(c)) for c in completions])
 
 
+def _item(i: int, group: str, adv: float, prompt: int, length: int = T) -> TrainItem:
+    """Sample ``i`` of ``group``: ``length`` tokens, all id ``i`` (see :class:`_Linear`)."""
+    s = Sample(
+        group=group, instance=0, instance_id="x", branch="0", role="tool", policy_id="shared",
+        turn=0, step=0, candidate=i, kept=i == 0, prompt="p", completion="c",
+        prompt_ids=[prompt], completion_ids=[i] * length, logprobs=[0.0] * length, reward=0.0,
+        reward_parts={}, success=False, done=False,
+    )  # fmt: skip
+    ids = [i] * length
+    return TrainItem(s, [prompt], ids, torch.zeros(length), advantages=torch.full((length,), adv))
+
+
 def _items(rewards: list[float], groups: list[str]) -> list[TrainItem]:
     """One prompt per group (mini-batches keep a prompt's samples together)."""
-    adv = group_advantages(rewards, groups)
-    items = []
-    for i, (r, g, a) in enumerate(zip(rewards, groups, adv.tolist())):
-        s = Sample(
-            group=g, instance=0, instance_id="x", branch="0", role="tool", policy_id="shared",
-            turn=0, step=0, candidate=i, kept=i == 0, prompt="p", completion="c",
-            prompt_ids=[ord(g)], completion_ids=[i] * T, logprobs=[0.0] * T, reward=r,
-            reward_parts={}, success=False, done=False,
-        )  # fmt: skip
-        items.append(
-            TrainItem(s, [ord(g)], [i] * T, torch.zeros(T), advantages=torch.full((T,), float(a)))
-        )
-    return items
+    adv = group_advantages(rewards, groups).tolist()
+    return [_item(i, g, a, prompt=ord(g)) for i, (g, a) in enumerate(zip(groups, adv))]
 
 
 def _step(monkeypatch, loss_agg: str, skip: bool, minibatches: int = 1) -> list[float]:
@@ -119,3 +121,23 @@ def test_at_grpo_recipe_defaults_to_eq3_with_the_token_mean_one_option_away():
     user = TrainConfig(env="sokoban", loss_agg="token-mean").resolved(cuda=True)
     assert user.loss_agg == "token-mean" and user.sources["loss_agg"] == "user"
     assert TrainConfig(env="mae").resolved(cuda=True).loss_agg == "token-mean"
+
+
+def test_comas_table_2_training_batch_64_samples_per_optimizer_step(monkeypatch):
+    """CoMAS Table 2: macro training batch size 64 (samples per optimizer step). A rollout of
+    64 questions x 4 reuses x 24 experiences (solutions, evaluations and scores over the 8
+    rounds) shared by the l = 4 agents gives each agent ~1,536 samples, so 1,536 / 64 = 24
+    optimizer steps per agent and rollout (it was one, ppo_minibatches = 1)."""
+    cfg = TrainConfig(env="comas").resolved(cuda=True)
+    assert cfg.minibatch_size == 64 and "Table 2" in cfg.sources["minibatch_size"]
+    monkeypatch.setattr(update, "completion_logprobs", _fake_logprobs)
+    n = 64 * 4 * 24 // 4  # samples of one agent
+    items = [_item(i, f"q{i}", 1.0, prompt=i, length=1) for i in range(n)]
+    run = TrainConfig(
+        minibatch_size=cfg.minibatch_size, ppo_epochs=cfg.ppo_epochs, loss_agg="token-mean",
+        micro_batch_size=64, entropy_coef=0.0, kl_loss_coef=0.0,
+    )  # fmt: skip
+    stats = update.update_policy(run, _PM(n), items, step=0, pad_id=0)
+    assert stats["samples_trained"] == 1536 and stats["optimizer_steps"] == 24
+    cpu = TrainConfig(env="comas").resolved(cuda=False)
+    assert cpu.minibatch_size == 0 and cpu.ppo_minibatches == 1
