@@ -59,6 +59,7 @@ AUTO_FIELDS = (
     "top_p",
     "top_k",
     "max_new_tokens",
+    "max_prompt_tokens",
     "eval_temperature",
     "eval_episodes",
     "lora_rank",
@@ -147,6 +148,9 @@ class TrainConfig:
     top_k: int | None = None
     role_sampling: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-role overrides
     max_new_tokens: int | None = None
+    # prompts longer than this (tokens) are left out of the update, counted in the metrics
+    # (samples_prompt_over_limit; verl's filter_overlong_prompts skips them likewise); 0 = no cap
+    max_prompt_tokens: int | None = None
     gen_batch_size: int | None = None
     # ---- evaluation
     eval_episodes: int | None = None
@@ -244,6 +248,7 @@ class TrainConfig:
             "steps",
             "eval_episodes",
             "minibatch_size",
+            "max_prompt_tokens",
             "lora_rank",
             "eval_every",
             "demos",
@@ -330,6 +335,10 @@ class TrainConfig:
         def pick(name: str) -> tuple[Any, str] | None:
             if not cuda and name in recipe.cpu:
                 value, why = recipe.cpu[name]
+                return value, f"recipe {recipe.name}: {why}"
+            per_setting = recipes.setting_values(recipe.name, c.env)
+            if name in per_setting:
+                value, why = per_setting[name]
                 return value, f"recipe {recipe.name}: {why}"
             if name in recipe.values:
                 value, why = recipe.values[name]

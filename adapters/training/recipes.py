@@ -40,10 +40,12 @@ __all__ = [
     "DEVICE_DEFAULTS",
     "RECIPES",
     "SETTING_RECIPES",
+    "SETTING_VALUES",
     "Recipe",
     "cpu_instance_options",
     "describe_recipes",
     "recipe_for",
+    "setting_values",
 ]
 
 Sourced = tuple[Any, str]
@@ -117,6 +119,7 @@ _AT_GRPO_VALUES: dict[str, Sourced] = {
         "token mean, the authors' code)",
     ),
     "max_new_tokens": (4096, "AT-GRPO A.2.1: maximum response length 4096"),
+    "max_prompt_tokens": (16384, "AT-GRPO A.2.1: maximum prompt length 16384 (symbolic tasks)"),
     "lora_rank": (0, "AT-GRPO A.2.1: full fine-tuning with Adam"),
     "per_role": (False, "AT-GRPO §5.1 (d): role-sharing policy; (e) is --per-role"),
     "chat_template_kwargs": ({"enable_thinking": False}, "AT-GRPO §5.1: Qwen3 no-thinking mode"),
@@ -167,6 +170,7 @@ RECIPES: dict[str, Recipe] = {
             "steps": (300, "MAE Table 3: training steps 300"),
             "instances_per_step": (128, "MAE Table 3: train batch size 128"),
             "max_new_tokens": (8192, "MAE Table 3: max response length 8192"),
+            "max_prompt_tokens": (8192, "MAE Table 3: max prompt length 8192"),
             "lora_rank": (0, "full fine-tuning (paper silent for RL)"),
             "per_role": (False, "MAE §4: one LLM backbone plays all three roles"),
         },
@@ -211,6 +215,7 @@ RECIPES: dict[str, Recipe] = {
             "steps": (200, "SAGE Table 4: training steps 200"),
             "instances_per_step": (128, "SAGE Table 4: batch size 128"),
             "max_new_tokens": (8192, "SAGE Table 4: maximum response length 8192"),
+            "max_prompt_tokens": (8192, "SAGE Table 4: maximum prompt length 8192"),
             "lora_rank": (128, "SAGE §5 and Table 4: LoRA rank 128"),
             "lora_alpha": (256.0, "SAGE Table 4: LoRA alpha 256"),
             "lora_dropout": (
@@ -254,6 +259,7 @@ RECIPES: dict[str, Recipe] = {
             "steps": (150, "paper silent"),
             "instances_per_step": (64, "CoMAS Table 2: macro rollout batch size 64"),
             "max_new_tokens": (4096, "CoMAS Table 2: token limit for responses 4096"),
+            "max_prompt_tokens": (28672, "CoMAS Table 2: token limit for prompts 28672"),
             "lora_rank": (0, "full fine-tuning with DeepSpeed (CoMAS Table 2)"),
             "per_role": (True, "CoMAS §3.1 and Table 2: l = 4 separately trained agents"),
         },
@@ -306,6 +312,7 @@ RECIPES: dict[str, Recipe] = {
             "steps": (150, "paper silent"),
             "instances_per_step": (128, "MarsRL §4: prompt batch size 128"),
             "max_new_tokens": (65536, "MarsRL §4: 64k response tokens (4 segments of 16k)"),
+            "max_prompt_tokens": (32768, "MarsRL §4: maximum input length 32k"),
             "lora_rank": (0, "full fine-tuning (MarsRL §4)"),
             "per_role": (False, "MarsRL §4: all agents share the same model and hyperparameters"),
         },
@@ -313,6 +320,31 @@ RECIPES: dict[str, Recipe] = {
         cpu={**_CPU_COMMON, "candidates": (4, "CPU scale-down: group size 4 (still keeps 2)")},
     ),
 }
+
+# Values a recipe sets per setting: (recipe, env id) -> field -> (value, source)
+SETTING_VALUES: dict[tuple[str, str], dict[str, Sourced]] = {
+    (recipe, env): {
+        "max_prompt_tokens": (8192, "AT-GRPO A.2.1: maximum prompt length 8192 (math and code)")
+    }
+    for recipe in ("at-grpo", "at-grpo-per-role")
+    for env in ("math", "code")
+}
+
+
+def setting_values(recipe: str, env_id: str) -> Mapping[str, Sourced]:
+    """The values ``recipe`` sets for one setting only (e.g. AT-GRPO's prompt cap for math).
+
+    >>> setting_values("at-grpo", "math")["max_prompt_tokens"][0]
+    8192
+    """
+    import envs
+
+    try:
+        canonical = envs.spec(env_id).id
+    except ValueError:
+        return {}
+    return SETTING_VALUES.get((recipe, canonical), {})
+
 
 # Which recipe each setting trains with by default (env id -> recipe name).
 SETTING_RECIPES: dict[str, str] = {
@@ -360,6 +392,7 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "ppo_minibatches": (1, 1, "suite default: one optimizer step per batch"),
     "loss_agg": ("token-mean", "token-mean", "suite default: verl's token mean"),
     "minibatch_size": (0, 0, "suite default: ppo_minibatches sets the optimizer steps"),
+    "max_prompt_tokens": (0, 0, "suite default: no prompt cap"),
     "entropy_coef": (0.0, 0.0, "suite default"),
     "role_sampling": ({}, {}, "suite default: the same sampling for every role"),
 }

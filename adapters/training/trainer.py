@@ -326,6 +326,9 @@ class Trainer:
             s for s in samples if cfg.train_roles is not None and s.role not in cfg.train_roles
         ]
         samples = [s for s in samples if cfg.train_roles is None or s.role in cfg.train_roles]
+        cap = cfg.max_prompt_tokens or 0  # the recipe's maximum prompt length: skip, count
+        over = [s for s in samples if cap and len(s.prompt_ids) > cap]
+        samples = [s for s in samples if not (cap and len(s.prompt_ids) > cap)]
         items, dropped = make_items(samples, lambda s: cfg.sampling_temperature(s.role))
         by_pid: dict[str, list[Any]] = defaultdict(list)
         for it in items:
@@ -351,6 +354,7 @@ class Trainer:
             "samples_untrainable": float(dropped),  # no token ids / log-probs
             "samples_reward_only": float(len(not_trained)),  # the env marked them (trainable)
             "samples_frozen_roles": float(len(frozen)),  # roles outside train_roles
+            "samples_prompt_over_limit": float(len(over)),  # prompt > max_prompt_tokens
         }
         totals: dict[str, float] = defaultdict(float)
         trained = 0
@@ -386,9 +390,9 @@ class Trainer:
         out["zero_adv_frac"] = 1.0 - nonzero / len(items) if items else 1.0
         if self.dist.enabled:
             out.update(distributed.reduce_batch_stats(self.dist, items, dropped, nonzero, kl))
-            out["samples_reward_only"], out["samples_frozen_roles"] = self.dist.all_sum(
-                [out["samples_reward_only"], out["samples_frozen_roles"]]
-            )
+            keys = ("samples_reward_only", "samples_frozen_roles", "samples_prompt_over_limit")
+            for key, value in zip(keys, self.dist.all_sum([out[k] for k in keys])):
+                out[key] = value
         self.backend.sync(pids)
         self.dist.barrier()  # shared vLLM servers: nobody generates before rank 0 has pushed
         return out

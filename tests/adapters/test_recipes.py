@@ -352,3 +352,43 @@ def test_sage_table_4_lora_dropout_reads_the_printed_095_as_005():
     assert cfg.lora_dropout == 0.05
     assert "0.95" in cfg.sources["lora_dropout"] and "typo" in cfg.sources["lora_dropout"]
     assert TrainConfig(env="sage", lora_dropout=0.95).resolved(cuda=True).lora_dropout == 0.95
+
+
+PROMPT_CAPS = [
+    ("sokoban", 16384),  # AT-GRPO A.2.1: symbolic tasks
+    ("plan_path", 16384),
+    ("math", 8192),  # AT-GRPO A.2.1: mathematics and code
+    ("code", 8192),
+    ("mae", 8192),  # MAE Table 3
+    ("sage", 8192),  # SAGE Table 4
+    ("comas", 28672),  # CoMAS Table 2
+    ("marsrl", 32768),  # MarsRL §4: 32k input
+]
+
+
+@pytest.mark.parametrize(("env", "cap"), PROMPT_CAPS)
+def test_recipes_carry_the_papers_maximum_prompt_length(env, cap):
+    cfg = TrainConfig(env=env).resolved(cuda=True)
+    assert cfg.max_prompt_tokens == cap and cfg.sources["max_prompt_tokens"].startswith("recipe")
+
+
+def test_prompts_over_the_maximum_prompt_length_are_skipped_and_counted(tmp_path):
+    """A sample whose prompt exceeds max_prompt_tokens is left out of the update (verl's
+    filter_overlong_prompts skips such prompts too) and counted in samples_prompt_over_limit;
+    the others train as before."""
+    cfg = _tiny_cfg(tmp_path)
+    tr = Trainer(cfg, models=_char_models(), log=lambda s: None)
+    result = tr.rollout(1)
+    for s in result.samples:  # varied rewards so that every group has signal
+        s.reward = (sum(map(ord, s.completion)) % 5) / 5
+    lengths = sorted(len(s.prompt_ids) for s in result.samples)
+    cap = lengths[len(lengths) // 2]
+    over = sum(1 for n in lengths if n > cap)
+    assert 0 < over < len(lengths)
+    tr.cfg.max_prompt_tokens = cap
+    stats = tr.update(result.samples, 1)
+    assert stats["samples_prompt_over_limit"] == over
+    assert stats["samples_trained"] <= len(lengths) - over
+    tr.cfg.max_prompt_tokens = 0
+    assert tr.update(result.samples, 2)["samples_prompt_over_limit"] == 0
+    tr.close()
