@@ -6,8 +6,8 @@ agents             ``proposer``, ``solver``, ``judge``
 actions            completion text (``str``)
 observations       ``{"prompt": str}``
 episode            proposer, judge (question), solver x N, judge x N (difficulty, not
-                   trained), solver, judge (solver phase on a pool question); at most
-                   4 + 2N steps
+                   trained), solver, judge (solver phase on a pool question), judge (a
+                   pair of the pair dataset); at most 5 + 2N steps
 render modes       ``human``, ``ansi``
 =================  ==========================================================
 
@@ -49,8 +49,24 @@ the Judge, and the judge phase trains on those question-answer pairs):
    only at the end of the episode), inside ``<answer>``;
 6. **judge** rates that answer as in step 4.
 
-These two steps are training samples. The solver phase runs whatever happened to the proposed
-question (filtered or missing: the solver still trains). ``solver_phase=False`` leaves it out
+Judge phase (MAE 4.4 (3): "The Judge samples from the pair dataset"):
+
+7. the question-answer pair of step 5 joins the pool's **pair dataset**
+   (:meth:`QuestionPool.add_pair <envs.pools.QuestionPool.add_pair>`, shared by the run like the
+   questions), and the **judge** rates a pair drawn from it (same split as the episode; the
+   draw may be this episode's own pair, the only one in a fresh pool), with the answer rubric
+   of step 4.
+
+By default (``judge_data="pairs"``) step 6 scores the solver's answer for the solver's reward
+only (not a judge training sample: ``trainable: False``, reward 0) and step 7 is the judge's
+training sample, as in the public MAE code, whose judge batches come from the ``general_pair``
+dataset (``absolute_zero_reasoner/trainer/ppo/azr_ray_trainer.py``,
+``_create_train_judge_dataloader``) filled with the solver's question-answer pairs
+(``add_general_pair_batch``). ``judge_data="episode"`` keeps the earlier reading: step 6 is the
+judge's training sample and there is no step 7.
+
+Steps 5 and 7 (5 and 6 with ``judge_data="episode"``) are training samples. The solver phase runs
+whatever happened to the proposed question (filtered or missing: the solver still trains). ``solver_phase=False`` leaves it out
 (the episode ends after the proposer phase; with ``train_difficulty=False`` the solver then
 never trains: MAE's "no solver training" ablation, Table 2).
 
@@ -132,13 +148,14 @@ answers and their scores are not training samples, ``trainable: False``; options
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from envs.core.base import TurnBasedEnv, wrap
 from envs.core.config import EnvConfig, Mixing, RewardConfig
 from envs.core.rewards import RewardParts
+from envs.core.splits import stable_hash
 from envs.data.splits import canonical_text
 from envs.pools import OFFLINE_SEEDS, PoolItem, QuestionPool, SharedPoolMixin, verify_answer
 from verifiers.extract import clip_text
@@ -188,6 +205,7 @@ class MaeConfig(EnvConfig):
     solver_phase: bool = True
     train_difficulty: bool = False
     train_question_judge: bool = True
+    judge_data: Literal["pairs", "episode"] = "pairs"
     add_to_pool: bool = True
     seed_sources: tuple[str, ...] = OFFLINE_SEEDS
     max_question_chars: int = 4000
@@ -205,6 +223,8 @@ class MaeConfig(EnvConfig):
             raise ValueError("reference_prob must lie in [0, 1]")
         if not 0.0 <= self.quality_threshold <= 1.0:
             raise ValueError("quality_threshold must lie in [0, 1]")
+        if self.judge_data not in ("pairs", "episode"):
+            raise ValueError("judge_data must be 'pairs' or 'episode'")
         if self.max_question_chars < 1 or self.max_shown_chars < 100:
             raise ValueError("max_question_chars must be >= 1 and max_shown_chars >= 100")
         if isinstance(self.seed_sources, str):
@@ -251,6 +271,7 @@ class _State:
     task_score: float | None = None
     proposer_reward: float | None = None
     pool_added: bool | None = None
+    pair: dict[str, Any] | None = None  # the judge phase's pair (MAE 4.4 (3))
     next_agent: str = "proposer"
     last_info: dict[str, Any] = field(default_factory=dict)
 
@@ -377,6 +398,8 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
             return self._act_task_solver(completion)
         if phase == "judge_pool":
             return self._act_task_judge(completion)
+        if phase == "judge_pair":
+            return self._act_pair_judge(completion)
         return self._act_judge_answer(completion)
 
     def _act_proposer(self, text: str) -> RewardParts:
@@ -499,6 +522,23 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         st.task_score = mae_norm(raw)
         st.last_info = {"phase": "judge_pool", "score": raw}
         self.award("solver", self._answer_parts(raw, why, st.task_format), st.task_step)
+        if cfg.judge_data == "episode":
+            st.phase, st.next_agent = "done", "proposer"
+            self._finish()
+            return RewardParts.build("judge", {"format": fmt}, cfg.rewards, reasons={"format": why})
+        task = self.instance.task
+        self.pool.add_pair(task.question, clip_text(st.task_answer or "", 20_000), task)
+        rng = np.random.default_rng(int(stable_hash([self.instance_id, self.num_steps])[:15], 16))
+        st.pair = self.pool.sample_pair(rng, task.split)
+        st.phase, st.next_agent = "judge_pair", "judge"
+        st.last_info["format"] = fmt
+        return self._untrained("judge", f"scores the solver's answer (format {fmt:g}: {why})")
+
+    def _act_pair_judge(self, text: str) -> RewardParts:
+        """MAE 4.4 (3): the judge rates a pair of the pair dataset; format reward only."""
+        st, cfg = self.state, self.config
+        raw, fmt, why = judge_score(text)
+        st.last_info = {"phase": "judge_pair", "score": raw}
         st.phase, st.next_agent = "done", "proposer"
         self._finish()
         return RewardParts.build("judge", {"format": fmt}, cfg.rewards, reasons={"format": why})
@@ -579,7 +619,10 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
                 "Explain briefly inside <think></think>, then give only the number inside "
                 "<score></score>."
             )
-        answer = st.task_answer if on_task else st.answers[len(st.scores)]
+        if st.phase == "judge_pair" and st.pair is not None:
+            q, answer = self._clip(st.pair["question"]), st.pair["answer"]
+        else:
+            answer = st.task_answer if on_task else st.answers[len(st.scores)]
         return (
             "You are the Judge. Rate the answer below from 1 to 10. Correctness comes first.\n\n"
             f"Question:\n{q}\n\nAnswer:\n{self._shown(answer or '')}\n\n"
@@ -647,6 +690,9 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         the judge now: the solver phase's pool question, or the proposed question when it
         restates the reference; ``None`` when its answer is unknown."""
         st, inst = self.state, self.instance
+        if st.phase == "judge_pair":
+            item = st.pair["item"] if st.pair is not None else None
+            return item if item is not None and (item.answer or item.tests) else None
         if st.phase in ("solve_pool", "judge_pool"):
             item = inst.task
         elif self._question_is_reference():
@@ -668,12 +714,15 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
             return f"<answer>{known.answer}</answer>"
         if agent != "judge":
             raise ValueError(f"unknown agent {agent!r}; agents are {self.possible_agents}")
-        if st.phase not in ("judge_answer", "judge_pool"):
+        if st.phase not in ("judge_answer", "judge_pool", "judge_pair"):
             score = 9 if self._question_is_reference() else 5
             return f"<think>Scripted rating.</think>\n<score>{score}</score>"
         if known is None:
             return "<think>The reference answer is unknown.</think>\n<score>5</score>"
-        answer = st.task_answer if st.phase == "judge_pool" else st.answers[len(st.scores)]
+        if st.phase == "judge_pair":
+            answer = st.pair["answer"] if st.pair is not None else ""
+        else:
+            answer = st.task_answer if st.phase == "judge_pool" else st.answers[len(st.scores)]
         ext = extract_tag(answer or "", "answer", unique=False)
         v = verify_answer(
             known, ext.value, sandbox=self._sandbox, timeout_s=self.config.test_timeout_s
