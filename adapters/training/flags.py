@@ -77,6 +77,10 @@ _HELP = {
     "keep": "tree sampling keep rule: best | random | balanced | adaptive",
     "instances_per_step": "env instances rolled out per training step",
     "minibatch_size": "samples per optimizer step (0 = use --ppo-minibatches)",
+    "loss_agg": "policy loss averaging: group-mean (AT-GRPO Eq. 3) | token-mean (verl) | "
+    "seq-mean-token-mean | seq-mean-token-sum",
+    "max_prompt_tokens": "samples whose prompt is longer are skipped from the update and "
+    "counted (samples_prompt_over_limit); 0 = no cap",
     "kl_loss_coef": "weight of the KL loss against the reference model",
     "kl_reward_coef": "REINFORCE++ token-level KL penalty in the reward (beta)",
     "output_dir": "run directory (checkpoints, logs, plots); default runs/<env>-<algo>-<time>",
