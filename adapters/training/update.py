@@ -160,12 +160,14 @@ def update_policy(
         size = cfg.minibatch_size or math.ceil(global_items / (cfg.ppo_minibatches or 1))
         # group-mean: each of the n mini-batch steps divides its sum of A/K_g terms by G / n,
         # n and G counted before skipping, so skipped equal-reward groups still count
-        n_nominal = (
-            math.ceil(dp.total(all_items) / cfg.minibatch_size)
-            if cfg.minibatch_size
-            else (cfg.ppo_minibatches or 1)
-        )
-        gm_scale = n_nominal / max(1.0, dp.total(n_groups))
+        gm_scale = 1.0
+        if group_mean:
+            n_nominal = (
+                math.ceil(dp.total(all_items) / cfg.minibatch_size)
+                if cfg.minibatch_size
+                else (cfg.ppo_minibatches or 1)
+            )
+            gm_scale = n_nominal / max(1.0, dp.total(n_groups))
         for epoch in range(cfg.ppo_epochs or 1):
             rng = random.Random(derive_seed(cfg.seed, "minibatch", step, pm.pid, epoch))
             for mb in dp.minibatches(items, size, rng):
