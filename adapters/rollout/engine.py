@@ -336,7 +336,9 @@ class RolloutEngine:
         returns[out.agent] = returns.get(out.agent, 0.0) + out.reward
         for award in out.awards:
             who = award["agent"]
-            returns[who] = returns.get(who, 0.0) + float(award["reward_parts"]["reward"])
+            # an award replaces its step's provisional reward: add the difference
+            delta = award.get("delta", award["reward_parts"]["reward"])
+            returns[who] = returns.get(who, 0.0) + float(delta)
         path = parent.path if parallel else f"{parent.path}.{c}"
         team = (
             float(out.reward_parts.get("team", parent.last_team))

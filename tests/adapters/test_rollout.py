@@ -366,3 +366,6 @@ def test_at_grpo_a15_tool_candidates_share_the_turns_team_value_under_tree_sampl
     assert [round(s.reward, 6) for s in tool] == [0.6, 0.6, 0.6, 0.0]
     assert all(s.reward_parts["team"] == 0.0 for s in tool)
     assert sum(1 for s in tool if s.reward_parts.get("counterfactual")) == 3
+    # the award replaces the tool's provisional reward in the episode's return (not added to it)
+    (episode,) = result.episodes
+    assert episode.returns["tool"] == pytest.approx(0.6)
