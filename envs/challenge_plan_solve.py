@@ -46,8 +46,14 @@ round joins the pool only at the end of the episode, so it is not drawn in its o
 
 4. **planner** writes a plan in ``<plan>...</plan>``; 5. **critic** rates it: ``s_p = Norm(s)``;
 6. **solver** answers, seeing the plan only if ``s_p >= beta`` (0.3); graded by the verifier
-   (``s_gt``), never by the critic. A planner output without a usable ``<plan>`` block is not
-   sent to the critic: ``s_p = 0`` and the solver answers alone.
+   (``s_gt``), never by the critic. A planner output without a usable ``<plan>`` block is still
+   a plan for Eqs. 6-8 (the critic scores the plan, ``s_p = Norm(score)``); the tags only enter
+   the format score. So by default (``untagged_plan="critic"``) the whole (clipped) output goes
+   to the critic as the plan, and only ``r_f`` loses the tag: hand case, a critic score of 5
+   gives ``s_p = 4/9 = 0.444``, ``r_p = 0.5 * 0.444 + 0.5 * 0 = 0.222``, and the plan passes the
+   gate (0.444 >= 0.3). An empty output has nothing to score: ``s_p = 0``, no critic step.
+   ``untagged_plan="zero"`` keeps the earlier reading (no tags: ``s_p = 0``, no critic step,
+   the solver answers alone).
 
 ``Norm(s)`` (SAGE Eq. 2): ``s`` on [0, 1], ``(s - 1) / 9`` on (1, 10], 0.5 otherwise (also when
 no score parses). As written, ``Norm(1) = 1``: a critic that writes 1, the lowest mark of the
@@ -110,7 +116,8 @@ Config (:class:`SageConfig`): ``num_samples`` (4), ``alpha`` (0.7), ``beta`` (0.
 
 Version history: v0 (initial); v1 (the plan-solve item is an independent pool draw,
 ``plan_source="pool"``; difficulty samples are not training samples, ``train_difficulty``;
-``Norm(1) = 0`` by default, ``critic_norm="scale"``).
+``Norm(1) = 0`` by default, ``critic_norm="scale"``); v2 (a plan without ``<plan>`` tags goes to
+the critic, ``untagged_plan``).
 """
 
 from __future__ import annotations
@@ -183,6 +190,7 @@ class SageConfig(EnvConfig):
     beta: float = 0.3
     planning: bool = True
     plan_source: Literal["pool", "reference", "accepted"] = "pool"
+    untagged_plan: Literal["critic", "zero"] = "critic"
     train_difficulty: bool = False
     add_to_pool: bool = True
     critic_norm: Literal["scale", "sage", "linear"] = "scale"
@@ -208,6 +216,8 @@ class SageConfig(EnvConfig):
             raise ValueError("empty_format_score must lie in [0, 1] or be None")
         if self.plan_source not in ("pool", "reference", "accepted"):
             raise ValueError("plan_source must be 'pool', 'reference' or 'accepted'")
+        if self.untagged_plan not in ("critic", "zero"):
+            raise ValueError("untagged_plan must be 'critic' or 'zero'")
         if self.critic_norm not in ("scale", "sage", "linear"):
             raise ValueError("critic_norm must be 'scale', 'sage' or 'linear'")
         if self.max_question_chars < 1 or self.max_shown_chars < 100 or self.max_tests < 1:
@@ -519,6 +529,9 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         st.planner_rf = self._rf(text, ("plan",))
         st.plan = _last_block(text, "plan")
         st.last_info = {"phase": "plan", "plan_ok": st.plan is not None}
+        if st.plan is None and self.config.untagged_plan == "critic" and text.strip():
+            st.plan = text.strip()  # Eqs. 6-8: the critic scores the plan; r_f counts the tags
+            st.last_info["plan_untagged"] = True
         if st.plan is None:
             st.s_p, st.gate = 0.0, False
             st.phase, st.next_agent = "solve", "solver"

@@ -26,8 +26,10 @@ and at least ``min_distance`` shortest-path steps apart. The shortest path lengt
 Rewards (``r = lam * team + (1 - lam) * mask * local``, ``lam = 0.50``; d = Manhattan distance
 to the goal, d0 = max(1, initial distance)):
 
-- team: 1 at the goal, else ``max(0, (d_before - d_after) / d0)`` for the step's moves (for the
-  tool: the moves it proposes, simulated without changing the state).
+- team: 1 at the goal, else ``max(0, (d_before - d_after) / d0)`` for the turn's moves (the
+  planner's answer); the tool of the turn receives the same value by ``award()`` at the
+  planner's step (:mod:`envs.core.toolplanner`; ``tool_team="proposal"``: the moves the tool
+  proposes, simulated without changing the state).
 - planner: fmt 0.20 (answer parses as a list of U/D/L/R), leg 0.40 (every move in bounds and not
   into a wall), sp 0.40 (the list is non-empty and every executed move lies on a shortest path).
 - tool: fmt 0.10 (printed output parses as a list of U/D/L/R), exec 0.40 (the program ran, the
@@ -35,7 +37,7 @@ to the goal, d0 = max(1, initial distance)):
 - mixing: Appendix A.1's convex form above is the default; the main text's Eq. 4 ``r = alpha *
   team + local`` (no mask; alpha = 1 in AT-GRPO 5.1) is ``rewards={"mixing": "additive"}``.
 
-Version history: v0 (initial).
+Version history: v0 (initial); v1 (the tool's team term is the turn's value, ``tool_team``).
 """
 
 from __future__ import annotations

@@ -20,8 +20,11 @@ are added to it. :class:`QuestionPool` is that set:
 - **thread-safe** (one re-entrant lock), **picklable** (the lock is rebuilt);
 - **checkpointable**: ``state_dict()`` / ``load_state_dict()`` (in place, so every env holding
   the pool sees the restored content) and ``save(path)`` / ``QuestionPool.load(path)`` as JSONL (a
-  header line with the format version, the seed set's name and content hash and counters, then
-  one item per line); a save/load round trip is exact;
+  header line with the format version, the seed set's name and content hash, counters and the
+  question-answer pairs, then one item per line); a save/load round trip is exact;
+- **question-answer pairs** (MAE 4.4 (2)-(3): the solver phase's pairs go to a pair dataset that
+  the judge phase samples from): ``add_pair`` / ``sample_pair``, de-duplicated and kept in key
+  order like the items, checkpointed with them;
 - it records the **seed set** it started from: ``seed_set`` (the source specs joined by ``+``)
   and ``seed_hash`` (a hash of the seed items' content).
 
@@ -321,6 +324,8 @@ class QuestionPool:
         self._split_keys: dict[str, list[str]] = {s: [] for s in SPLITS}
         self.stats = {"added": 0, "duplicates": 0}
         self._filtered: dict[tuple[str | None, Any], list[str]] = {}
+        self._pairs: dict[str, dict[str, Any]] = {}  # key -> {"question", "answer", "item"}
+        self._pair_keys: dict[str, list[str]] = {s: [] for s in SPLITS}
         for item in items:
             self._insert(item)
         self.seed_set = str(seed_set)
@@ -414,6 +419,42 @@ class QuestionPool:
                 )
             return self._items[keys[int(rng.integers(len(keys)))]]
 
+    # -------------------------------------------------------------- question-answer pairs
+    def _insert_pair(self, pair: dict[str, Any]) -> bool:
+        key = stable_hash([pair["question"], pair["answer"]])
+        if key in self._pairs:
+            return False
+        self._pairs[key] = pair
+        insort(self._pair_keys[split_of(question_key(pair["question"]))], key)
+        return True
+
+    def add_pair(self, question: str, answer: str, item: PoolItem | None = None) -> bool:
+        """Add a question-answer pair (``item``: the question's pool item, for its verifier);
+        True when new. Its split is the question's."""
+        pair = {"question": str(question), "answer": str(answer), "item": item}
+        with self._lock:
+            return self._insert_pair(pair)
+
+    def pair_count(self, split: str | None = None) -> int:
+        with self._lock:
+            if split is None:
+                return len(self._pairs)
+            return len(self._pair_keys[check_split(split)])
+
+    def sample_pair(
+        self, rng: np.random.Generator, split: str | None = None
+    ) -> dict[str, Any] | None:
+        """A uniformly drawn pair (of ``split`` when given) as ``{"question", "answer",
+        "item"}``, or ``None`` when there is none."""
+        with self._lock:
+            if split is None:
+                keys = [k for s in SPLITS for k in self._pair_keys[s]]
+            else:
+                keys = self._pair_keys[check_split(split)]
+            if not keys:
+                return None
+            return dict(self._pairs[keys[int(rng.integers(len(keys)))]])
+
     def content_hash(self) -> str:
         with self._lock:
             return stable_hash([self._items[k].to_dict() for k in self._keys])
@@ -431,7 +472,12 @@ class QuestionPool:
 
     def state_dict(self) -> dict[str, Any]:
         with self._lock:
-            return {**self._header(), "items": [self._items[k].to_dict() for k in self._keys]}
+            pairs = [
+                {**p, "item": p["item"].to_dict() if p["item"] is not None else None}
+                for p in (self._pairs[k] for s in SPLITS for k in self._pair_keys[s])
+            ]
+            items = [self._items[k].to_dict() for k in self._keys]
+            return {**self._header(), "pairs": pairs, "items": items}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Replace the content in place (every env sharing this pool sees it)."""
@@ -446,6 +492,10 @@ class QuestionPool:
             self._split_keys = {s: [] for s in SPLITS}
             for item in items:
                 self._insert(item)
+            self._pairs, self._pair_keys = {}, {s: [] for s in SPLITS}
+            for p in state.get("pairs", []):
+                known = PoolItem.from_dict(p["item"]) if p.get("item") else None
+                self._insert_pair({"question": p["question"], "answer": p["answer"], "item": known})
             self.seed_set = str(state.get("seed_set", ""))
             self.seed_hash = str(state.get("seed_hash", ""))
             self.seed_size = int(state.get("seed_size", 0))

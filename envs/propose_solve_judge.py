@@ -6,8 +6,8 @@ agents             ``proposer``, ``solver``, ``judge``
 actions            completion text (``str``)
 observations       ``{"prompt": str}``
 episode            proposer, judge (question), solver x N, judge x N (difficulty, not
-                   trained), solver, judge (solver phase on a pool question); at most
-                   4 + 2N steps
+                   trained), solver, judge (solver phase on a pool question), judge (a
+                   pair of the pair dataset); at most 5 + 2N steps
 render modes       ``human``, ``ansi``
 =================  ==========================================================
 
@@ -20,8 +20,12 @@ Proposer phase.
    ``reference_prob`` (default 0.5, MAE's best "half reference" setting, Section 5) it is shown a
    reference question drawn from the pool, *without* its answer; otherwise it writes from
    scratch.
-2. **judge** rates the question 1-10 inside ``<score>`` (clarity, well-posedness, solvability,
-   challenge); ``quality = (s - 1) / 9`` clipped to [0, 1], 0.5 when unparsable.
+2. **judge** rates the question 1-10 inside ``<score>`` with MAE 4.3's rubric
+   (:data:`QUESTION_RUBRIC`: 1-3 unsolvable, self-contradictory or against common sense; 4-7
+   reasonable but ambiguous; 8-10 clear, well-formed and logically sound);
+   ``quality = (s - 1) / 9`` clipped to [0, 1], 0.5 when unparsable. With the 0.7 filter a
+   question passes from a score of 8 (``7/9 = 0.78``); a 7 (``6/9 = 0.67``) is filtered, so the
+   rubric's "ambiguous" band is exactly the filtered one.
 3. **solver** answers the question ``num_answers`` times (N = 5, MAE Table 3 "N samples to
    estimate difficulty"), each inside ``<answer>...</answer>``. The N prompts are identical; the
    solver does not see its earlier answers.
@@ -45,8 +49,24 @@ the Judge, and the judge phase trains on those question-answer pairs):
    only at the end of the episode), inside ``<answer>``;
 6. **judge** rates that answer as in step 4.
 
-These two steps are training samples. The solver phase runs whatever happened to the proposed
-question (filtered or missing: the solver still trains). ``solver_phase=False`` leaves it out
+Judge phase (MAE 4.4 (3): "The Judge samples from the pair dataset"):
+
+7. the question-answer pair of step 5 joins the pool's **pair dataset**
+   (:meth:`QuestionPool.add_pair <envs.pools.QuestionPool.add_pair>`, shared by the run like the
+   questions), and the **judge** rates a pair drawn from it (same split as the episode; the
+   draw may be this episode's own pair, the only one in a fresh pool), with the answer rubric
+   of step 4.
+
+By default (``judge_data="pairs"``) step 6 scores the solver's answer for the solver's reward
+only (not a judge training sample: ``trainable: False``, reward 0) and step 7 is the judge's
+training sample, as in the public MAE code, whose judge batches come from the ``general_pair``
+dataset (``absolute_zero_reasoner/trainer/ppo/azr_ray_trainer.py``,
+``_create_train_judge_dataloader``) filled with the solver's question-answer pairs
+(``add_general_pair_batch``). ``judge_data="episode"`` keeps the earlier reading: step 6 is the
+judge's training sample and there is no step 7.
+
+Steps 5 and 7 (5 and 6 with ``judge_data="episode"``) are training samples. The solver phase runs
+whatever happened to the proposed question (filtered or missing: the solver still trains). ``solver_phase=False`` leaves it out
 (the episode ends after the proposer phase; with ``train_difficulty=False`` the solver then
 never trains: MAE's "no solver training" ablation, Table 2).
 
@@ -128,22 +148,38 @@ answers and their scores are not training samples, ``trainable: False``; options
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from envs.core.base import TurnBasedEnv, wrap
 from envs.core.config import EnvConfig, Mixing, RewardConfig
 from envs.core.rewards import RewardParts
+from envs.core.splits import stable_hash
 from envs.data.splits import canonical_text
 from envs.pools import OFFLINE_SEEDS, PoolItem, QuestionPool, SharedPoolMixin, verify_answer
 from verifiers.extract import clip_text
 from verifiers.formats import extract_tag, find_tags
 from verifiers.judge import mae_norm, parse_score
 
-__all__ = ["MaeConfig", "MaeInstance", "MaeRewards", "env", "raw_env", "judge_score"]
+__all__ = [
+    "QUESTION_RUBRIC",
+    "MaeConfig",
+    "MaeInstance",
+    "MaeRewards",
+    "env",
+    "raw_env",
+    "judge_score",
+]
 
 _EPS = 1e-9
+
+# MAE 4.3: the judge's question rubric (bands as in the paper; wording our own)
+QUESTION_RUBRIC = (
+    "1-3 if the question cannot be solved, contradicts itself or defies common sense; 4-7 if "
+    "it is broadly reasonable but ambiguous (unclear wording, missing information, more than "
+    "one possible reading); 8-10 only if it is clear, well-formed and logically sound."
+)
 
 
 @dataclass(frozen=True)
@@ -169,6 +205,7 @@ class MaeConfig(EnvConfig):
     solver_phase: bool = True
     train_difficulty: bool = False
     train_question_judge: bool = True
+    judge_data: Literal["pairs", "episode"] = "pairs"
     add_to_pool: bool = True
     seed_sources: tuple[str, ...] = OFFLINE_SEEDS
     max_question_chars: int = 4000
@@ -186,6 +223,8 @@ class MaeConfig(EnvConfig):
             raise ValueError("reference_prob must lie in [0, 1]")
         if not 0.0 <= self.quality_threshold <= 1.0:
             raise ValueError("quality_threshold must lie in [0, 1]")
+        if self.judge_data not in ("pairs", "episode"):
+            raise ValueError("judge_data must be 'pairs' or 'episode'")
         if self.max_question_chars < 1 or self.max_shown_chars < 100:
             raise ValueError("max_question_chars must be >= 1 and max_shown_chars >= 100")
         if isinstance(self.seed_sources, str):
@@ -232,6 +271,7 @@ class _State:
     task_score: float | None = None
     proposer_reward: float | None = None
     pool_added: bool | None = None
+    pair: dict[str, Any] | None = None  # the judge phase's pair (MAE 4.4 (3))
     next_agent: str = "proposer"
     last_info: dict[str, Any] = field(default_factory=dict)
 
@@ -357,6 +397,8 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
             return self._act_task_solver(completion)
         if phase == "judge_pool":
             return self._act_task_judge(completion)
+        if phase == "judge_pair":
+            return self._act_pair_judge(completion)
         return self._act_judge_answer(completion)
 
     def _act_proposer(self, text: str) -> RewardParts:
@@ -479,6 +521,23 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         st.task_score = mae_norm(raw)
         st.last_info = {"phase": "judge_pool", "score": raw}
         self.award("solver", self._answer_parts(raw, why, st.task_format), st.task_step)
+        if cfg.judge_data == "episode":
+            st.phase, st.next_agent = "done", "proposer"
+            self._finish()
+            return RewardParts.build("judge", {"format": fmt}, cfg.rewards, reasons={"format": why})
+        task = self.instance.task
+        self.pool.add_pair(task.question, clip_text(st.task_answer or "", 20_000), task)
+        rng = np.random.default_rng(int(stable_hash([self.instance_id, self.num_steps])[:15], 16))
+        st.pair = self.pool.sample_pair(rng, task.split)
+        st.phase, st.next_agent = "judge_pair", "judge"
+        st.last_info["format"] = fmt
+        return self._untrained("judge", f"scores the solver's answer (format {fmt:g}: {why})")
+
+    def _act_pair_judge(self, text: str) -> RewardParts:
+        """MAE 4.4 (3): the judge rates a pair of the pair dataset; format reward only."""
+        st, cfg = self.state, self.config
+        raw, fmt, why = judge_score(text)
+        st.last_info = {"phase": "judge_pair", "score": raw}
         st.phase, st.next_agent = "done", "proposer"
         self._finish()
         return RewardParts.build("judge", {"format": fmt}, cfg.rewards, reasons={"format": why})
@@ -555,14 +614,14 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
             return (
                 "You are the Judge. Rate the quality of the question below from 1 to 10.\n\n"
                 f"Question:\n{q}\n\n"
-                "Guide: 1-3 ill-posed (ambiguous, missing information, unanswerable, not a "
-                "question, or it gives away its own answer); 4-6 answerable but vague, trivial "
-                "or badly worded; 7-8 clear, self-contained and solvable; 9-10 clear, "
-                "self-contained, solvable and genuinely challenging.\n"
+                f"Guide: {QUESTION_RUBRIC}\n"
                 "Explain briefly inside <think></think>, then give only the number inside "
                 "<score></score>."
             )
-        answer = st.task_answer if on_task else st.answers[len(st.scores)]
+        if st.phase == "judge_pair" and st.pair is not None:
+            q, answer = self._clip(st.pair["question"]), st.pair["answer"]
+        else:
+            answer = st.task_answer if on_task else st.answers[len(st.scores)]
         return (
             "You are the Judge. Rate the answer below from 1 to 10. Correctness comes first.\n\n"
             f"Question:\n{q}\n\nAnswer:\n{self._shown(answer or '')}\n\n"
@@ -630,6 +689,9 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         the judge now: the solver phase's pool question, or the proposed question when it
         restates the reference; ``None`` when its answer is unknown."""
         st, inst = self.state, self.instance
+        if st.phase == "judge_pair":
+            item = st.pair["item"] if st.pair is not None else None
+            return item if item is not None and (item.answer or item.tests) else None
         if st.phase in ("solve_pool", "judge_pool"):
             item = inst.task
         elif self._question_is_reference():
@@ -651,12 +713,15 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
             return f"<answer>{known.answer}</answer>"
         if agent != "judge":
             raise ValueError(f"unknown agent {agent!r}; agents are {self.possible_agents}")
-        if st.phase not in ("judge_answer", "judge_pool"):
+        if st.phase not in ("judge_answer", "judge_pool", "judge_pair"):
             score = 9 if self._question_is_reference() else 5
             return f"<think>Scripted rating.</think>\n<score>{score}</score>"
         if known is None:
             return "<think>The reference answer is unknown.</think>\n<score>5</score>"
-        answer = st.task_answer if st.phase == "judge_pool" else st.answers[len(st.scores)]
+        if st.phase == "judge_pair":
+            answer = st.pair["answer"] if st.pair is not None else ""
+        else:
+            answer = st.task_answer if st.phase == "judge_pool" else st.answers[len(st.scores)]
         ext = extract_tag(answer or "", "answer", unique=False)
         v = verify_answer(
             known, ext.value, sandbox=self._sandbox, timeout_s=self.config.test_timeout_s

@@ -47,18 +47,24 @@ planner oracle then answers ``[]`` for positions it cannot solve within the budg
 Rewards (``r = lam * team + (1 - lam) * mask * local``, ``lam = 0.40``; B = number of boxes;
 psi = -(sum over boxes of the Manhattan distance to the nearest goal)):
 
-- team: 1 when every box is on a goal, else (boxes on goals) / B, for the position the step's
-  moves produce (for the tool: its proposed moves, simulated without changing the state).
+- team: 1 when every box is on a goal, else (boxes on goals) / B, for the position after the
+  turn (the planner's moves); the tool of the turn receives the same value by ``award()`` at the
+  planner's step (:mod:`envs.core.toolplanner`; ``tool_team="proposal"``: the position its own
+  proposed moves would produce, simulated without changing the state).
 - planner: fmt 0.10 (the answer parses as a list of U/D/L/R), leg 0.45 (the list is non-empty
   and every move is legal), dlk 0.45 (the list is non-empty and afterwards no box off a goal sits
   in a corner, i.e. against a vertical and a horizontal wall).
-- tool: fmt 0.10 (printed output parses as a list of U/D/L/R), exec 0.30 (the program ran, the
-  list is non-empty and has no illegal push or wall/box collision), pot 0.60 (psi does not
-  decrease).
+- tool: fmt 0.10 (printed output parses as a list of U/D/L/R), exec 0.30 (the program ran and
+  the list has no illegal push and no wall/box collision: A.1.5's ``1{no illegal push, no
+  collision}``, so an empty list, which collides with nothing, earns it), pot 0.60 (psi does
+  not decrease).
 - mixing: Appendix A.1's convex form above is the default; the main text's Eq. 4 ``r = alpha *
   team + local`` (no mask; alpha = 1 in AT-GRPO 5.1) is ``rewards={"mixing": "additive"}``.
 
-An empty list earns neither leg, dlk nor exec: doing nothing is not a legal step.
+An empty planner answer earns neither leg nor dlk: doing nothing is not a legal step. The tool's
+exec is literal (A.1.5 asks no progress of it, unlike Plan-Path's "simulation advances", A.1.4):
+a tool printing ``[]`` on the hand case ``#@$ . #`` earns ``0.6 * (0.1 + 0.3 + 0.6) = 0.60``
+before the team term (0.42 when exec also required a non-empty list).
 
 Oracle (``env.unwrapped.oracle(agent)``): the tool's program is a breadth-first search over
 (player, boxes) with dead squares pruned that prints a shortest move list from the current
@@ -66,7 +72,8 @@ position (``[]`` when none exists; fine for the default sizes, large many-box le
 the sandbox time limit); the planner answers ``#### [..]`` with a shortest solution from the
 current position found by :func:`verifiers.sokoban.solve`.
 
-Version history: v0 (initial).
+Version history: v0 (initial); v1 (the tool's exec no longer requires a non-empty list; its team term is the turn's
+value, ``tool_team``).
 """
 
 from __future__ import annotations
@@ -504,9 +511,8 @@ class raw_env(ToolPlannerEnv):
     def _tool_components(self, sim: Sim | None, ran_ok: bool) -> dict[str, float]:
         if sim is None:
             return {"exec": 0.0, "pot": 0.0}
-        moved = sim.info["moves"] > 0
         pot = box_potential(sim.state.board) >= box_potential(self.state.board)
-        return {"exec": float(ran_ok and moved and sim.info["legal"]), "pot": float(pot)}
+        return {"exec": float(ran_ok and sim.info["legal"]), "pot": float(pot)}
 
     def _format_proposal(self, value: Any) -> str:
         return "[" + ",".join(value) + "]"

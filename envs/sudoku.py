@@ -42,10 +42,13 @@ blanks (a square 4x4, 6x6 or 9x9 grid whose givens break no rule and that has ex
 solution; anything else raises ``ValueError`` saying why). Its size may differ from ``size``.
 
 Rewards (``r = lam * team + (1 - lam) * mask * local``, ``lam = 0.60``; G_k is the grid after
-the step, G_{k-1} before it; for the tool, G_k is the grid its proposal would produce if adopted,
-the state itself is unchanged):
+the step, G_{k-1} before it; for the tool's local scores, G_k is the grid its proposal would
+produce if adopted, the state itself is unchanged):
 
-- team: 1 if G_k is solved, else 0 (the episode terminates when solved).
+- team: 1 if the grid after the turn (the planner's answer) is solved, else 0 (the episode
+  terminates when solved); the tool of the turn receives the same value by ``award()`` at the
+  planner's step (:mod:`envs.core.toolplanner`; ``tool_team="proposal"``: the grid its own
+  proposal would produce).
 - planner: fmt 0.15 (the answer after ``####`` parses as a grid or steps, values in range),
   legal 0.55 (A.1.3 read literally: ``1{no row/column/subgrid duplicates in G_k}``; a rejected
   edit of a given is not applied, so it does not make G_k illegal; it costs the tool its
@@ -64,7 +67,8 @@ the state itself is unchanged):
   team + local`` (no mask; alpha = 1 in AT-GRPO 5.1) is ``rewards={"mixing": "additive"}``.
 
 Version history: v0 (initial); v1 (``legal`` and ``san`` read literally as in A.1.3, the
-stricter readings behind ``legal_counts_givens`` and ``san_needs_change``).
+stricter readings behind ``legal_counts_givens`` and ``san_needs_change``); v2 (the tool's team
+term is the turn's value, ``tool_team``).
 """
 
 from __future__ import annotations

@@ -395,7 +395,9 @@ class RolloutEngine:
         returns[out.agent] = returns.get(out.agent, 0.0) + out.reward
         for award in out.awards:
             who = award["agent"]
-            returns[who] = returns.get(who, 0.0) + float(award["reward_parts"]["reward"])
+            # an award replaces its step's provisional reward: add the difference
+            delta = award.get("delta", award["reward_parts"]["reward"])
+            returns[who] = returns.get(who, 0.0) + float(delta)
         path = parent.path if parallel else f"{parent.path}.{c}"
         team = (
             float(out.reward_parts.get("team", parent.last_team))
@@ -454,7 +456,11 @@ class RolloutEngine:
         award (if any) becomes the candidate's reward. When the next agent does not see the
         previous agent's answer of the same turn (AT-GRPO's math), this is exactly the award the
         candidate would have earned had it been kept, so the K candidates' rewards stay
-        comparable (otherwise only the kept one could ever be credited)."""
+        comparable (otherwise only the kept one could ever be credited). The grid settings'
+        tool (AT-GRPO A.1.3-A.1.5) gets its team term, the turn's value, the same way with the
+        planner's step; there the planner sees the tool's proposal, so the replay credits each
+        tool candidate with the turn's value given the kept branch's planner answers (the
+        tool never changes the state, so that value is the same for all K)."""
         cfg = self.config
         for (i, idx, bid), outs in zip(sib, outcomes):
             pref = live[i].view.preference

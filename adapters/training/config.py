@@ -62,6 +62,8 @@ AUTO_FIELDS = (
     "max_grad_norm",
     "ppo_epochs",
     "ppo_minibatches",
+    "minibatch_size",
+    "loss_agg",
     "kl_loss_coef",
     "kl_loss_type",
     "kl_reward_coef",
@@ -71,6 +73,7 @@ AUTO_FIELDS = (
     "top_p",
     "top_k",
     "max_new_tokens",
+    "max_prompt_tokens",
     "eval_temperature",
     "eval_episodes",
     "lora_rank",
@@ -202,15 +205,21 @@ class TrainConfig:
     ppo_minibatches: int | None = opt(
         None, "optimizer steps per PPO epoch (the batch split evenly)"
     )
-    minibatch_size: int = opt(0, "samples per optimizer step (0 = use --ppo-minibatches)")
+    minibatch_size: int | None = opt(
+        None, "samples per optimizer step (0 = use --ppo-minibatches; default: the recipe's)"
+    )
     micro_batch_size: int | None = opt(
         None, "sequences per forward/backward (gradient accumulation)"
     )
     micro_batch_tokens: int | None = opt(None, "padded tokens per forward/backward (0 = no limit)")
     clip_eps: float = opt(0.2, "PPO clip range")
     clip_eps_high: float | None = opt(None, "upper PPO clip range (default: clip_eps)")
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = opt(
-        "token-mean", "how token losses become one loss"
+    loss_agg: (
+        Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "group-mean"] | None
+    ) = opt(
+        None,
+        "policy loss averaging: group-mean (AT-GRPO Eq. 3) | token-mean (verl) | "
+        "seq-mean-token-mean | seq-mean-token-sum",
     )
     kl_loss_coef: float | None = opt(None, "weight of the KL loss against the reference model")
     kl_loss_type: Literal["k1", "k2", "k3"] | None = opt(None, "estimator of the KL loss")
@@ -240,6 +249,11 @@ class TrainConfig:
         doc='per-role sampling as JSON, e.g. \'{"critic": {"temperature": 0.1}}\'', factory=dict
     )
     max_new_tokens: int | None = opt(None, "tokens per completion")
+    max_prompt_tokens: int | None = opt(
+        None,
+        "samples whose prompt is longer (tokens) are skipped from the update and counted "
+        "(samples_prompt_over_limit, as verl's filter_overlong_prompts); 0 = no cap",
+    )
     gen_batch_size: int | None = opt(None, "sequences per generate call")
     # ---- evaluation
     eval_episodes: int | None = opt(
@@ -380,6 +394,7 @@ class TrainConfig:
             "steps",
             "eval_episodes",
             "minibatch_size",
+            "max_prompt_tokens",
             "lora_rank",
             "eval_every",
             "demos",
@@ -465,6 +480,10 @@ class TrainConfig:
         def pick(name: str) -> tuple[Any, str] | None:
             if not cuda and name in recipe.cpu:
                 value, why = recipe.cpu[name]
+                return value, f"recipe {recipe.name}: {why}"
+            per_setting = recipes.setting_values(recipe.name, c.env)
+            if name in per_setting:
+                value, why = per_setting[name]
                 return value, f"recipe {recipe.name}: {why}"
             if name in recipe.values:
                 value, why = recipe.values[name]
@@ -658,7 +677,9 @@ class UpdateConfig:
     minibatch_size: int = 0
     micro_batch_size: int = 8
     micro_batch_tokens: int = 0
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "group-mean"] = (
+        "token-mean"
+    )
     clip_eps: float = 0.2
     clip_eps_high: float | None = None  # None: the same as clip_eps
     max_grad_norm: float = 1.0

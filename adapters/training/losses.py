@@ -6,6 +6,18 @@
   statistics (clip fraction, approximate KL between old and new policy). With
   ``old_logprobs = logprobs.detach()`` (one on-policy step) its gradient equals AT-GRPO's Eq. 3
   policy gradient.
+* :func:`group_mean_weights` and the ``"group-mean"`` aggregation: AT-GRPO's Eq. 3,
+  ``L = -E_g[1/K sum_c log pi(a_c) A_c]``: each sample weighs ``1/K_g`` within its group and the
+  groups are averaged, so a sample's weight is ``1 / (G * K_g)`` whatever the other groups'
+  advantages are (a group whose K rewards are equal still counts in G). A sample's
+  ``log pi(a_c)`` enters as the token mean of its per-token surrogate (verl's
+  ``seq-mean-token-mean`` per sample), so the step does not grow with the completion length;
+  at ratio 1 (one on-policy step) the gradient is Eq. 3's with length-normalised log-probs.
+  Hand case: group A rewards [1, 0, 0, 0], group B all equal, 10-token completions: Eq. 3 weights
+  each A sample's token-mean log-prob by ``A/8``; the token mean over the informative samples
+  (``"token-mean"`` with ``skip_zero_advantage``, the earlier default) by ``A/4``. The authors'
+  code trains with verl's token mean (PettingLLMs ``pettingllms/config/ppo_trainer/base.yaml``,
+  ``actor.loss_agg_mode: token-mean``); ``loss_agg="token-mean"`` reproduces that.
 * :func:`token_kl` (k1, k2, k3 estimators) and :func:`kl_loss` (masked token mean), the KL term
   of MarsRL's Eq. 2 and of verl's ``use_kl_loss``.
 
@@ -15,6 +27,8 @@ tokens; per-token tensors are meaningful only where the mask is 1.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
@@ -22,9 +36,17 @@ import torch
 from adapters.training.masking import check_token_shapes, masked_mean
 
 KLKind = Literal["k1", "k2", "k3"]
-LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "group-mean"]
 
-__all__ = ["KLKind", "LossAgg", "aggregate_loss", "kl_loss", "ppo_clip_loss", "token_kl"]
+__all__ = [
+    "KLKind",
+    "LossAgg",
+    "aggregate_loss",
+    "group_mean_weights",
+    "kl_loss",
+    "ppo_clip_loss",
+    "token_kl",
+]
 
 
 def token_kl(
@@ -58,19 +80,48 @@ def kl_loss(
     return masked_mean(token_kl(logprobs, ref_logprobs, kind), mask)
 
 
+def group_mean_weights(groups: Sequence[str]) -> list[float]:
+    """AT-GRPO Eq. 3's sample weights ``1 / (G * K_g)``: ``1/K`` within a group, groups averaged.
+
+    >>> group_mean_weights(["a", "a", "a", "a", "b", "b", "b", "b"])[0]  # 1 / (2 * 4)
+    0.125
+    >>> group_mean_weights(["a", "a", "b"])  # uneven groups: each group weighs 1/2 in all
+    [0.25, 0.25, 0.5]
+    """
+    sizes = Counter(groups)
+    return [1.0 / (len(sizes) * sizes[g]) for g in groups]
+
+
 def aggregate_loss(
-    per_token: torch.Tensor, mask: torch.Tensor, mode: LossAgg = "token-mean"
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    mode: LossAgg = "token-mean",
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduce a (B, T) per-token loss to a scalar.
 
     ``token-mean``: sum over valid tokens / number of valid tokens in the batch;
     ``seq-mean-token-mean``: mean over sequences of each sequence's token mean;
-    ``seq-mean-token-sum``: mean over sequences of each sequence's token sum.
-    Sequences without valid tokens are left out of the sequence means.
+    ``seq-mean-token-sum``: mean over sequences of each sequence's token sum;
+    ``group-mean``: ``sum_i weights[i] * token mean of sequence i`` with AT-GRPO Eq. 3's
+    ``weights`` (:func:`group_mean_weights`; not renormalised, so a caller can pass the weights
+    of a larger batch). Sequences without valid tokens are left out of the sequence means.
+
+    >>> per_token = torch.tensor([[2.0, 4.0], [1.0, 0.0]])
+    >>> mask = torch.tensor([[1, 1], [1, 0]])
+    >>> round(aggregate_loss(per_token, mask).item(), 4)  # (2 + 4 + 1) / 3
+    2.3333
+    >>> aggregate_loss(per_token, mask, "group-mean", torch.tensor([0.25, 0.5])).item()
+    1.25
     """
     m = mask.to(per_token.dtype)
     if mode == "token-mean":
         return masked_mean(per_token, m)
+    if mode == "group-mean":
+        if weights is None or weights.shape != per_token.shape[:1]:
+            raise ValueError("group-mean needs one weight per sequence (group_mean_weights)")
+        per_seq = (per_token * m).sum(-1) / m.sum(-1).clamp(min=1)
+        return (per_seq * weights.to(per_token.dtype)).sum()
     has = (m.sum(-1) > 0).to(per_token.dtype)
     if mode == "seq-mean-token-mean":
         per_seq = (per_token * m).sum(-1) / m.sum(-1).clamp(min=1)
@@ -90,12 +141,14 @@ def ppo_clip_loss(
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
     loss_agg: LossAgg = "token-mean",
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate loss (to minimise).
 
     ``ratio = exp(logprobs - old_logprobs)``; per token
     ``max(-A * ratio, -A * clip(ratio, 1 - clip_eps, 1 + clip_eps_high))``, reduced with
-    :func:`aggregate_loss` (token mean over the batch's valid tokens by default).
+    :func:`aggregate_loss` (token mean over the batch's valid tokens by default; ``weights``
+    are the per-sequence weights of ``"group-mean"``).
     ``advantages`` may be (B, T) or (B,) (one value per sequence, broadcast over its tokens).
 
     Returns ``(loss, stats)``; stats are detached scalars: ``clip_frac`` (share of valid tokens
@@ -112,7 +165,7 @@ def ppo_clip_loss(
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + eps_high)
     per_token = torch.maximum(unclipped, clipped)
-    loss = aggregate_loss(per_token, mask, loss_agg)
+    loss = aggregate_loss(per_token, mask, loss_agg, weights)
     with torch.no_grad():
         m = mask.to(ratio.dtype)
         stats = {

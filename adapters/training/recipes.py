@@ -45,6 +45,7 @@ __all__ = [
     "cpu_instance_options",
     "describe_recipes",
     "recipe_for",
+    "setting_values",
 ]
 
 Sourced = tuple[Any, str]
@@ -90,6 +91,11 @@ _CPU_AT_GRPO: dict[str, Sourced] = {
     **_CPU_COMMON,
     "lr": (1e-3, "CPU scale-down: a LoRA step large enough for a six-step run"),
     "ppo_minibatches": (4, "CPU scale-down: four optimizer steps per batch (PPO mini-batches)"),
+    "loss_agg": (
+        "token-mean",
+        "CPU scale-down: the token mean over informative samples, the step size the six-step "
+        "CPU runs were tuned with (Eq. 3's group mean on CUDA)",
+    ),
 }
 
 _AT_GRPO_VALUES: dict[str, Sourced] = {
@@ -114,7 +120,13 @@ _AT_GRPO_VALUES: dict[str, Sourced] = {
     "instances_per_step": (128, "AT-GRPO A.2.1: global batch size 128"),
     "ppo_minibatches": (2, "AT-GRPO A.2.1: PPO mini-batch 64 of a batch of 128"),
     "ppo_epochs": (1, "verl's default (paper silent)"),
+    "loss_agg": (
+        "group-mean",
+        "AT-GRPO Eq. 3: 1/K per sample within its group, groups averaged (token-mean: verl's "
+        "token mean, the authors' code)",
+    ),
     "max_new_tokens": (4096, "AT-GRPO A.2.1: maximum response length 4096"),
+    "max_prompt_tokens": (16384, "AT-GRPO A.2.1: maximum prompt length 16384 (symbolic tasks)"),
     "lora_rank": (0, "AT-GRPO A.2.1: full fine-tuning with Adam"),
     "per_role": (False, "AT-GRPO §5.1 (d): role-sharing policy; (e) is --per-role"),
     "chat_template_kwargs": ({"enable_thinking": False}, "AT-GRPO §5.1: Qwen3 no-thinking mode"),
@@ -165,6 +177,7 @@ RECIPES: dict[str, Recipe] = {
             "steps": (300, "MAE Table 3: training steps 300"),
             "instances_per_step": (128, "MAE Table 3: train batch size 128"),
             "max_new_tokens": (8192, "MAE Table 3: max response length 8192"),
+            "max_prompt_tokens": (8192, "MAE Table 3: max prompt length 8192"),
             "lora_rank": (0, "full fine-tuning (paper silent for RL)"),
             "per_role": (False, "MAE §4: one LLM backbone plays all three roles"),
         },
@@ -209,9 +222,14 @@ RECIPES: dict[str, Recipe] = {
             "steps": (200, "SAGE Table 4: training steps 200"),
             "instances_per_step": (128, "SAGE Table 4: batch size 128"),
             "max_new_tokens": (8192, "SAGE Table 4: maximum response length 8192"),
+            "max_prompt_tokens": (8192, "SAGE Table 4: maximum prompt length 8192"),
             "lora_rank": (128, "SAGE §5 and Table 4: LoRA rank 128"),
             "lora_alpha": (256.0, "SAGE Table 4: LoRA alpha 256"),
-            "lora_dropout": (0.95, "SAGE Table 4 prints 0.95 (pass --lora-dropout to change)"),
+            "lora_dropout": (
+                0.05,
+                "SAGE Table 4 prints 0.95, read as a typo for 0.05 (the usual LoRA dropout; "
+                "0.95 would zero 95% of the adapter's inputs); --lora-dropout 0.95 for the print",
+            ),
             "per_role": (False, "SAGE §4: four agents from one shared backbone"),
         },
         env_config={"num_samples": (4, "SAGE Alg. 1's N_s (value not given: paper silent)")},
@@ -238,10 +256,17 @@ RECIPES: dict[str, Recipe] = {
             "kl_reward_coef": (0.0, "CoMAS Table 2: weight of KL penalty 0.0"),
             "gamma": (1.0, "CoMAS Table 2: discount factor 1.0"),
             "ppo_epochs": (1, "CoMAS Table 2: training epochs 1"),
-            "ppo_minibatches": (1, "paper silent"),
+            "ppo_minibatches": (1, "unused: minibatch_size sets the optimizer steps"),
+            "minibatch_size": (
+                64,
+                "CoMAS Table 2: macro training batch size 64, samples per optimizer step (the "
+                "train_batch_size of OpenRLHF, which MARTI builds on): 64 questions x 4 reuses "
+                "give ~24 steps per agent and rollout",
+            ),
             "steps": (150, "paper silent"),
             "instances_per_step": (64, "CoMAS Table 2: macro rollout batch size 64"),
             "max_new_tokens": (4096, "CoMAS Table 2: token limit for responses 4096"),
+            "max_prompt_tokens": (28672, "CoMAS Table 2: token limit for prompts 28672"),
             "lora_rank": (0, "full fine-tuning with DeepSpeed (CoMAS Table 2)"),
             "per_role": (True, "CoMAS §3.1 and Table 2: l = 4 separately trained agents"),
         },
@@ -250,7 +275,11 @@ RECIPES: dict[str, Recipe] = {
             "num_evaluations": (1, "CoMAS §4.1.1: n = 1"),
             "history_rounds": (2, "CoMAS §4.1.1: kappa = 2"),
         },
-        cpu={**_CPU_COMMON, "candidates": (2, "CPU scale-down: 2 rollouts per question")},
+        cpu={
+            **_CPU_COMMON,
+            "candidates": (2, "CPU scale-down: 2 rollouts per question"),
+            "minibatch_size": (0, "CPU scale-down: one optimizer step per batch"),
+        },
         cpu_env_config={
             "num_agents": (2, "CPU scale-down: the paper's own l = 2 ablation (§4.1.1), m = 2l"),
         },
@@ -290,6 +319,7 @@ RECIPES: dict[str, Recipe] = {
             "steps": (150, "paper silent"),
             "instances_per_step": (128, "MarsRL §4: prompt batch size 128"),
             "max_new_tokens": (65536, "MarsRL §4: 64k response tokens (4 segments of 16k)"),
+            "max_prompt_tokens": (32768, "MarsRL §4: maximum input length 32k"),
             "lora_rank": (0, "full fine-tuning (MarsRL §4)"),
             "per_role": (False, "MarsRL §4: all agents share the same model and hyperparameters"),
         },
@@ -297,6 +327,31 @@ RECIPES: dict[str, Recipe] = {
         cpu={**_CPU_COMMON, "candidates": (4, "CPU scale-down: group size 4 (still keeps 2)")},
     ),
 }
+
+# Values a recipe sets per setting: (recipe, env id) -> field -> (value, source)
+SETTING_VALUES: dict[tuple[str, str], dict[str, Sourced]] = {
+    (recipe, env): {
+        "max_prompt_tokens": (8192, "AT-GRPO A.2.1: maximum prompt length 8192 (math and code)")
+    }
+    for recipe in ("at-grpo", "at-grpo-per-role")
+    for env in ("math", "code")
+}
+
+
+def setting_values(recipe: str, env_id: str) -> Mapping[str, Sourced]:
+    """The values ``recipe`` sets for one setting only (e.g. AT-GRPO's prompt cap for math).
+
+    >>> setting_values("at-grpo", "math")["max_prompt_tokens"][0]
+    8192
+    """
+    import envs
+
+    try:
+        canonical = envs.spec(env_id).id
+    except ValueError:
+        return {}
+    return SETTING_VALUES.get((recipe, canonical), {})
+
 
 # Engineering values no paper fixes: field -> (CPU value, CUDA value, source)
 DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
@@ -315,6 +370,9 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "kl_loss_type": ("k3", "k3", "suite default"),
     "eval_temperature": (0.0, 0.0, "suite default: greedy validation"),
     "ppo_minibatches": (1, 1, "suite default: one optimizer step per batch"),
+    "loss_agg": ("token-mean", "token-mean", "suite default: verl's token mean"),
+    "minibatch_size": (0, 0, "suite default: ppo_minibatches sets the optimizer steps"),
+    "max_prompt_tokens": (0, 0, "suite default: no prompt cap"),
     "entropy_coef": (0.0, 0.0, "suite default"),
     "role_sampling": ({}, {}, "suite default: the same sampling for every role"),
 }

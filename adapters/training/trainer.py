@@ -187,6 +187,9 @@ class Trainer(Run):
         reward_only = sum(1 for s in samples if not s.trainable)  # the env marked them
         frozen = sum(1 for s in samples if roles is not None and s.role not in roles)
         samples = [s for s in samples if roles is None or s.role in roles]
+        cap = cfg.max_prompt_tokens  # the recipe's maximum prompt length: skip, count
+        over = sum(1 for s in samples if cap and len(s.prompt_ids) > cap)
+        samples = [s for s in samples if not (cap and len(s.prompt_ids) > cap)]
         items, dropped = make_items(samples, lambda s: cfg.sampling_temperature(s.role))
         by_pid: dict[str, list[Any]] = defaultdict(list)
         for it in items:
@@ -209,6 +212,7 @@ class Trainer(Run):
             untrainable=dropped,
             reward_only=reward_only,
             frozen=frozen,
+            over_prompt_limit=over,
             kl=mean_kl_to_ref(items),
             per_policy_keys=len(pids) > 1 or bool(cfg.per_role or cfg.role_policies),
         )

@@ -7,8 +7,12 @@ over the rollout group key, AT-GRPO Eq. 1; ``reinforce++``: token returns with t
 whitening per role, one value per sample, MAE/SAGE Eq. 1; ``tr-reinforce++-token``: REINFORCE++
 returns whitened over each role's tokens). The update reads a :class:`UpdateConfig`.
 
-Loss (:func:`update_policy`): :func:`~adapters.training.losses.ppo_clip_loss` (token mean by
-default) plus an optional ``kl_loss_coef`` x :func:`~adapters.training.losses.kl_loss` against the
+Loss (:func:`update_policy`): :func:`~adapters.training.losses.ppo_clip_loss` aggregated by
+``loss_agg`` (token mean by default; the AT-GRPO recipe uses ``"group-mean"``, Eq. 3: each sample
+weighs ``1/K`` in its group and the groups of the policy's batch are averaged, weights taken
+before zero-advantage samples are skipped, so equal-reward groups still count in the mean; with
+``n`` mini-batches each optimizer step divides its sum by ``G / n``, an estimate of the whole
+batch's Eq. 3 per step; G counts each rank's groups, exact when ranks hold whole groups) plus an optional ``kl_loss_coef`` x :func:`~adapters.training.losses.kl_loss` against the
 reference, minus an optional ``entropy_coef`` x the token-mean entropy of the policy (MAE's
 entropy bonus). Each epoch makes ``ppo_minibatches`` optimizer steps (or steps of
 ``minibatch_size`` samples). Each policy gets only its own samples (``Sample.policy_id``, AT-GRPO Eq. 2) and steps
@@ -29,6 +33,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 from adapters.rollout import derive_seed
 from adapters.training.advantages import ESTIMATORS, _reference
 from adapters.training.batch import TrainItem
@@ -39,7 +45,14 @@ from adapters.training.logprobs import (
     completion_logprobs,
     completion_logprobs_and_entropy,
 )
-from adapters.training.losses import aggregate_loss, kl_loss, ppo_clip_loss, token_kl
+from adapters.training.losses import (
+    LossAgg,
+    aggregate_loss,
+    group_mean_weights,
+    kl_loss,
+    ppo_clip_loss,
+    token_kl,
+)
 from adapters.training.masking import length_mask, pad_rows
 
 __all__ = ["compute_advantages", "mean_kl_to_ref", "prepare_logprobs", "update_policy"]
@@ -88,6 +101,13 @@ def update_policy(
     kl_coef = cfg.kl_loss_coef
     ent_coef = cfg.entropy_coef
     use_kl = kl_coef > 0
+    loss_agg: LossAgg = cfg.loss_agg
+    group_mean = loss_agg == "group-mean"
+    # Eq. 3: weights 1/K_g over the whole batch, before zero-advantage samples are skipped
+    groups = [it.sample.group for it in items]
+    n_groups = len(set(groups))
+    eq3 = {id(it): w * n_groups for it, w in zip(items, group_mean_weights(groups))}
+    all_items = len(items)
     if cfg.skip_zero_advantage and not use_kl and ent_coef == 0:
         items = [it for it in items if it.advantages is not None and bool(it.advantages.any())]
     stats: dict[str, float] = defaultdict(float)
@@ -103,10 +123,20 @@ def update_policy(
     try:
         global_items = int(dp.total(len(items)))  # minibatches are cut from the global batch
         size = cfg.minibatch_size or math.ceil(global_items / cfg.ppo_minibatches)
+        # group-mean: each of the n mini-batch steps divides its sum of A/K_g terms by G / n,
+        # n and G counted before skipping, so skipped equal-reward groups still count
+        gm_scale = 1.0
+        if group_mean:
+            n_nominal = (
+                math.ceil(dp.total(all_items) / cfg.minibatch_size)
+                if cfg.minibatch_size
+                else cfg.ppo_minibatches
+            )
+            gm_scale = n_nominal / max(1.0, dp.total(n_groups))
         for epoch in range(cfg.ppo_epochs):
             rng = random.Random(derive_seed(cfg.seed, "minibatch", step, pm.pid, epoch))
             for mb in dp.minibatches(items, size, rng):
-                token_mean = cfg.loss_agg == "token-mean"
+                token_mean = loss_agg == "token-mean"
                 denom = dp.total(
                     sum(len(it.completion_ids) for it in mb) if token_mean else len(mb)
                 )
@@ -140,6 +170,7 @@ def update_policy(
                         )
                     old = pad_rows([it.old_logprobs for it in micro], width).to(dev)
                     adv = pad_rows([it.advantages for it in micro], width).to(dev)  # type: ignore[misc]
+                    wts = torch.tensor([eq3[id(it)] for it in micro], device=dev)
                     loss, st = ppo_clip_loss(
                         lp,
                         old,
@@ -147,9 +178,12 @@ def update_policy(
                         mask,
                         clip_eps=cfg.clip_eps,
                         clip_eps_high=cfg.clip_eps_high,
-                        loss_agg=cfg.loss_agg,
+                        loss_agg=loss_agg,
+                        weights=wts,
                     )
                     w = (float(mask.sum()) if token_mean else len(micro)) / denom
+                    if group_mean:  # Eq. 3's sum, not a mean: the KL and entropy keep shares w
+                        loss = loss * (gm_scale / w)
                     stats["pg_loss"] += float(loss.detach()) * w
                     if use_kl:
                         ref = pad_rows([_reference(it) for it in micro], width).to(dev)
@@ -157,7 +191,8 @@ def update_policy(
                         loss = loss + kl_coef * kl
                         stats["kl_loss"] += float(kl.detach()) * w
                     if entropy is not None:  # entropy bonus (MAE Table 3): maximise entropy
-                        ent = aggregate_loss(entropy, mask, cfg.loss_agg)
+                        agg: LossAgg = "seq-mean-token-mean" if group_mean else loss_agg
+                        ent = aggregate_loss(entropy, mask, agg)
                         loss = loss - ent_coef * ent
                         stats["entropy"] += float(ent.detach()) * w
                     (loss * (w * dp.grad_scale)).backward()

@@ -204,8 +204,9 @@ class TurnBasedEnv(AECEnv):
         provisional reward (usually 0) and the final one arrives here. ``parts`` is the complete
         final reward of that step, not an increment: ``rewards[agent]`` receives final minus
         the step's current reward (so cumulative rewards equal the final rewards), the parts go
-        to ``infos[agent]["reward_parts"]`` with ``"for_step"``, and to ``last_awards`` so
-        rollout engines can replace the reward of the sample of that step.
+        to ``infos[agent]["reward_parts"]`` with ``"for_step"``, and to ``last_awards`` (with
+        ``"delta"``, final minus provisional) so rollout engines can replace the reward of the
+        sample of that step and add only the difference to episode returns.
         """
         self._pending_awards.append((agent, parts, int(step)))
 
@@ -326,7 +327,10 @@ class TurnBasedEnv(AECEnv):
             self._step_rewards[for_step] = awarded.reward
             self.rewards[who] = self.rewards.get(who, 0.0) + awarded.reward - before
             record = {**awarded.to_dict(), "for_step": for_step}
-            self.last_awards.append({"agent": who, "step": for_step, "reward_parts": record})
+            delta = awarded.reward - before  # what the award adds to the agent's return
+            self.last_awards.append(
+                {"agent": who, "step": for_step, "reward_parts": record, "delta": delta}
+            )
         turn_of_step = self.turn
         next_agent = self._next_agent(agent)
         for a in self.agents:

@@ -7,12 +7,22 @@ parsed proposal and the history of earlier turns, and gives its final answer aft
 begins with ``####``. The planner's answer is applied to the state; the next turn starts from
 the new state. In ``mode="single"`` only the planner acts.
 
-Rewards follow Appendix A.1: ``r = lam * team + (1 - lam) * mask * local``. The team reward of a
-step is the setting's team reward of the state that step produces: for the planner the committed
-state, for the tool the state its proposal *would* produce if adopted (simulated on a copy; the
-tool never changes the state). This lets K tool candidates from one observation earn different
-rewards, which tree sampling needs. The mask is 1 whenever the components could be computed; it
-is 0 only when the sandbox itself failed (an infrastructure error, not the agent's fault).
+Rewards follow Appendix A.1: ``r = lam * team + (1 - lam) * mask * local``. ``r^team_k`` is one
+value per turn k (A.1.3-A.1.5: "at turn k"): the setting's team reward of the state after the
+turn, i.e. after the planner's answer is applied, and both agents of the turn receive it. The
+tool acts first and cannot know it, so (``tool_team="turn"``, the default) its step returns team
+0 (reason ``team``: pending) and its complete reward arrives by ``award()`` in the planner's step
+of the same turn, exactly as the math reasoner's team reward arrives with the tool's step
+(:mod:`envs.math`, A.1.1). ``award_lookahead() = 1`` tells the rollout engine to replay the
+planner's K completions of the kept branch on every unkept tool candidate
+(``RolloutEngine._award_siblings``); the tool never changes the state, so all K tool candidates
+of a turn get that turn's team value and differ by their local scores only. Hand case (Sokoban
+A.1.5, ``#@$ . #``): a tool printing ``[R,R]`` (which would solve it) followed by a planner
+answering ``#### []`` earns ``0.4 * 0 + 0.6 * 1.0 = 0.60``. ``tool_team="proposal"`` keeps the
+earlier reading: the tool's team term is that of the state its own proposal would produce
+(simulated on a copy), known at once, so K tool candidates can differ in team reward (1.00 in
+the hand case). The mask is 1 whenever the components could be computed; it is 0 only when the
+sandbox itself failed (an infrastructure error, not the agent's fault).
 
 A setting supplies the puzzle logic through these hooks:
 
@@ -29,6 +39,7 @@ A setting supplies the puzzle logic through these hooks:
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -51,6 +62,9 @@ class ToolPlannerConfig(EnvConfig):
         program, one line that prints the solution. Both are correct tool answers with the same
         reward; ``"answer"`` makes a demonstration a small model can imitate (the trainer's CPU
         recipe uses it). Rewards and prompts do not depend on it.
+    tool_team: the tool's team term: ``"turn"`` (default; A.1.3-A.1.5: the team value of the
+        state after the turn, paid by ``award()`` at the planner's step) or ``"proposal"`` (the
+        team value of the state the tool's own proposal would produce, known at its step).
     """
 
     tool_wall_s: float = 5.0
@@ -58,11 +72,14 @@ class ToolPlannerConfig(EnvConfig):
     tool_max_output_bytes: int = 65_536
     history_turns: int = 4
     oracle_tool: str = "search"
+    tool_team: str = "turn"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.oracle_tool not in ("search", "answer"):
             raise ValueError(f"oracle_tool must be 'search' or 'answer', got {self.oracle_tool!r}")
+        if self.tool_team not in ("turn", "proposal"):
+            raise ValueError(f"tool_team must be 'turn' or 'proposal', got {self.tool_team!r}")
 
 
 @dataclass
@@ -144,6 +161,8 @@ class ToolPlannerEnv(TurnBasedEnv):
         self.state = self._initial_state(instance)
         self.history: list[TurnRecord] = []
         self._current = TurnRecord(turn=0)
+        # the tool's step of the current turn, kept for its team award: (step, parts)
+        self._tool_step: tuple[int, RewardParts] | None = None
 
     def _noop_sim(self) -> Sim:
         return Sim(state=copy.deepcopy(self.state), ok=True, info={"noop": True})
@@ -203,9 +222,16 @@ class ToolPlannerEnv(TurnBasedEnv):
             reasons.setdefault("exec", sim.reason)
         comps = self._tool_components(sim if parsed.ok else None, ran_ok)
         comps["fmt"] = float(parsed.ok)
-        return RewardParts.build(
-            "tool", comps, self.config.rewards, team=self._team(sim), mask=mask, reasons=reasons
+        if self.config.tool_team == "proposal":
+            team = self._team(sim)
+        else:
+            team = 0.0
+            reasons["team"] = "pending: the team value of the state after the planner's answer"
+        parts = RewardParts.build(
+            "tool", comps, self.config.rewards, team=team, mask=mask, reasons=reasons
         )
+        self._tool_step = (self.num_steps, parts)
+        return parts
 
     def _act_planner(self, completion: str) -> RewardParts:
         rec = self._current
@@ -223,6 +249,7 @@ class ToolPlannerEnv(TurnBasedEnv):
         comps = self._planner_components(sim if parsed.ok else None)
         comps["fmt"] = float(parsed.ok)
         team = self._team(sim)
+        self._award_tool(team)
         self.state = sim.state
         rec.state_after = self._state_text()
         if self._is_solved(self.state):
@@ -231,6 +258,23 @@ class ToolPlannerEnv(TurnBasedEnv):
         self.history.append(rec)
         self._current = TurnRecord(turn=self.turn + 1)
         return RewardParts.build("planner", comps, self.config.rewards, team=team, reasons=reasons)
+
+    def award_lookahead(self) -> int:
+        """1 when the tool's team term arrives with the planner's step (``tool_team="turn"``
+        in multi mode), else 0."""
+        return 1 if self.config.mode == "multi" and self.config.tool_team == "turn" else 0
+
+    def _award_tool(self, team: float) -> None:
+        """A.1.3-A.1.5: the tool of this turn earns the turn's team value (the state after the
+        planner's answer). Its step returned team 0 with a pending reason; its complete reward
+        comes by ``award()`` now."""
+        pending, self._tool_step = self._tool_step, None
+        if self.config.tool_team != "turn" or pending is None:
+            return
+        step, parts = pending
+        reasons = {k: v for k, v in parts.reasons.items() if k != "team"}
+        reasons["team"] = "the team value of the state after this turn's planner answer (A.1)"
+        self.award("tool", dataclasses.replace(parts, team=team, reasons=reasons), step)
 
     def _format_proposal(self, value: Any) -> str:
         return clip_text(str(value), 1000)

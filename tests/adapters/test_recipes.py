@@ -40,6 +40,7 @@ PAPER_VALUES = [
     ("sage", "temperature", 0.6),  # SAGE Table 4
     ("sage", "lr", 3e-6),  # SAGE Table 4
     ("sage", "lora_rank", 128),  # SAGE Table 4
+    ("sage", "lora_dropout", 0.05),  # SAGE Table 4 prints 0.95: a typo (see the recipe note)
     ("comas", "algorithm", "reinforce++"),  # CoMAS §3.3
     ("comas", "kl_reward_coef", 0.0),  # CoMAS Table 2
     ("comas", "per_role", True),  # CoMAS Table 2: 4 trained agents
@@ -340,3 +341,54 @@ def test_math_reasoner_candidates_are_all_credited_under_tree_sampling():
     rewards = sorted(round(s.reward, 6) for s in reasoner)
     assert rewards == [0.0, 1.0, 1.0, 1.0], rewards
     assert sum(1 for s in reasoner if s.reward_parts.get("counterfactual")) == 2
+
+
+def test_sage_table_4_lora_dropout_reads_the_printed_095_as_005():
+    """SAGE Table 4 prints LoRA dropout 0.95; with it, 95% of the adapter's inputs would be
+    zeroed at every training forward (the update would see a twentieth of each activation,
+    scaled up 20x), which no LoRA recipe does. The recipe uses 0.05 and says why; the printed
+    value stays one flag away."""
+    cfg = TrainConfig(env="sage").resolved(cuda=True)
+    assert cfg.lora_dropout == 0.05
+    assert "0.95" in cfg.sources["lora_dropout"] and "typo" in cfg.sources["lora_dropout"]
+    assert TrainConfig(env="sage", lora_dropout=0.95).resolved(cuda=True).lora_dropout == 0.95
+
+
+PROMPT_CAPS = [
+    ("sokoban", 16384),  # AT-GRPO A.2.1: symbolic tasks
+    ("plan_path", 16384),
+    ("math", 8192),  # AT-GRPO A.2.1: mathematics and code
+    ("code", 8192),
+    ("mae", 8192),  # MAE Table 3
+    ("sage", 8192),  # SAGE Table 4
+    ("comas", 28672),  # CoMAS Table 2
+    ("marsrl", 32768),  # MarsRL §4: 32k input
+]
+
+
+@pytest.mark.parametrize(("env", "cap"), PROMPT_CAPS)
+def test_recipes_carry_the_papers_maximum_prompt_length(env, cap):
+    cfg = TrainConfig(env=env).resolved(cuda=True)
+    assert cfg.max_prompt_tokens == cap and cfg.sources["max_prompt_tokens"].startswith("recipe")
+
+
+def test_prompts_over_the_maximum_prompt_length_are_skipped_and_counted(tmp_path):
+    """A sample whose prompt exceeds max_prompt_tokens is left out of the update (verl's
+    filter_overlong_prompts skips such prompts too) and counted in samples_prompt_over_limit;
+    the others train as before."""
+    cfg = _tiny_cfg(tmp_path)
+    tr = Trainer(cfg, models=_char_models(), log=lambda s: None)
+    result = tr.rollout(1)
+    for s in result.samples:  # varied rewards so that every group has signal
+        s.reward = (sum(map(ord, s.completion)) % 5) / 5
+    lengths = sorted(len(s.prompt_ids) for s in result.samples)
+    cap = lengths[len(lengths) // 2]
+    over = sum(1 for n in lengths if n > cap)
+    assert 0 < over < len(lengths)
+    tr.cfg.max_prompt_tokens = cap
+    stats = tr.update(result.samples, 1)
+    assert stats["samples_prompt_over_limit"] == over
+    assert stats["samples_trained"] <= len(lengths) - over
+    tr.cfg.max_prompt_tokens = 0
+    assert tr.update(result.samples, 2)["samples_prompt_over_limit"] == 0
+    tr.close()

@@ -328,3 +328,44 @@ def test_jsonl_records_round_trip():
         back = Sample(**d)
         assert back == s
         assert back.reward_parts == s.reward_parts and "team" in back.reward_parts
+
+
+def test_at_grpo_a15_tool_candidates_share_the_turns_team_value_under_tree_sampling():
+    """AT-GRPO A.1.5 under tree sampling: the tool's team term is the turn's value (the state
+    after the planner's answer), which arrives with the planner's step on the kept branch only;
+    the engine's one-step award lookahead (the math setting's mechanism) replays the planner's
+    completions on the unkept tool candidates. Hand case ``#@$ . #``, K = 4 tool candidates
+    ([R,R] solves it, [R] half-way, [] idle, and prose), a planner that answers ``#### []``:
+    the turn's team value is 0 for all four, so the rewards are their local parts only,
+    0.6 * (0.1 + 0.3 + 0.6) = 0.60 for the three parsable lists and 0 for the prose (with the
+    earlier per-proposal reading [R,R] would earn 1.00)."""
+    tools = iter(
+        [
+            "```python\nprint('[R,R]')\n```",
+            "```python\nprint('[R]')\n```",
+            "```python\nprint('[]')\n```",
+            "no code",
+        ]
+    )
+
+    def policy(prompt: str) -> str:
+        if "You are the tool agent" in prompt:
+            return next(tools, "no code")
+        return "#### []"
+
+    level = {"map": ["#######", "#@$ . #", "#######"]}
+    engine = RolloutEngine(
+        "sokoban",
+        ScriptedPolicy(policy),
+        RolloutConfig(candidates=4, keep="best", keep_n=1, max_steps=2),
+    )
+    result = engine.run([EpisodeSpec("sokoban", seed=0, options={"instance": level})], seed=0)
+    engine.close()
+    tool = sorted((s for s in result.samples if s.role == "tool"), key=lambda s: s.candidate)
+    assert len(tool) == 4
+    assert [round(s.reward, 6) for s in tool] == [0.6, 0.6, 0.6, 0.0]
+    assert all(s.reward_parts["team"] == 0.0 for s in tool)
+    assert sum(1 for s in tool if s.reward_parts.get("counterfactual")) == 3
+    # the award replaces the tool's provisional reward in the episode's return (not added to it)
+    (episode,) = result.episodes
+    assert episode.returns["tool"] == pytest.approx(0.6)

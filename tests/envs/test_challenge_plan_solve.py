@@ -221,9 +221,11 @@ def test_gate_threshold_is_inclusive():
     assert log[3][1] == pytest.approx(0.2 * 4 / 9 + 0.0 + 0.2)
 
 
-@pytest.mark.parametrize(("text", "rf"), [("I would multiply.", 0.0), ("", 0.5)])
-def test_missing_plan(text, rf):
-    raw = _raw()
+@pytest.mark.parametrize(
+    ("text", "rf", "cfg"), [("I would multiply.", 0.0, {"untagged_plan": "zero"}), ("", 0.5, {})]
+)
+def test_missing_plan(text, rf, cfg):
+    raw = _raw(**cfg)
     raw.reset(options={"instance": REF})
     log = _drive(raw, ["", text])
     assert log[1][0] == "planner" and log[1][1] == pytest.approx(0.5 * 0 + 0.5 * rf)
@@ -439,3 +441,19 @@ def test_render():
     play(env, oracle_policy, options={"instance": REF})
     text = env.unwrapped.render()
     assert "s_q=0.889" in text and "s_gt=1.000" in text and "phase=done" in text
+
+
+def test_sage_eq_6_8_untagged_plan_is_scored_by_the_critic():
+    """SAGE Eqs. 6-8: the critic scores the plan, s_p = Norm(score); the <plan> tags only enter
+    r_f. A plan without tags that the critic scores 5: s_p = 4/9 = 0.444, r_p = 0.5 * 0.444 +
+    0.5 * 0 = 0.222, and it passes the gate (0.444 >= beta = 0.3), so the solver sees it (the
+    earlier reading gave s_p = 0 with no critic step: r_p = 0)."""
+    raw = _raw()
+    raw.reset(options={"instance": REF})
+    log = _drive(raw, ["", "1. Multiply 6 by 7.", "<score>5</score>", "<answer>42</answer>"])
+    assert [a for a, *_ in log] == ["challenger", "planner", "critic", "solver"]
+    assert log[1][2]["plan_untagged"] is True
+    planner = _award(log[2], "planner")["reward_parts"]
+    assert planner["components"] == pytest.approx({"plan": 4 / 9, "format": 0.0})
+    assert planner["reward"] == pytest.approx(0.2222, abs=1e-4)
+    assert log[2][2]["gate"] is True and "1. Multiply 6 by 7." in log[3][4]

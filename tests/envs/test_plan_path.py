@@ -19,8 +19,8 @@ def _parts(env, agent):
     return env.infos[agent]["reward_parts"]
 
 
-def _fresh(mode="multi"):
-    env = envs.make("plan_path", mode=mode)
+def _fresh(mode="multi", **config):
+    env = envs.make("plan_path", mode=mode, **config)
     env.reset(options={"instance": MAP})
     return env
 
@@ -41,7 +41,7 @@ def test_instance_generation_500_reachable():
 
 
 def test_tool_rewards_hand_computed():
-    env = _fresh()
+    env = _fresh(tool_team="proposal")  # the team term of the tool's own proposal
     # d0 = 5. Tool proposes R,R,R: legal, d 5 -> 2, team = 3/5; fmt, exec, shape all 1.
     env.step(tool_code("[R,R,R]"))
     p = _parts(env, "tool")
@@ -53,7 +53,7 @@ def test_tool_rewards_hand_computed():
 
 
 def test_tool_rewards_illegal_and_receding():
-    env = _fresh()
+    env = _fresh(tool_team="proposal")
     env.step(tool_code("[D,R]"))  # D fine (1,0); R into wall (1,1): stops; d 5 -> 4
     p = _parts(env, "tool")
     assert p["components"] == {"fmt": 1.0, "exec": 0.0, "shape": 1.0}
@@ -167,3 +167,19 @@ def test_rgb_render_shows_player_and_goal():
 
     colours = {tuple(c) for c in img.reshape(-1, 3)}
     assert COLORS["player"] in colours and COLORS["goal"] in colours and COLORS["wall"] in colours
+
+
+def test_a14_team_term_is_one_value_per_turn():
+    """A.1.4: the tool's team term is the turn's r^team_k = max(0, (d_{k-1} - d_k) / d0) of the
+    state after the planner's answer. d0 = 5; the tool proposes R,R,R (d 5 -> 2) but the planner
+    moves R only (d 5 -> 4): team 1/5 for both, tool 0.5 * 0.2 + 0.5 * 1.0 = 0.60 (0.80 from
+    its own proposal under tool_team="proposal")."""
+    env = _fresh()
+    env.step(tool_code("[R,R,R]"))
+    assert _parts(env, "tool")["team"] == 0.0
+    env.step("#### [R]")
+    (award,) = env.unwrapped.last_awards
+    assert award["agent"] == "tool"
+    assert award["reward_parts"]["team"] == pytest.approx(0.2)
+    assert award["reward_parts"]["reward"] == pytest.approx(0.60)
+    assert _parts(env, "planner")["team"] == pytest.approx(0.2)

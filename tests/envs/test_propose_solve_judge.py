@@ -84,9 +84,10 @@ def test_accepted_question_rewards_hand_computed():
             *JUDGEMENTS,
             "<answer>42</answer>",
             "<score>8</score>",
+            "<score>9</score>",  # the judge phase: a pair of the pair dataset
         ],
     )
-    roles = ["proposer", "judge"] + ["solver"] * 5 + ["judge"] * 5 + ["solver", "judge"]
+    roles = ["proposer", "judge"] + ["solver"] * 5 + ["judge"] * 5 + ["solver", "judge", "judge"]
     assert [a for a, *_ in log] == roles
     assert all(raw.terminations.values())
 
@@ -103,8 +104,8 @@ def test_accepted_question_rewards_hand_computed():
         assert "untrained" in info["reward_parts"]["reasons"]
         assert not [x for x in log[k][3] if x["agent"] == "solver"]
     assert [log[k][2]["format"] for k in range(2, 7)] == [bool(f) for f in FMT]
-    assert [log[k][2]["trainable"] for k in (0, 1, 12, 13)] == [True] * 4
-    assert [log[k][1] for k in (1, 13)] == [1.0, 1.0]  # the trained judge steps: format
+    assert [log[k][2]["trainable"] for k in (0, 1, 12, 13, 14)] == [True] * 3 + [False, True]
+    assert [log[k][1] for k in (1, 13, 14)] == [1.0, 0.0, 1.0]  # trained judge steps: format
     prop = [x for x in log[11][3] if x["agent"] == "proposer"]
     assert len(prop) == 1 and prop[0]["step"] == 0
     parts = prop[0]["reward_parts"]
@@ -154,12 +155,13 @@ def test_delayed_rewards_add_up_in_the_aec_loop():
         "<score>10</score>",
         "<answer>42</answer>",
         "<score>10</score>",
+        "<score>10</score>",
     ]
     totals = _totals(env, actions, {"instance": REF})
     q, s = 8.1 / 9, [3 / 9, 1.0]
     assert totals["proposer"] == pytest.approx((q + (1 - sum(s) / 2) + 1) / 3)
     assert totals["solver"] == pytest.approx(1.0)  # the solver phase only
-    assert totals["judge"] == pytest.approx(2.0)  # the question and the solver-phase answer
+    assert totals["judge"] == pytest.approx(2.0)  # the question and the pair of the judge phase
     env = envs.make("mae", pool=_pool(), num_answers=2, train_difficulty=True, solver_phase=False)
     totals = _totals(env, actions[:6], {"instance": REF})
     assert totals["solver"] == pytest.approx((0.5 * s[0] + 0.5) + (0.5 * s[1] + 0.0))
@@ -217,7 +219,7 @@ def test_filtered_question_drops_difficulty_and_goes_to_the_solver_phase():
     assert "filtered" in parts["reasons"]["difficulty"]
     assert log[1][1] == 1.0  # the judge's format
     assert raw.state.question == "Is 7 odd?"
-    log = _drive(raw, ["<answer>42</answer>", "<score>10</score>"])
+    log = _drive(raw, ["<answer>42</answer>", "<score>10</score>", "<score>10</score>"])
     assert all(raw.terminations.values()) and log[-1][1] == 1.0
     assert len(raw.pool) == n and log[-1][2]["pool_added"] is None
     raw = _raw(solver_phase=False)  # no solver phase: the episode ends at once
@@ -236,6 +238,7 @@ def test_filtered_question_solved_when_configured():
         "<score>10</score>",
         "<score>9</score>",
         "<answer>42</answer>",
+        "<score>9</score>",
         "<score>9</score>",
     ]
     totals = _totals(env, actions, {"instance": REF})
@@ -273,11 +276,11 @@ def test_missing_question_gives_zero_and_skips_to_the_solver_phase(text):
     parts = raw.infos["proposer"]["reward_parts"]
     assert parts["reward"] == 0.0 and parts["reasons"]["format"]
     assert raw.infos["proposer"]["question_ok"] is False and raw.agent_selection == "solver"
-    _drive(raw, ["<answer>42</answer>", "<score>10</score>"])
+    _drive(raw, ["<answer>42</answer>", "<score>10</score>", "<score>10</score>"])
     assert all(raw.terminations.values())
     while raw.agents:
         raw.step(None)
-    assert raw.num_steps == 3
+    assert raw.num_steps == 4
     raw = _raw(max_question_chars=50, solver_phase=False)
     raw.reset(options={"instance": REF})
     raw.step(text)
@@ -297,7 +300,7 @@ def test_schedule_and_prompts():
     script = ["<question>What is 2 ** 10?</question>", "<score>9</score>"]
     script += [f"<answer>{1000 + i}</answer>" for i in range(3)]
     script += ["<score>2</score>"] * 3
-    script += ["<answer>42</answer>", "<score>9</score>"]
+    script += ["<answer>42</answer>", "<score>9</score>", "<score>9</score>"]
     for k, text in enumerate(script):
         agent = raw.agent_selection
         prompt = raw.observe(agent)["prompt"]
@@ -307,11 +310,13 @@ def test_schedule_and_prompts():
             assert f"{1000 + k - 5}" in prompt and "<answer>" not in prompt
         if k >= 8:  # the solver phase: the pool question (here the reference)
             assert "What is 6 * 7?" in prompt and "2 ** 10" not in prompt
-        if k == 9:
+        if k in (9, 10):  # the solver's answer, then the only pair of the pair dataset
             assert "Answer:\n42" in prompt
         order.append(agent)
         raw.step(text)
-    assert order == ["proposer", "judge"] + ["solver"] * 3 + ["judge"] * 3 + ["solver", "judge"]
+    assert (
+        order == ["proposer", "judge"] + ["solver"] * 3 + ["judge"] * 3 + ["solver"] + ["judge"] * 2
+    )
     assert not raw.agents or all(raw.terminations.values())
 
     raw.reset(options={"instance": {**REF, "use_reference": False}})
@@ -365,7 +370,7 @@ def test_oracle_episode():
     # judge 9 -> quality 8/9; five correct answers judged 10 -> difficulty 0
     assert res["rewards"]["proposer"] == pytest.approx((8 / 9 + 0 + 1) / 3)
     assert res["rewards"]["solver"] == pytest.approx(1.0)  # the solver phase: judged 10
-    assert res["rewards"]["judge"] == pytest.approx(2.0) and res["steps"] == 14
+    assert res["rewards"]["judge"] == pytest.approx(2.0) and res["steps"] == 15
     assert env.unwrapped.pool.state_dict()["items"] == before["items"]  # re-emitted: duplicate
     raw = env.unwrapped
     raw.reset(options={"instance": REF})
@@ -398,12 +403,12 @@ def test_clone_shares_pool_and_questions_enter_at_episode_end():
     assert len(raw.pool) == n  # accepted but the episode is not over
     clone = raw.clone()
     assert clone.pool is raw.pool and clone.state is not raw.state
-    _drive(clone, ["<score>10</score>"])
+    _drive(clone, ["<score>10</score>", "<score>10</score>"])
     assert (
         len(raw.pool) == n + 1 and raw.agent_selection == "judge" and not raw.terminations["judge"]
     )
-    log = _drive(raw, ["<score>2</score>"])
-    assert log[0][2]["pool_added"] is False and len(raw.pool) == n + 1  # de-duplicated
+    log = _drive(raw, ["<score>2</score>", "<score>2</score>"])
+    assert log[-1][2]["pool_added"] is False and len(raw.pool) == n + 1  # de-duplicated
     raw2 = _raw(num_answers=1, add_to_pool=False)
     raw2.reset(options={"instance": REF})
     _drive(
@@ -414,6 +419,7 @@ def test_clone_shares_pool_and_questions_enter_at_episode_end():
             "<answer>1</answer>",
             "<score>5</score>",
             "<answer>42</answer>",
+            "<score>5</score>",
             "<score>5</score>",
         ],
     )
@@ -432,3 +438,78 @@ def test_render_and_code_oracle():
     assert res["rewards"]["solver"] == pytest.approx(1.0)
     text = env.unwrapped.render()
     assert "difficulty: 0.000" in text and "Write inc(x)." in text
+
+
+# ---------------------------------------------------------------- MAE 4.3 question rubric
+
+
+def test_mae_4_3_question_rubric_bands_and_filter():
+    """MAE 4.3: 1-3 unsolvable, 4-7 ambiguous, 8-10 clear and well-formed. A clear question
+    the judge scores 8 has quality 7/9 = 0.778 >= 0.7 and is accepted; the top of the ambiguous
+    band, 7, gives 6/9 = 0.667 and is filtered (the old 7-8 "clear, solvable" band filtered
+    some clear questions)."""
+    raw = _raw()
+    raw.reset(options={"instance": REF})
+    _drive(raw, ["<question>Is 7 odd?</question>"])
+    prompt = raw.observe("judge")["prompt"]
+    assert "1-3 if the question cannot be solved" in prompt
+    assert "4-7 if it is broadly reasonable but ambiguous" in prompt
+    assert "8-10 only if it is clear, well-formed" in prompt
+    assert "9-10" not in prompt and "7-8" not in prompt
+    for score, quality, accepted in ((8, 7 / 9, True), (7, 6 / 9, False)):
+        raw = _raw(num_answers=1)
+        raw.reset(options={"instance": REF})
+        log = _drive(raw, ["<question>Is 7 odd?</question>", f"<score>{score}</score>"])
+        assert raw.state.quality == pytest.approx(quality)
+        assert (raw.state.phase == "solve") is accepted
+        if not accepted:
+            assert "filtered" in log[1][3][0]["reward_parts"]["reasons"]["difficulty"]
+
+
+# ---------------------------------------------------------------- MAE 4.4 (3) judge phase
+
+
+def test_mae_4_4_judge_phase_samples_the_pair_dataset():
+    """MAE 4.4 (3): "The Judge samples from the pair dataset". The solver phase's pair joins the
+    pool's pair dataset; the judge's rating of the episode's own answer pays the solver (0.5 *
+    8/9 + 0.5 = 0.944) but is not a judge training sample; the judge then rates a pair drawn
+    from the dataset (this episode's or one an earlier episode stored) and that step is
+    trained (format 1). judge_data="episode" trains the rating of the episode's own pair."""
+    pool = _pool()
+    pool.add_pair("Earlier question?", "<answer>earlier answer</answer>")
+    raw = _raw(pool=pool)
+    raw.reset(options={"instance": {**REF, "solve": {"question": "Q?", "kind": "text"}}})
+    _drive(raw, ["no question"])
+    log = _drive(raw, ["<answer>mine</answer>", "<score>9</score>"])
+    assert log[1][2]["trainable"] is False and log[1][1] == 0.0
+    assert log[1][3][0]["reward_parts"]["reward"] == pytest.approx(0.5 * 8 / 9 + 0.5)
+    assert pool.pair_count() == 2 and raw.state.phase == "judge_pair"
+    prompt = raw.observe("judge")["prompt"]
+    pair = raw.state.pair  # drawn from the pairs of the task's split (both, when they share it)
+    assert pair["question"] in prompt and pair["question"] in ("Q?", "Earlier question?")
+    log = _drive(raw, ["<score>4</score>"])
+    assert log[0][2]["trainable"] is True and log[0][1] == 1.0
+    assert all(raw.terminations.values())
+    old = _raw(pool=_pool(), judge_data="episode")
+    old.reset(options={"instance": REF})
+    log = _drive(old, ["no question", "<answer>42</answer>", "<score>9</score>"])
+    assert log[-1][2]["trainable"] is True and all(old.terminations.values())
+    assert old.pool.pair_count() == 0
+    with pytest.raises(ValueError, match="judge_data"):
+        MaeConfig(judge_data="mine")
+
+
+def test_pair_dataset_is_deduplicated_split_aware_and_checkpointed():
+    pool = _pool()
+    assert pool.add_pair("What is 2 + 2?", "4") and not pool.add_pair("What is 2 + 2?", "4")
+    pool.add_pair("What is 2 + 2?", "5", PoolItem("What is 2 + 2?", kind="math", answer="4"))
+    split = PoolItem("What is 2 + 2?").split
+    assert pool.pair_count() == pool.pair_count(split) == 2
+    other = next(s for s in ("train", "val", "test") if s != split)
+    assert pool.sample_pair(np.random.default_rng(0), other) is None
+    back = QuestionPool()
+    back.load_state_dict(copy.deepcopy(pool.state_dict()))
+    assert back.pair_count() == 2
+    got = back.sample_pair(np.random.default_rng(1), split)
+    assert got is not None and got["question"] == "What is 2 + 2?"
+    assert {p["answer"] for p in back.state_dict()["pairs"]} == {"4", "5"}

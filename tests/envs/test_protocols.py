@@ -74,7 +74,8 @@ def test_comas_default_runs_m_rounds(agents, rounds):
 
 def test_mae_default_runs_both_phases():
     """MAE 4.4: proposer phase (question, its rating, N = 5 difficulty answers and their
-    ratings) and solver phase (an answer to a pool question and its rating): 14 steps."""
+    ratings), solver phase (an answer to a pool question and its rating) and judge phase (a
+    rating of a pair drawn from the pair dataset): 15 steps."""
 
     def policy(raw, agent):
         return {
@@ -84,7 +85,11 @@ def test_mae_default_runs_both_phases():
 
     env = envs.make("mae", pool=_toy_pool())
     order, ended = _run(env, policy, options={"instance": {**MATH_REF, "use_reference": True}})
-    assert order == ["proposer", "judge"] + ["solver"] * 5 + ["judge"] * 5 + ["solver", "judge"]
+    assert order == ["proposer", "judge"] + ["solver"] * 5 + ["judge"] * 5 + [
+        "solver",
+        "judge",
+        "judge",
+    ]
     assert ended == "terminated"
 
 

@@ -243,7 +243,7 @@ def test_team_reward_is_box_ratio():
 
 
 def test_tool_rewards_hand_computed():
-    env = _env(L1)
+    env = _env(L1, tool_team="proposal")  # the team term of the tool's own proposal
     env.step(tool_code("[R]"))  # psi -2 -> -1; simulated team 0
     p = _parts(env, "tool")
     assert p["components"] == {"fmt": 1.0, "exec": 1.0, "pot": 1.0}
@@ -271,8 +271,8 @@ def test_tool_potential_decrease_and_collisions():
     assert p["reward"] == pytest.approx(0.6 * 0.7)
     assert "wall" in p["reasons"]["exec"]
     env.step("")
-    env.step(tool_code("[]"))  # an empty list does not advance: exec 0
-    assert _parts(env, "tool")["components"] == {"fmt": 1.0, "exec": 0.0, "pot": 1.0}
+    env.step(tool_code("[]"))  # an empty list collides with nothing: exec 1 (A.1.5)
+    assert _parts(env, "tool")["components"] == {"fmt": 1.0, "exec": 1.0, "pot": 1.0}
     env.step("")
     env = _env(L3)
     env.step(tool_code("[R]"))  # box into box
@@ -424,3 +424,52 @@ def test_boxes_may_start_on_goals_when_allowed():
         Board.from_xsb(raw.sample_instance("train", s).map).boxes_on_goals for s in range(40)
     ]
     assert max(on_goals) > 0 and all(k < 3 for k in on_goals)
+
+
+def test_a15_tool_exec_is_no_illegal_push_no_collision():
+    """A.1.5: s_exec = 1{no illegal push; no wall/box collision}; nothing asks the list to be
+    non-empty. Hand case ``#@$ . #``: a tool printing ``[]`` earns fmt 1, exec 1, pot 1 (psi
+    unchanged), local 1.0; the planner then answers ``[]`` too, the state stays unsolved, team
+    0: 0.4 * 0 + 0.6 * 1.0 = 0.60 (0.6 * 0.7 = 0.42 when exec required a non-empty list)."""
+    env = _env(["#######", "#@$ . #", "#######"])
+    env.step(tool_code("[]"))
+    env.step("#### []")
+    p = _parts(env, "tool")
+    assert p["components"] == {"fmt": 1.0, "exec": 1.0, "pot": 1.0}
+    assert p["team"] == 0.0 and p["reward"] == pytest.approx(0.60)
+
+
+HAND = ["#######", "#@$ . #", "#######"]  # the issue's hand case: [R,R] solves it
+
+
+def test_a15_team_term_is_one_value_per_turn():
+    """A.1.5: r^team_k is one value per turn k, the state after the turn (after the planner's
+    answer). The tool prints [R,R] (it would solve the level) and the planner answers [] : the
+    tool's step returns team 0 (pending), the planner's step awards it the turn's team 0, so
+    0.4 * 0 + 0.6 * (0.1 + 0.3 + 0.6) = 0.60. With tool_team="proposal" (the earlier reading)
+    it earned 0.4 * 1 + 0.6 * 1.0 = 1.00."""
+    env = _env(HAND)
+    assert env.unwrapped.award_lookahead() == 1
+    env.step(tool_code("[R,R]"))
+    p = _parts(env, "tool")
+    assert p["team"] == 0.0 and "pending" in p["reasons"]["team"]
+    assert p["reward"] == pytest.approx(0.60)
+    env.step("#### []")
+    (award,) = env.unwrapped.last_awards
+    assert award["agent"] == "tool" and award["step"] == 0
+    assert award["reward_parts"]["team"] == 0.0
+    assert award["reward_parts"]["reward"] == pytest.approx(0.60)
+    assert _parts(env, "tool")["for_step"] == 0
+    assert env.unwrapped._cumulative_rewards["tool"] == pytest.approx(0.60)
+    old = _env(HAND, tool_team="proposal")
+    assert old.unwrapped.award_lookahead() == 0
+    old.step(tool_code("[R,R]"))
+    assert _parts(old, "tool")["reward"] == pytest.approx(1.00)
+    # the planner solves it after an idle tool: both agents of the turn get team 1
+    env = _env(HAND)
+    env.step(tool_code("[]"))
+    env.step("#### [R,R]")
+    assert env.unwrapped.last_awards[0]["reward_parts"]["reward"] == pytest.approx(1.0)
+    assert _parts(env, "planner")["team"] == 1.0
+    with pytest.raises(ValueError, match="tool_team"):
+        envs.make("sokoban", tool_team="mine")

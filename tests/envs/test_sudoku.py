@@ -276,7 +276,7 @@ def test_planner_format_failures_score_zero(completion):
 
 # ---------------------------------------------------------------------- tool rewards
 def test_tool_prints_solution():
-    env = _fresh()
+    env = _fresh(tool_team="proposal")  # the team term of the tool's own proposal
     env.step(tool_code(SOLUTION))
     p = _parts(env, "tool")
     assert p["components"] == {"fmt": 1.0, "exec": 1.0, "san": 1.0}
@@ -356,7 +356,7 @@ def test_tool_mask_zero_when_the_sandbox_fails():
 
 
 def test_oracle_tool_recovers_from_wrong_fills():
-    env = _fresh()
+    env = _fresh(tool_team="proposal")
     env.step("")
     env.step("#### [[1,1,4],[1,2,2]]")  # consistent but wrong: the grid has no solution now
     env.step(env.unwrapped.oracle("tool"))
@@ -511,3 +511,20 @@ def test_a13_san_no_op_proposal_satisfies_all_applied_edits(printed, default, st
     assert _parts(env, "tool")["components"]["san"] == strict
     if printed is PUZZLE:
         assert _parts(env, "tool")["reward"] == pytest.approx(0.12)
+
+
+def test_a13_team_term_is_one_value_per_turn():
+    """A.1.3: r^team_k = 1{k = T, Solved(h_k)} for the state after the turn. The tool prints the
+    solution (fmt, exec, san all 1) but the planner's answer does not parse, the grid stays
+    unsolved: team 0 for the turn, tool 0.6 * 0 + 0.4 * 1.0 = 0.40 (1.00 under
+    tool_team="proposal"). Adopting it solves the grid: team 1, tool 1.00."""
+    env = _fresh()
+    env.step(tool_code(SOLUTION))
+    env.step("I agree")
+    (award,) = env.unwrapped.last_awards
+    assert award["reward_parts"]["team"] == 0.0
+    assert award["reward_parts"]["reward"] == pytest.approx(0.40)
+    env = _fresh()
+    env.step(tool_code(SOLUTION))
+    env.step("#### " + json.dumps(SOLUTION))
+    assert env.unwrapped.last_awards[0]["reward_parts"]["reward"] == pytest.approx(1.0)

@@ -84,6 +84,7 @@ def step_stats(
     frozen: int,
     kl: float | None,
     per_policy_keys: bool,
+    over_prompt_limit: int = 0,
 ) -> dict[str, float]:
     """The step's update statistics from each policy's (already reduced across ranks, see
     :func:`reduce_update_stats`): losses averaged over the policies that made an optimizer step
@@ -101,6 +102,7 @@ def step_stats(
         "samples_untrainable": float(untrainable),  # no token ids / log-probs
         "samples_reward_only": float(reward_only),  # the env marked them (trainable)
         "samples_frozen_roles": float(frozen),  # roles outside train_roles
+        "samples_prompt_over_limit": float(over_prompt_limit),  # prompt > max_prompt_tokens
     }
     totals: dict[str, float] = defaultdict(float)
     trained = 0
@@ -125,9 +127,9 @@ def step_stats(
     out["zero_adv_frac"] = 1.0 - nonzero / len(items) if items else 1.0
     if ctx.enabled:
         out.update(reduce_batch_stats(ctx, items, untrainable, nonzero, kl))
-        out["samples_reward_only"], out["samples_frozen_roles"] = ctx.all_sum(
-            [out["samples_reward_only"], out["samples_frozen_roles"]]
-        )
+        keys = ("samples_reward_only", "samples_frozen_roles", "samples_prompt_over_limit")
+        for key, value in zip(keys, ctx.all_sum([out[k] for k in keys])):
+            out[key] = value
     return out
 
 
