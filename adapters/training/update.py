@@ -12,9 +12,9 @@ Loss (:func:`update_policy`): :func:`~adapters.training.losses.ppo_clip_loss` ag
 weighs ``1/K`` in its group and the groups of the policy's batch are averaged, weights taken
 before zero-advantage samples are skipped, so equal-reward groups still count in the mean; with
 ``n`` mini-batches each optimizer step divides its sum by ``G / n``, an estimate of the whole
-batch's Eq. 3 per step; G counts each rank's groups, exact when ranks hold whole groups) plus an optional ``kl_loss_coef`` x :func:`~adapters.training.losses.kl_loss` against the
-reference, minus an optional ``entropy_coef`` x the token-mean entropy of the policy (MAE's
-entropy bonus). Each epoch makes ``ppo_minibatches`` optimizer steps (or steps of
+batch's Eq. 3 per step; G counts each rank's groups, exact when ranks hold whole groups) plus
+an optional ``kl_loss_coef`` x :func:`~adapters.training.losses.kl_loss` against the reference,
+minus an optional ``entropy_coef`` x the token-mean entropy of the policy (MAE's entropy bonus). Each epoch makes ``ppo_minibatches`` optimizer steps (or steps of
 ``minibatch_size`` samples). Each policy gets only its own samples (``Sample.policy_id``, AT-GRPO Eq. 2) and steps
 only its own optimizer; minibatches and micro-batches come from :mod:`adapters.training.batch`,
 log-probs from :mod:`adapters.training.logprobs`.
@@ -22,7 +22,8 @@ log-probs from :mod:`adapters.training.logprobs`.
 Samples whose advantages are all zero (e.g. a group whose K rewards are equal) carry no policy
 gradient; with ``skip_zero_advantage`` (default) and no KL loss they are left out of the update,
 so the token mean runs over the informative samples only (like DAPO's filtering of
-zero-variance groups).
+zero-variance groups); Eq. 3's group mean is unchanged by the skip (its weights and counts are
+taken first).
 """
 
 from __future__ import annotations
