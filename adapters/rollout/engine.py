@@ -209,13 +209,25 @@ class RolloutEngine:
             self._on_episode = None
 
     def _run(self, specs: Sequence[EpisodeSpec], seed: int, instance_offset: int) -> RolloutResult:
-        cfg = self.config
         rng = random.Random(seed)
-        parallel = cfg.sampling == "parallel"
-        copies = cfg.candidates if parallel else 1
-        root_specs = [s for s in specs for _ in range(copies)]
-        views = self.pool.reset(root_specs)
-        live = [
+        live = self._roots(specs, instance_offset)
+        samples: list[Sample] = []
+        episodes: list[Episode] = []
+        wave = 0
+        sibling_rng = random.Random(seed * 31 + 7)  # keeps the main keep-rule stream unchanged
+        live = self._retire_done(live, episodes)
+        while live:
+            live = self._wave(live, seed, wave, rng, sibling_rng, samples, episodes)
+            wave += 1
+        episodes.sort(key=lambda e: (e.instance, e.branch))
+        return RolloutResult(samples=samples, episodes=episodes)
+
+    def _roots(self, specs: Sequence[EpisodeSpec], instance_offset: int) -> list[_Branch]:
+        """Reset one root branch per spec (K per spec in parallel sampling)."""
+        parallel = self.config.sampling == "parallel"
+        copies = self.config.candidates if parallel else 1
+        views = self.pool.reset([s for s in specs for _ in range(copies)])
+        return [
             _Branch(
                 view=v,
                 instance=instance_offset + i // copies,
@@ -223,68 +235,86 @@ class RolloutEngine:
             )
             for i, v in enumerate(views)
         ]
-        samples: list[Sample] = []
-        episodes: list[Episode] = []
-        wave = 0
-        sibling_rng = random.Random(seed * 31 + 7)  # keeps the main keep-rule stream unchanged
-        live = self._retire_done(live, episodes)
-        while live:
-            n = 1 if parallel else cfg.candidates
-            completions = self._generate(live, n, seed=seed * 7919 + wave)
-            requests = [
-                (b.view.branch_id, [c.text for c in comps]) for b, comps in zip(live, completions)
+
+    def _wave(
+        self,
+        live: list[_Branch],
+        seed: int,
+        wave: int,
+        rng: random.Random,
+        sibling_rng: random.Random,
+        samples: list[Sample],
+        episodes: list[Episode],
+    ) -> list[_Branch]:
+        """One agent step of every live branch: generate, step the clones, keep. Appends the
+        step's samples and the episodes that ended; returns the branches that go on."""
+        n = 1 if self.config.sampling == "parallel" else self.config.candidates
+        completions = self._generate(live, n, seed=seed * 7919 + wave)
+        return self._advance(live, completions, seed, wave, rng, sibling_rng, samples, episodes)
+
+    def _advance(
+        self,
+        live: list[_Branch],
+        completions: list[list[Completion]],
+        seed: int,
+        wave: int,
+        rng: random.Random,
+        sibling_rng: random.Random,
+        samples: list[Sample],
+        episodes: list[Episode],
+    ) -> list[_Branch]:
+        """Step every live branch's clones with its completions and apply the keep rule
+        (the second half of :meth:`_wave`; the agent pipeline calls it on its own schedule)."""
+        cfg = self.config
+        parallel = cfg.sampling == "parallel"
+        requests = [
+            (b.view.branch_id, [c.text for c in comps]) for b, comps in zip(live, completions)
+        ]
+        # one-step award lookahead: the previous step's unkept candidates play this step's
+        # K completions too (see _award_siblings)
+        sib = [(i, idx, bid) for i, b in enumerate(live) for idx, bid in b.siblings]
+        requests += [(bid, requests[i][1]) for i, _, bid in sib]
+        expanded = self.pool.expand(requests)
+        outcomes = expanded[: len(live)]
+        self._award_siblings(live, sib, expanded[len(live) :], samples, sibling_rng)
+        next_live: list[_Branch] = []
+        per_instance: dict[int, int] = defaultdict(int)
+        keeps, leaf_of = self._keep(live, outcomes, parallel, rng, seed, wave)
+        for i, (b, comps, outs) in enumerate(zip(live, completions, outcomes)):
+            keep = keeps[i]
+            group = self._group_key(b, parallel)
+            first = len(samples)
+            for c, (comp, out) in enumerate(zip(comps, outs)):
+                samples.append(self._sample(b, group, c, c in keep, comp, out))
+            self._apply_awards(b, [outs[c] for c in keep], samples)
+            waiting = [
+                (first + c, outs[c].branch.branch_id)
+                for c in range(len(outs))
+                if c not in keep and self._lookahead and not outs[c].branch.done
             ]
-            # one-step award lookahead: the previous step's unkept candidates play this step's
-            # K completions too (see _award_siblings)
-            sib = [(i, idx, bid) for i, b in enumerate(live) for idx, bid in b.siblings]
-            requests += [(bid, requests[i][1]) for i, _, bid in sib]
-            expanded = self.pool.expand(requests)
-            outcomes = expanded[: len(live)]
-            self._award_siblings(live, sib, expanded[len(live) :], samples, sibling_rng)
-            next_live: list[_Branch] = []
-            per_instance: dict[int, int] = defaultdict(int)
-            keeps, leaf_of = self._keep(live, outcomes, parallel, rng, seed, wave)
-            for i, (b, comps, outs) in enumerate(zip(live, completions, outcomes)):
-                keep = keeps[i]
-                group = self._group_key(b, parallel)
-                first = len(samples)
-                for c, (comp, out) in enumerate(zip(comps, outs)):
-                    samples.append(self._sample(b, group, c, c in keep, comp, out))
-                self._apply_awards(b, [outs[c] for c in keep], samples)
-                waiting = [
-                    (first + c, outs[c].branch.branch_id)
-                    for c in range(len(outs))
-                    if c not in keep and self._lookahead and not outs[c].branch.done
-                ]
-                released = [
-                    outs[c].branch.branch_id
-                    for c in range(len(outs))
-                    if c not in keep and (first + c, outs[c].branch.branch_id) not in waiting
-                ]
-                for c in keep:
-                    out = outs[c]
-                    if (
-                        per_instance[b.instance] >= cfg.max_branches
-                        or out.branch.step >= cfg.max_steps
-                    ):
-                        released.append(out.branch.branch_id)
-                        if out.branch.step >= cfg.max_steps:
-                            episodes.append(self._episode(self._child(b, c, out, parallel)))
-                        continue
-                    per_instance[b.instance] += 1
-                    child = self._child(b, c, out, parallel)
-                    child.sample_at_step[b.view.step] = first + c
-                    child.siblings, waiting = waiting, []
-                    next_live.append(child)
-                released += [bid for _, bid in waiting]  # no child waits for them
-                if i in leaf_of:  # nothing of its pool goes on: the best candidate is the leaf
-                    best = leaf_of[i]
-                    episodes.append(self._episode(self._child(b, best, outs[best], parallel)))
-                self.pool.release([*released, b.view.branch_id])
-            live = self._retire_done(next_live, episodes)
-            wave += 1
-        episodes.sort(key=lambda e: (e.instance, e.branch))
-        return RolloutResult(samples=samples, episodes=episodes)
+            released = [
+                outs[c].branch.branch_id
+                for c in range(len(outs))
+                if c not in keep and (first + c, outs[c].branch.branch_id) not in waiting
+            ]
+            for c in keep:
+                out = outs[c]
+                if per_instance[b.instance] >= cfg.max_branches or out.branch.step >= cfg.max_steps:
+                    released.append(out.branch.branch_id)
+                    if out.branch.step >= cfg.max_steps:
+                        episodes.append(self._episode(self._child(b, c, out, parallel)))
+                    continue
+                per_instance[b.instance] += 1
+                child = self._child(b, c, out, parallel)
+                child.sample_at_step[b.view.step] = first + c
+                child.siblings, waiting = waiting, []
+                next_live.append(child)
+            released += [bid for _, bid in waiting]  # no child waits for them
+            if i in leaf_of:  # nothing of its pool goes on: the best candidate is the leaf
+                best = leaf_of[i]
+                episodes.append(self._episode(self._child(b, best, outs[best], parallel)))
+            self.pool.release([*released, b.view.branch_id])
+        return self._retire_done(next_live, episodes)
 
     def _keep(
         self,
