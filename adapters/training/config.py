@@ -52,6 +52,8 @@ AUTO_FIELDS = (
     "kl_loss_type",
     "kl_reward_coef",
     "entropy_coef",
+    "mpt_mask_tau",
+    "mpt_target_entropy",
     "gamma",
     "temperature",
     "top_p",
@@ -132,6 +134,8 @@ class TrainConfig:
     kl_loss_type: Literal["k1", "k2", "k3"] | None = None
     kl_reward_coef: float | None = None  # REINFORCE++ token-level KL penalty beta (CoMAS Eq. 9)
     entropy_coef: float | None = None  # entropy bonus weight (MAE Table 3: 0.001)
+    mpt_mask_tau: float | None = None  # mask mastered positive tokens (UloRL Eq. 10); 0 = off
+    mpt_target_entropy: float | None = None  # ... only while the entropy is below this
     gamma: float | None = None
     skip_zero_advantage: bool = True
     share_prompt_forward: bool = True
@@ -261,10 +265,13 @@ class TrainConfig:
             "kl_loss_coef",
             "kl_reward_coef",
             "entropy_coef",
+            "mpt_target_entropy",
             "weight_decay",
         ):
             if (getattr(self, name) or 0.0) < 0:
                 raise ConfigError(f"{name} must be >= 0")
+        if self.mpt_mask_tau is not None and not 0 <= self.mpt_mask_tau <= 1:
+            raise ConfigError("mpt_mask_tau must lie in [0, 1] (0 = off)")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ConfigError("top_p must lie in (0, 1]")
         if self.lora_dropout is not None and not 0 <= self.lora_dropout < 1:

@@ -67,6 +67,8 @@ _HELP = {
     "train_roles": "roles whose samples are trained, e.g. solver,judge (default: all)",
     "role_sampling": 'per-role sampling as JSON, e.g. \'{"critic": {"temperature": 0.1}}\'',
     "entropy_coef": "entropy bonus weight (MAE: 0.001)",
+    "mpt_mask_tau": "drop positive samples' tokens with probability >= tau from the policy "
+    "gradient while the entropy is below --mpt-target-entropy (UloRL Eq. 10); 0 = off",
     "keep_scope": "tree sampling: keep per branch, or per instance across branches (MarsRL)",
     "ppo_minibatches": "optimizer steps per PPO epoch (the batch split evenly)",
     "per_role_models": "per-role policies as LoRA adapters on one base, or separate models",

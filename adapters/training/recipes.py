@@ -273,6 +273,12 @@ RECIPES: dict[str, Recipe] = {
             "weight_decay": (0.01, "AdamW (MarsRL §4), weight decay not stated"),
             "max_grad_norm": (1.0, "paper silent"),
             "entropy_coef": (0.0, "paper silent"),
+            "mpt_mask_tau": (
+                0.99,
+                "MarsRL §2.3 masks well-mastered positive tokens as UloRL does: UloRL "
+                "hyperparameter settings, tau = 0.99",
+            ),
+            "mpt_target_entropy": (0.2, "UloRL hyperparameter settings: target entropy 0.2"),
             "kl_loss_coef": (0.001, "MarsRL Eq. 2 keeps a KL term; beta not stated: verl's 0.001"),
             "kl_loss_type": ("k3", "verl's low_var_kl for the KL loss (paper silent)"),
             "kl_reward_coef": (0.0, "MarsRL Eq. 2: KL in the loss, not the reward"),
@@ -335,6 +341,8 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "eval_temperature": (0.0, 0.0, "suite default: greedy validation"),
     "ppo_minibatches": (1, 1, "suite default: one optimizer step per batch"),
     "entropy_coef": (0.0, 0.0, "suite default"),
+    "mpt_mask_tau": (0.0, 0.0, "suite default: no masking of well-mastered tokens"),
+    "mpt_target_entropy": (0.2, 0.2, "suite default (UloRL's sigma; used when masking is on)"),
     "role_sampling": ({}, {}, "suite default: the same sampling for every role"),
 }
 

@@ -369,6 +369,7 @@ class Trainer:
                     "clip_frac",
                     "approx_kl",
                     "grad_norm",
+                    "mpt_masked_frac",
                 ):
                     if k in st:
                         totals[k] += st[k]
@@ -376,7 +377,7 @@ class Trainer:
                 out[k] = out.get(k, 0.0) + st.get(k, 0.0)
         for k in ("loss", "pg_loss", "clip_frac", "approx_kl", "grad_norm"):
             out[k] = totals.get(k, 0.0) / max(trained, 1)  # 0 when nothing was trained
-        for k in ("kl_loss", "entropy"):
+        for k in ("kl_loss", "entropy", "mpt_masked_frac"):
             if k in totals:
                 out[k] = totals[k] / max(trained, 1)
         kl = mean_kl_to_ref(items)

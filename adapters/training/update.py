@@ -19,7 +19,9 @@ estimators of :mod:`adapters.training.advantages`:
 Loss (:func:`update_policy`): :func:`~adapters.training.losses.ppo_clip_loss` (token mean by
 default) plus an optional ``kl_loss_coef`` x :func:`~adapters.training.losses.kl_loss` against the
 reference, minus an optional ``entropy_coef`` x the token-mean entropy of the policy (MAE's
-entropy bonus). Each epoch makes ``ppo_minibatches`` optimizer steps (or steps of
+entropy bonus). With ``mpt_mask_tau > 0`` the well-mastered tokens of positive samples leave the
+policy-gradient term while the entropy is below ``mpt_target_entropy`` (MarsRL 2.3, UloRL
+Eq. 10; :func:`~adapters.training.masking.without_mastered_positives`). Each epoch makes ``ppo_minibatches`` optimizer steps (or steps of
 ``minibatch_size`` samples). Each policy gets only its own samples (``Sample.policy_id``, AT-GRPO Eq. 2) and steps
 only its own optimizer; minibatches and micro-batches come from :mod:`adapters.training.batch`,
 log-probs from :mod:`adapters.training.logprobs`.
@@ -51,7 +53,7 @@ from adapters.training.config import TrainConfig
 from adapters.training.distributed import SINGLE, DataParallel
 from adapters.training.logprobs import completion_logprobs, completion_logprobs_and_entropy
 from adapters.training.losses import aggregate_loss, kl_loss, ppo_clip_loss, token_kl
-from adapters.training.masking import length_mask, pad_rows
+from adapters.training.masking import length_mask, pad_rows, without_mastered_positives
 
 __all__ = ["compute_advantages", "mean_kl_to_ref", "update_policy"]
 
@@ -124,6 +126,8 @@ def update_policy(
     dp = dp or SINGLE
     kl_coef = cfg.kl_loss_coef or 0.0
     ent_coef = cfg.entropy_coef or 0.0
+    mpt_tau = cfg.mpt_mask_tau or 0.0  # 0: no masking of well-mastered positive tokens
+    mpt_target = 0.2 if cfg.mpt_target_entropy is None else cfg.mpt_target_entropy
     use_kl = kl_coef > 0
     if cfg.skip_zero_advantage and not use_kl and ent_coef == 0:
         items = [it for it in items if it.advantages is not None and bool(it.advantages.any())]
@@ -158,7 +162,7 @@ def update_policy(
                     completions = [it.completion_ids for it in micro]
                     temperature = micro[0].temperature  # one per micro-batch (batch.py)
                     entropy = None
-                    if ent_coef > 0:
+                    if ent_coef > 0 or mpt_tau > 0:
                         lp, entropy = dp.forward(
                             pm,
                             completion_logprobs_and_entropy,
@@ -179,6 +183,12 @@ def update_policy(
                         )
                     old = pad_rows([it.old_logprobs for it in micro], width).to(dev)
                     adv = pad_rows([it.advantages for it in micro], width).to(dev)  # type: ignore[misc]
+                    masked_frac = None
+                    if mpt_tau > 0 and entropy is not None:  # UloRL Eq. 10 (MarsRL 2.3)
+                        adv, dropped = without_mastered_positives(
+                            adv, lp, entropy, mask, tau=mpt_tau, target_entropy=mpt_target
+                        )
+                        masked_frac = float(dropped.sum() / mask.sum())
                     loss, st = ppo_clip_loss(
                         lp,
                         old,
@@ -190,12 +200,14 @@ def update_policy(
                     )
                     w = (float(mask.sum()) if token_mean else len(micro)) / denom
                     stats["pg_loss"] += float(loss.detach()) * w
+                    if masked_frac is not None:
+                        stats["mpt_masked_frac"] += masked_frac * w
                     if use_kl:
                         ref = pad_rows([_need_ref(it) for it in micro], width).to(dev)
                         kl = kl_loss(lp, ref, mask, cfg.kl_loss_type or "k3")
                         loss = loss + kl_coef * kl
                         stats["kl_loss"] += float(kl.detach()) * w
-                    if entropy is not None:  # entropy bonus (MAE Table 3): maximise entropy
+                    if ent_coef > 0 and entropy is not None:  # entropy bonus (MAE Table 3)
                         ent = aggregate_loss(entropy, mask, cfg.loss_agg)
                         loss = loss - ent_coef * ent
                         stats["entropy"] += float(ent.detach()) * w
@@ -214,7 +226,10 @@ def update_policy(
     finally:
         pm.model.eval()
         dp.end_update(pm)
-    for key in ("pg_loss", "kl_loss", "entropy", "loss", "clip_frac", "approx_kl", "grad_norm"):
+    for key in (
+        "pg_loss", "kl_loss", "entropy", "loss", "clip_frac", "approx_kl", "grad_norm",
+        "mpt_masked_frac",
+    ):  # fmt: skip
         if key in stats:
             stats[key] /= max(weight_sum, 1.0)
     stats["optimizer_steps"] = float(n_updates)
