@@ -388,15 +388,16 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
         params: SamplingParams,
         prefixes: list[list[int]] | None = None,
         states: list[Any] | None = None,
-        budget: int | None = None,
+        budget: int | Sequence[int] | None = None,
     ) -> list[tuple[list[int], list[float], str | None, Any]]:
         """Decode one chunk of rows; identical prompts are prefilled once.
 
         Returns ``(new tokens, their log-probs, finish reason, sampler state)`` per row. With
         ``prefixes`` (tokens already generated) the rows resume after them: the prompt and the
         prefix are prefilled together, the random streams resume from ``states``, and at most
-        ``budget`` new tokens are decoded; a row that stops at the budget before
-        ``params.max_new_tokens`` tokens has finish reason ``None`` (unfinished)."""
+        ``budget`` new tokens (one for all rows, or one per row) are decoded; a row that stops at
+        its budget before ``params.max_new_tokens`` tokens has finish reason ``None``
+        (unfinished)."""
         torch = self._torch
         from transformers import DynamicCache
 
@@ -405,7 +406,8 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
         contexts = [p + d for p, d in zip(prompts, done)] if prefixes is not None else prompts
         limits = [params.max_new_tokens - len(d) for d in done]
         if budget is not None:
-            limits = [min(budget, x) for x in limits]
+            per_row = [budget] * len(prompts) if isinstance(budget, int) else list(budget)
+            limits = [min(b, x) for b, x in zip(per_row, limits)]
         batch = prompt_batch(contexts, self.pad_id, dev)
         row_prompt, attn, positions = batch.index, batch.attn, batch.positions
         n_unique = batch.ids.shape[0]

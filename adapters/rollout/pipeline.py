@@ -62,12 +62,14 @@ __all__ = ["AgentPipeline", "PipelineBatch"]
 
 @dataclass
 class PipelineBatch:
-    """One pipeline step: its training batch and, per sample, its trajectory age and lag."""
+    """One pipeline step: its training batch and, per sample, its trajectory age, its token lag
+    and how many steps its completion waited, finished, for the rest of its stage (segments)."""
 
     step: int
     result: RolloutResult
     ages: list[int] = field(default_factory=list)
     lags: list[int] = field(default_factory=list)
+    waits: list[int] = field(default_factory=list)  # steps a finished completion waited
     in_flight: int = 0
 
     @property
@@ -82,6 +84,7 @@ class _Decoding:
     branch: _Branch
     slots: list[Completion | None]
     oldest: int  # the oldest policy version among its tokens so far
+    finished_at: list[int] = field(default_factory=list)  # step each slot's completion ended
 
 
 class AgentPipeline:
@@ -111,16 +114,24 @@ class AgentPipeline:
         """Branches inside the pipeline (waiting for a stage or being decoded)."""
         return len(self._ready) + len(self._decoding)
 
-    def step(self, specs: Sequence[EpisodeSpec] = (), seed: int = 0) -> PipelineBatch:
+    def step(
+        self, specs: Sequence[EpisodeSpec] = (), seed: int = 0, instance_offset: int | None = None
+    ) -> PipelineBatch:
         """Admit ``specs`` as new problems, decode one stage (or one segment) of everything in
-        flight with the current policy, and return all outputs that finished as one batch."""
+        flight with the current policy, and return all outputs that finished as one batch.
+
+        The new problems are numbered from ``instance_offset`` (default: after the previous
+        ones); under several ranks pass the global index of this rank's first problem."""
         eng = self.engine
         episodes: list[Episode] = []
         samples: list[Sample] = []
-        roots = eng._roots(specs, self._next_instance)
+        first = self._next_instance if instance_offset is None else instance_offset
+        roots = eng._roots(specs, first)
         for b in roots:
+            if b.instance in self._admitted:
+                raise ValueError(f"instance {b.instance} is already in the pipeline")
             self._admitted[b.instance] = self.steps
-        self._next_instance += len(specs)
+        self._next_instance = first + len(specs)
         live = self._ready + eng._retire_done(roots, episodes)
         self._ready = []
         n = 1 if eng.config.sampling == "parallel" else eng.config.candidates
@@ -133,8 +144,9 @@ class AgentPipeline:
                     samples, episodes,
                 )  # fmt: skip
             lags = [0] * len(samples)
+            waits = [0] * len(samples)
         else:
-            done, completions, branch_lags = self._segment_stage(live, n, seed)
+            done, completions, branch_lags, finished = self._segment_stage(live, n, seed)
             if done:
                 self._ready = eng._advance(
                     done, completions, seed, self.steps, self._rng, self._sibling_rng,
@@ -142,12 +154,17 @@ class AgentPipeline:
                 )  # fmt: skip
             # _advance appends each branch's K samples in order
             lags = [lag for comps, lag in zip(completions, branch_lags) for _ in comps]
+            waits = [self.steps - at for ats in finished for at in ats]
         ages = [self.steps - self._admitted[s.instance] for s in samples]
+        inside = {b.instance for b in self._ready}
+        inside |= {d.branch.instance for d in self._decoding.values()}
+        self._admitted = {i: t for i, t in self._admitted.items() if i in inside}
         batch = PipelineBatch(
             step=self.steps,
             result=RolloutResult(samples=samples, episodes=episodes),
             ages=ages,
             lags=lags,
+            waits=waits,
             in_flight=self.in_flight,
         )
         self.steps += 1
@@ -163,7 +180,7 @@ class AgentPipeline:
     # ------------------------------------------------------------------ segments
     def _segment_stage(
         self, live: list[_Branch], n: int, seed: int
-    ) -> tuple[list[_Branch], list[list[Completion]], list[int]]:
+    ) -> tuple[list[_Branch], list[list[Completion]], list[int], list[list[int]]]:
         """Submit the newly ready branches, decode one segment everywhere, and return the
         branches whose instance has all its completions of this stage (with their oldest
         policy version as a lag)."""
@@ -176,11 +193,12 @@ class AgentPipeline:
                 gen.params, prompt_seeds=(derive_seed(seed, b.instance, b.path, self.steps),)
             )
             gen.submit([[{"role": "user", "content": b.view.prompt}]], [b.view.branch_id], params)
-            self._decoding[b.view.branch_id] = _Decoding(b, [None] * n, self.steps)
+            self._decoding[b.view.branch_id] = _Decoding(b, [None] * n, self.steps, [0] * n)
         for gen in self._generators.values():
             for f in gen.stage(version=self.steps):
                 d = self._decoding[f.key]  # type: ignore[index]
                 d.slots[f.sample] = f.completion
+                d.finished_at[f.sample] = self.steps
                 d.oldest = min([d.oldest, *(v for _, v in f.partial.versions)])
         by_instance: dict[int, list[_Decoding]] = defaultdict(list)
         for d in self._decoding.values():
@@ -188,6 +206,7 @@ class AgentPipeline:
         done: list[_Branch] = []
         completions: list[list[Completion]] = []
         lags: list[int] = []
+        finished: list[list[int]] = []
         for group in by_instance.values():
             if all(c is not None for d in group for c in d.slots):
                 for d in group:
@@ -195,7 +214,8 @@ class AgentPipeline:
                     done.append(d.branch)
                     completions.append([c for c in d.slots if c is not None])
                     lags.append(self.steps - d.oldest)
-        return done, completions, lags
+                    finished.append(d.finished_at)
+        return done, completions, lags, finished
 
     def _generator(self, pid: str, role: str, n: int, seed: int) -> SegmentedGenerator:
         key = (pid, role)

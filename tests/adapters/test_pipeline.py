@@ -133,3 +133,15 @@ def test_segmented_stages_wait_for_every_completion_of_their_instance():
         assert {step for step, _, _ in mine} == {segments_needed - 1}
         assert {lag for *_, lag in mine} == {segments_needed - 1}
     assert any(lag > 0 for *_, lag in trained)  # the test exercises multi-segment completions
+
+
+def test_instance_numbers_are_global_and_never_reused_while_in_flight():
+    engine = _engine(Team())
+    pipe = AgentPipeline(engine)
+    first = pipe.step([_spec(0), _spec(1)], instance_offset=10)  # e.g. rank 1's block
+    assert {s.instance for s in first.samples} == {10, 11}
+    with pytest.raises(ValueError, match="instance 11 is already in the pipeline"):
+        pipe.step([_spec(2)], instance_offset=11)
+    after = pipe.step([_spec(2)])  # numbered after the previous admission
+    assert {s.instance for s in after.samples if s.role == "solver"} == {12}
+    engine.close()
