@@ -38,9 +38,12 @@ trajectory, never the step.
 How a trainer drives it (the asynchronous trainer of the same issue will call this, one
 ``step`` per policy version): replace ``engine.run(specs, seed)`` by ``pipeline.step(specs,
 seed)``, admit ``instances_per_step`` new problems each step, record ``batch.lags`` as the
-staleness metric, and checkpoint the pipeline with the trainer (in-flight branches live in the
-engine's env pool). Requirements: rewards known at each step (no ``env.award`` lookahead) and
-token-level backends for segments (:meth:`~adapters.policies.base.Policy.extend`).
+staleness metric. The pipeline's state is not checkpointed yet: its in-flight branches live in
+the engine's env pool (and, with segments, as partial completions in memory), so a resumed run
+would start with an empty pipeline; the trainer must save them (env clones and partials) to
+resume without losing trajectories. Requirements: rewards known at each step (no
+``env.award`` lookahead) and token-level backends for segments
+(:meth:`~adapters.policies.base.Policy.extend`).
 """
 
 from __future__ import annotations
