@@ -229,7 +229,7 @@ def run_synchronous(policy: TransformersPolicy, args: argparse.Namespace) -> Run
     for step, start in enumerate(range(0, len(problems), args.per_step)):
         rng, sib = random.Random(step), random.Random(step * 31 + 7)
         live = engine._retire_done(
-            engine._roots(problems[start : start + args.per_step], start), []
+            engine._roots(problems[start : start + args.per_step], start, False), []
         )
         samples: list[Sample] = []
         born: list[float] = []

@@ -210,7 +210,7 @@ class RolloutEngine:
 
     def _run(self, specs: Sequence[EpisodeSpec], seed: int, instance_offset: int) -> RolloutResult:
         rng = random.Random(seed)
-        live = self._roots(specs, instance_offset)
+        live = self._roots(specs, instance_offset, self.config.sampling == "parallel")
         samples: list[Sample] = []
         episodes: list[Episode] = []
         wave = 0
@@ -222,9 +222,10 @@ class RolloutEngine:
         episodes.sort(key=lambda e: (e.instance, e.branch))
         return RolloutResult(samples=samples, episodes=episodes)
 
-    def _roots(self, specs: Sequence[EpisodeSpec], instance_offset: int) -> list[_Branch]:
+    def _roots(
+        self, specs: Sequence[EpisodeSpec], instance_offset: int, parallel: bool
+    ) -> list[_Branch]:
         """Reset one root branch per spec (K per spec in parallel sampling)."""
-        parallel = self.config.sampling == "parallel"
         copies = self.config.candidates if parallel else 1
         views = self.pool.reset([s for s in specs for _ in range(copies)])
         return [
@@ -250,9 +251,9 @@ class RolloutEngine:
         step's samples and the episodes that ended; returns the branches that go on."""
         n = 1 if self.config.sampling == "parallel" else self.config.candidates
         completions = self._generate(live, n, seed=seed * 7919 + wave)
-        return self._advance(live, completions, seed, wave, rng, sibling_rng, samples, episodes)
+        return self._finish_wave(live, completions, seed, wave, rng, sibling_rng, samples, episodes)
 
-    def _advance(
+    def _finish_wave(
         self,
         live: list[_Branch],
         completions: list[list[Completion]],

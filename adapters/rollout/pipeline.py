@@ -129,7 +129,7 @@ class AgentPipeline:
         episodes: list[Episode] = []
         samples: list[Sample] = []
         first = self._next_instance if instance_offset is None else instance_offset
-        roots = eng._roots(specs, first)
+        roots = eng._roots(specs, first, eng.config.sampling == "parallel")
         for b in roots:
             if b.instance in self._admitted:
                 raise ValueError(f"instance {b.instance} is already in the pipeline")
@@ -142,7 +142,7 @@ class AgentPipeline:
         if self.segments is None:
             if live:
                 completions = eng._generate(live, n, seed=seed * 7919 + self.steps)
-                self._ready = eng._advance(
+                self._ready = eng._finish_wave(
                     live, completions, seed, self.steps, self._rng, self._sibling_rng,
                     samples, episodes,
                 )  # fmt: skip
@@ -151,11 +151,11 @@ class AgentPipeline:
         else:
             done, completions, branch_lags, finished = self._segment_stage(live, n, seed)
             if done:
-                self._ready = eng._advance(
+                self._ready = eng._finish_wave(
                     done, completions, seed, self.steps, self._rng, self._sibling_rng,
                     samples, episodes,
                 )  # fmt: skip
-            # _advance appends each branch's K samples in order
+            # _finish_wave appends each branch's K samples in order
             lags = [lag for comps, lag in zip(completions, branch_lags) for _ in comps]
             waits = [self.steps - at for ats in finished for at in ats]
         ages = [self.steps - self._admitted[s.instance] for s in samples]
