@@ -25,6 +25,14 @@ Conventions shared by all backends
   does not return them) return empty lists; such completions are for benchmarking, not training.
 * Prompts longer than a backend's maximum prompt length are left-truncated (the most recent
   context is kept) with a logged warning; they never raise.
+
+Segment rollouts (UloRL section 2.3, used by MarsRL): a backend that can continue a completion
+from its own tokens implements :meth:`Policy.start_partials`, :meth:`Policy.extend` and
+:meth:`Policy.finish_partial`. A :class:`PartialCompletion` carries the prompt ids, the tokens and
+behaviour log-probs generated so far and the sampler's state; ``extend`` decodes at most ``L``
+more tokens from exactly that prefix (no re-tokenisation), so a completion decoded in segments is
+the completion an unsegmented call would have produced. :mod:`adapters.rollout.segments` drives
+it.
 """
 
 from __future__ import annotations
@@ -154,6 +162,29 @@ class Completion:
         return bool(self.token_ids) and len(self.token_ids) == len(self.logprobs)
 
 
+@dataclass
+class PartialCompletion:
+    """A completion being decoded in segments (see the module docstring).
+
+    ``finish_reason`` is ``None`` while the completion may go on; ``sampler_state`` is the
+    backend's random-stream state after the last token (``None`` before the first segment);
+    ``versions`` holds, per segment, ``(first token index, policy version)`` as the driver
+    recorded it, so a trainer can see which policy wrote which tokens.
+    """
+
+    prompt_ids: list[int]
+    seed: int
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    sampler_state: Any = None
+    versions: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
 class Policy(abc.ABC):
     """A text policy: ``generate(prompts, params) -> n completions per prompt``.
 
@@ -183,6 +214,40 @@ class Policy(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+    # segment rollouts (optional; the token-level backends implement them)
+    def start_partials(
+        self, prompts: Sequence[ChatPrompt], params: SamplingParams
+    ) -> list[list[PartialCompletion]]:
+        """``params.n`` empty partial completions per prompt (prompt encoded, seed assigned)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot decode in segments")
+
+    def extend(
+        self, partials: Sequence[PartialCompletion], params: SamplingParams, max_tokens: int
+    ) -> list[PartialCompletion]:
+        """Decode at most ``max_tokens`` more tokens for each unfinished partial; a partial ends
+        (``finish_reason`` set) on EOS / a stop string, or at ``params.max_new_tokens`` tokens."""
+        raise NotImplementedError(f"{type(self).__name__} cannot decode in segments")
+
+    def finish_partial(self, partial: PartialCompletion, params: SamplingParams) -> Completion:
+        """The :class:`Completion` of a finished partial (text decoded as ``generate`` does)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot decode in segments")
+
+
+def empty_partials(
+    encoded: Sequence[list[int]], params: SamplingParams
+) -> list[list[PartialCompletion]]:
+    """``params.n`` fresh partials per encoded prompt, seeded as ``generate`` seeds its rows
+    (:meth:`SamplingParams.row_seeds`; unseeded calls draw from torch's global generator)."""
+    seeds = params.row_seeds(len(encoded))
+    if seeds is None:
+        import torch
+
+        seeds = torch.randint(0, 2**62, (len(encoded) * params.n,)).tolist()
+    return [
+        [PartialCompletion(list(ids), seeds[p * params.n + s]) for s in range(params.n)]
+        for p, ids in enumerate(encoded)
+    ]
 
 
 def decoded_completion(

@@ -25,6 +25,11 @@ exactly what a trainer needs:
   the KV cache is then expanded per sample.
 * **Early exit per row.** Rows that emit EOS or a stop string leave the batch (the cache is
   compacted), so one long completion does not make the others pay for padding steps.
+* **Segments.** :meth:`TransformersPolicy.extend` continues partial completions (segment
+  rollouts): prompt and generated prefix are prefilled from their token ids and each row's
+  random stream resumes from its saved generator state, so a completion decoded in segments has
+  the tokens of the unsegmented decode (log-probs agree to float rounding: the prefix goes
+  through one prefill instead of token-by-token steps).
 
 The model's own ``generation_config`` (e.g. a hub model's default top-k) is ignored: only
 :class:`SamplingParams` decides how to sample. The chat template is applied with
@@ -39,14 +44,16 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from adapters.policies.base import (
     Completion,
+    PartialCompletion,
     Policy,
     SamplingParams,
     decoded_completion,
+    empty_partials,
     row_seed,  # noqa: F401  (re-exported: it lived here before)
 )
 from adapters.policies.chat import ChatPrompt, ChatTemplatePrompts
@@ -385,7 +392,8 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
             outs = self._decode_chunk(
                 [encoded[rows[r][0]] for r in chunk], [seeds[r] for r in chunk], params
             )
-            for r, (tokens, logprobs, finish) in zip(chunk, outs):
+            for r, (tokens, logprobs, finish, _) in zip(chunk, outs):
+                assert finish is not None  # no budget: every row ends
                 results[r] = self._finish(encoded[rows[r][0]], tokens, logprobs, finish, params)
         return [[results[p * params.n + s] for s in range(params.n)] for p in range(len(encoded))]  # type: ignore[misc]
 
@@ -402,6 +410,48 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
             self.tokenizer, prompt_ids, tokens, logprobs, finish, params, drop_last=ends
         )
 
+    # ----------------------------------------------------------------------------------------
+    # segment rollouts (see adapters.policies.base)
+
+    def start_partials(
+        self, prompts: Sequence[ChatPrompt], params: SamplingParams
+    ) -> list[list[PartialCompletion]]:
+        return empty_partials(self.encode_prompts(prompts, params.max_new_tokens), params)
+
+    def extend(
+        self, partials: Sequence[PartialCompletion], params: SamplingParams, max_tokens: int
+    ) -> list[PartialCompletion]:
+        """Decode up to ``max_tokens`` more tokens for every unfinished partial. The prompt and
+        the tokens already generated are prefilled as they are and the sampler's random stream
+        resumes from its saved state, so the tokens are those an unsegmented call draws."""
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        out = [replace(p) for p in partials]
+        todo = sorted(
+            (i for i, p in enumerate(out) if not p.finished),
+            key=lambda i: -(len(out[i].prompt_ids) + len(out[i].token_ids)),
+        )
+        for start in range(0, len(todo), self.batch_size):
+            chunk = [out[i] for i in todo[start : start + self.batch_size]]
+            rows = self._decode_chunk(
+                [p.prompt_ids for p in chunk],
+                [p.seed for p in chunk],
+                params,
+                prefixes=[p.token_ids for p in chunk],
+                states=[p.sampler_state for p in chunk],
+                budget=max_tokens,
+            )
+            for p, (tokens, logprobs, finish, state) in zip(chunk, rows):
+                p.token_ids = p.token_ids + tokens
+                p.logprobs = p.logprobs + logprobs
+                p.finish_reason = finish  # type: ignore[assignment]
+                p.sampler_state = state
+        return out
+
+    def finish_partial(self, partial: PartialCompletion, params: SamplingParams) -> Completion:
+        finish = partial.finish_reason or "length"
+        return self._finish(partial.prompt_ids, partial.token_ids, partial.logprobs, finish, params)
+
     def _forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any) -> Any:
         kwargs: dict[str, Any] = {"logits_to_keep": 1} if self._keep_kw else {}
         out = self.model(
@@ -415,19 +465,51 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
         return out.logits[:, -1, :].float()
 
     def _decode_chunk(
-        self, prompts: list[list[int]], seeds: list[int], params: SamplingParams
-    ) -> list[tuple[list[int], list[float], str]]:
-        """Decode one chunk of rows; identical prompts are prefilled once."""
+        self,
+        prompts: list[list[int]],
+        seeds: list[int],
+        params: SamplingParams,
+        prefixes: list[list[int]] | None = None,
+        states: list[Any] | None = None,
+        budget: int | Sequence[int] | None = None,
+    ) -> list[tuple[list[int], list[float], str | None, Any]]:
+        """Decode one chunk of rows; identical prompts are prefilled once.
+
+        Returns ``(new tokens, their log-probs, finish reason, sampler state)`` per row. With
+        ``prefixes`` (tokens already generated) the rows resume after them: the prompt and the
+        prefix are prefilled together, the random streams resume from ``states``, and at most
+        ``budget`` new tokens (one for all rows, or one per row) are decoded; a row that stops at
+        its budget before ``params.max_new_tokens`` tokens has finish reason ``None``
+        (unfinished)."""
         torch = self._torch
         from transformers import DynamicCache
 
         dev = self.device
-        batch = prompt_batch(prompts, self.pad_id, dev)
+        done = [list(x) for x in prefixes] if prefixes is not None else [[] for _ in prompts]
+        contexts = [p + d for p, d in zip(prompts, done)] if prefixes is not None else prompts
+        limits = [params.max_new_tokens - len(d) for d in done]
+        if budget is not None:
+            per_row = [budget] * len(prompts) if isinstance(budget, int) else list(budget)
+            limits = [min(b, x) for b, x in zip(per_row, limits)]
+        batch = prompt_batch(contexts, self.pad_id, dev)
         row_prompt, attn, positions = batch.index, batch.attn, batch.positions
         n_unique = batch.ids.shape[0]
         cache = DynamicCache(config=self.model.config)
-        max_new = params.max_new_tokens
         stop_window = 4 * max((len(s) for s in params.stop), default=0) + 4
+        tokens_out: list[list[int]] = [list(d) for d in done]
+        lps_out: list[list[float]] = [[] for _ in prompts]
+        finish: list[str | None] = [
+            "length" if len(d) + lim >= params.max_new_tokens else None
+            for d, lim in zip(done, limits)
+        ]
+        # one random stream per row (its seed): the same row draws the same noise whatever
+        # else shares the chunk; on the model's device, so the (rows x vocab) draws of a
+        # step never cross the bus (a CUDA stream differs from the CPU one of the same seed)
+        gens = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
+        for g, state in zip(gens, states or []):
+            if state is not None:
+                g.set_state(state)
+        active = [r for r in range(len(prompts)) if limits[r] > 0]
         with torch.inference_mode():
             if self._prefix_store is not None:
                 self._prefix_store.namespace = self._adapter_name()
@@ -438,16 +520,13 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
                 logits = logits.index_select(0, expand)
             attn = attn.index_select(0, expand)
             next_pos = positions[:, -1].index_select(0, expand) + 1
-            # one random stream per row (its seed): the same row draws the same noise whatever
-            # else shares the chunk; on the model's device, so the (rows x vocab) draws of a
-            # step never cross the bus (a CUDA stream differs from the CPU one of the same seed)
-            gens = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
+            if len(active) < len(prompts):
+                kidx = torch.tensor(active, dtype=torch.long, device=dev)
+                cache.reorder_cache(kidx)
+                attn, next_pos = attn.index_select(0, kidx), next_pos.index_select(0, kidx)
+                logits = logits.index_select(0, kidx)
             vocab = int(logits.shape[-1])
-            active = list(range(len(prompts)))
-            tokens_out: list[list[int]] = [[] for _ in prompts]
-            lps_out: list[list[float]] = [[] for _ in prompts]
-            finish = ["length"] * len(prompts)
-            for step in range(max_new):
+            while active:
                 noise = (
                     None
                     if params.greedy
@@ -465,9 +544,9 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
                     )
                     if ended:
                         finish[r] = "stop"
-                    else:
+                    elif len(lps_out[r]) < limits[r]:
                         keep.append(j)
-                if not keep or step == max_new - 1:
+                if not keep:
                     break
                 if len(keep) < len(active):
                     kidx = torch.tensor(keep, device=dev)
@@ -478,7 +557,16 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
                 attn = torch.cat([attn, attn.new_ones((len(active), 1))], dim=1)
                 logits = self._forward(tokens[:, None], attn, next_pos[:, None], cache)
                 next_pos = next_pos + 1
-        return list(zip(tokens_out, lps_out, finish))
+        keep_state = prefixes is not None and not params.greedy
+        return [
+            (
+                tokens_out[r][len(done[r]) :],
+                lps_out[r],
+                finish[r],
+                gens[r].get_state() if keep_state else None,
+            )
+            for r in range(len(prompts))
+        ]
 
     def _hit_stop(self, tokens: list[int], stop: Sequence[str], window: int) -> bool:
         tail = self.tokenizer.decode(tokens[-window:], skip_special_tokens=False)

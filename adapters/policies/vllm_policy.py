@@ -70,10 +70,19 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from adapters.policies.base import Completion, Policy, SamplingParams, decoded_completion
+from adapters.policies.base import (
+    Completion,
+    PartialCompletion,
+    Policy,
+    SamplingParams,
+    decoded_completion,
+    empty_partials,
+    row_seed,
+)
 from adapters.policies.chat import ChatPrompt, ChatTemplatePrompts
 
 logger = logging.getLogger(__name__)
@@ -350,7 +359,6 @@ class VLLMPolicy(ChatTemplatePrompts, Policy):
     def _generate(
         self, prompts: Sequence[ChatPrompt], params: SamplingParams | None, lora: Any
     ) -> list[list[Completion]]:
-        from vllm import SamplingParams as VSamplingParams
 
         if self.asleep:
             raise RuntimeError(f"{self!r} is asleep: call wake_up() before generating")
@@ -379,23 +387,88 @@ class VLLMPolicy(ChatTemplatePrompts, Policy):
         for (p, _), seed in zip(rows, seeds):
             ids = encoded[p]
             requests.append({"prompt_token_ids": ids})
-            sampling.append(
-                VSamplingParams(
-                    n=1,
-                    temperature=params.temperature,
-                    top_p=params.top_p if not params.greedy else 1.0,
-                    top_k=params.top_k if params.top_k > 0 and not params.greedy else 0,
-                    max_tokens=max(1, min(params.max_new_tokens, self.max_model_len - len(ids))),
-                    stop=list(params.stop) or None,
-                    seed=seed,
-                    logprobs=0,
-                    skip_special_tokens=False,
-                    detokenize=bool(params.stop),
-                )
-            )
+            sampling.append(self._sampling(params, seed, len(ids), params.max_new_tokens))
         outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=lora)
         flat = [self._completion(encoded[p], out, params) for (p, _), out in zip(rows, outputs)]
         return [flat[p * params.n : (p + 1) * params.n] for p in range(len(encoded))]
+
+    def _sampling(self, params: SamplingParams, seed: int, context: int, max_tokens: int) -> Any:
+        """vLLM's sampling parameters for one request of ``context`` prompt tokens."""
+        from vllm import SamplingParams as VSamplingParams
+
+        return VSamplingParams(
+            n=1,
+            temperature=params.temperature,
+            top_p=params.top_p if not params.greedy else 1.0,
+            top_k=params.top_k if params.top_k > 0 and not params.greedy else 0,
+            max_tokens=max(1, min(max_tokens, self.max_model_len - context)),
+            stop=list(params.stop) or None,
+            seed=seed,
+            logprobs=0,
+            skip_special_tokens=False,
+            detokenize=bool(params.stop),
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # segment rollouts (adapters.rollout.segments)
+
+    def start_partials(
+        self, prompts: Sequence[ChatPrompt], params: SamplingParams
+    ) -> list[list[PartialCompletion]]:
+        return empty_partials(self.encode_prompts(prompts, params.max_new_tokens), params)
+
+    def extend(
+        self, partials: Sequence[PartialCompletion], params: SamplingParams, max_tokens: int
+    ) -> list[PartialCompletion]:
+        """Continue each unfinished partial for up to ``max_tokens`` tokens: one request whose
+        ``prompt_token_ids`` are the prompt and the tokens so far (nothing re-tokenised).
+
+        vLLM keeps no sampler state between requests, so a segment is seeded from the partial's
+        seed and its length: sampled tokens are a valid draw but not the draw of an unsegmented
+        call (greedy ones are the same). A stop string is found within one segment only.
+        ``sampler_state`` holds the last segment's vLLM stop reason (to decode the text)."""
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        if self.asleep:
+            raise RuntimeError(f"{self!r} is asleep: call wake_up() before generating")
+        out = [replace(p) for p in partials]
+        todo = [p for p in out if not p.finished]
+        requests, sampling = [], []
+        for p in todo:
+            ids = p.prompt_ids + p.token_ids
+            budget = min(max_tokens, params.max_new_tokens - len(p.token_ids))
+            requests.append({"prompt_token_ids": ids})
+            sampling.append(
+                self._sampling(params, row_seed(p.seed, len(p.token_ids), 0), len(ids), budget)
+            )
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False) if todo else []
+        for p, res in zip(todo, outputs):
+            o = res.outputs[0]
+            tokens = [int(t) for t in o.token_ids]
+            p.token_ids = p.token_ids + tokens
+            p.logprobs = p.logprobs + [
+                float(entry[t].logprob) for t, entry in zip(tokens, o.logprobs or [])
+            ]
+            p.sampler_state = o.stop_reason
+            if o.finish_reason == "stop":
+                p.finish_reason = "stop"
+            elif len(p.token_ids) >= params.max_new_tokens or o.finish_reason != "length":
+                p.finish_reason = "length"  # the cap, or the model's context is full
+            elif len(p.prompt_ids) + len(p.token_ids) >= self.max_model_len:
+                p.finish_reason = "length"
+        return out
+
+    def finish_partial(self, partial: PartialCompletion, params: SamplingParams) -> Completion:
+        finish = "stop" if partial.finish_reason == "stop" else "length"
+        return make_completion(
+            self.tokenizer,
+            partial.prompt_ids,
+            partial.token_ids,
+            partial.logprobs,
+            finish,
+            partial.sampler_state,
+            params,
+        )
 
     def _completion(self, prompt_ids: list[int], out: Any, params: SamplingParams) -> Completion:
         o = out.outputs[0]

@@ -220,6 +220,8 @@ class RolloutEngine:
         * lines 11-12: the K samples are recorded under one group key (:meth:`_record`);
         * lines 15-16: the kept candidates become the next wave's branches, finished ones become
           episodes (:meth:`_advance`, :meth:`_retire_done`).
+
+        Lines 10-16 of a wave are :meth:`_finish_wave`.
         """
         cfg = self.config
         parallel = cfg.sampling == "parallel"
@@ -232,14 +234,33 @@ class RolloutEngine:
         while live:
             n = 1 if parallel else cfg.candidates
             completions = self._generate(live, n, seed=seed * 7919 + wave)
-            outcomes = self._step_candidates(live, completions, samples, sibling_rng)
-            keeps, leaf_of = self._keep(live, outcomes, parallel, rng, seed, wave)
-            firsts = self._record(live, completions, outcomes, keeps, parallel, samples)
-            next_live = self._advance(live, outcomes, keeps, leaf_of, firsts, samples, episodes)
-            live = self._retire_done(next_live, episodes)
+            live = self._finish_wave(
+                live, completions, seed, wave, rng, sibling_rng, samples, episodes
+            )
             wave += 1
         episodes.sort(key=lambda e: (e.instance, e.branch))
         return RolloutResult(samples=samples, episodes=episodes)
+
+    def _finish_wave(
+        self,
+        live: list[_Branch],
+        completions: list[list[Completion]],
+        seed: int,
+        wave: int,
+        rng: random.Random,
+        sibling_rng: random.Random,
+        samples: list[Sample],
+        episodes: list[Episode],
+    ) -> list[_Branch]:
+        """Lines 10-16 for one wave's ``completions``: step the candidates, keep, record,
+        advance. Returns the branches that go on (the agent pipeline,
+        :mod:`adapters.rollout.pipeline`, calls this on its own schedule)."""
+        parallel = self.config.sampling == "parallel"
+        outcomes = self._step_candidates(live, completions, samples, sibling_rng)
+        keeps, leaf_of = self._keep(live, outcomes, parallel, rng, seed, wave)
+        firsts = self._record(live, completions, outcomes, keeps, parallel, samples)
+        next_live = self._advance(live, outcomes, keeps, leaf_of, firsts, samples, episodes)
+        return self._retire_done(next_live, episodes)
 
     def _roots(
         self, specs: Sequence[EpisodeSpec], instance_offset: int, parallel: bool

@@ -68,6 +68,8 @@ AUTO_FIELDS = (
     "kl_loss_type",
     "kl_reward_coef",
     "entropy_coef",
+    "mpt_mask_tau",
+    "mpt_target_entropy",
     "gamma",
     "temperature",
     "top_p",
@@ -227,6 +229,14 @@ class TrainConfig:
         None, "REINFORCE++ token-level KL penalty in the reward (beta)"
     )
     entropy_coef: float | None = opt(None, "entropy bonus weight (MAE: 0.001)")
+    mpt_mask_tau: float | None = opt(
+        None,
+        "drop positive samples' tokens with probability >= tau from the policy gradient while "
+        "the entropy is below --mpt-target-entropy (UloRL Eq. 10); 0 = off",
+    )
+    mpt_target_entropy: float | None = opt(
+        None, "target entropy of the well-mastered-token masking (UloRL's sigma)"
+    )
     gamma: float | None = opt(None, "discount of REINFORCE++ returns")
     skip_zero_advantage: bool = opt(
         True,
@@ -417,10 +427,13 @@ class TrainConfig:
             "kl_loss_coef",
             "kl_reward_coef",
             "entropy_coef",
+            "mpt_target_entropy",
             "weight_decay",
         ):
             if (getattr(self, name) or 0.0) < 0:
                 raise ConfigError(f"{name} must be >= 0")
+        if self.mpt_mask_tau is not None and not 0 <= self.mpt_mask_tau <= 1:
+            raise ConfigError("mpt_mask_tau must lie in [0, 1] (0 = off)")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ConfigError("top_p must lie in (0, 1]")
         if self.lora_dropout is not None and not 0 <= self.lora_dropout < 1:
@@ -664,6 +677,8 @@ class UpdateConfig:
     kl_loss_coef: float = 0.0
     kl_loss_type: Literal["k1", "k2", "k3"] = "k3"
     entropy_coef: float = 0.0
+    mpt_mask_tau: float = 0.0
+    mpt_target_entropy: float = 0.2
     skip_zero_advantage: bool = True
     lr: float = 1e-4
     weight_decay: float = 0.01

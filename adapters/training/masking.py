@@ -30,6 +30,7 @@ __all__ = [
     "masked_whiten",
     "mastered_positive_mask",
     "pad_rows",
+    "without_mastered_positives",
 ]
 
 
@@ -109,3 +110,34 @@ def mastered_positive_mask(
         low_entropy = (masked_mean(entropy.detach(), m, dim=-1) < target_entropy).to(m.dtype)
         mastered = logprobs.detach().double() >= math.log(tau)
         return mastered.to(m.dtype) * positive * low_entropy[:, None] * m
+
+
+def without_mastered_positives(
+    advantages: torch.Tensor,
+    logprobs: torch.Tensor,
+    entropy: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    tau: float,
+    target_entropy: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(advantages with the mastered positive tokens zeroed, the dropped-token mask)``.
+
+    A zero advantage removes a token's policy-gradient term (and its gradient) from the
+    numerator of the loss while the loss mask, hence the token-mean denominator, is unchanged;
+    that is Eq. 10's ``I`` applied as :mod:`adapters.training.update` uses it.
+
+    >>> adv = torch.tensor([[1.0, 1.0]])
+    >>> lp = torch.log(torch.tensor([[0.999, 0.5]]))
+    >>> out, dropped = without_mastered_positives(
+    ...     adv, lp, torch.zeros(1, 2), torch.ones(1, 2), tau=0.99, target_entropy=0.2
+    ... )
+    >>> out.tolist(), dropped.tolist()
+    ([[0.0, 1.0]], [[1.0, 0.0]])
+    """
+    if advantages.dim() == 1:
+        advantages = advantages[:, None].expand_as(logprobs)
+    dropped = mastered_positive_mask(
+        logprobs, entropy, advantages, mask, tau=tau, target_entropy=target_entropy
+    )
+    return advantages * (1 - dropped.to(advantages.dtype)), dropped

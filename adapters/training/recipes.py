@@ -310,6 +310,12 @@ RECIPES: dict[str, Recipe] = {
             "weight_decay": (0.01, "AdamW (MarsRL §4), weight decay not stated"),
             "max_grad_norm": (1.0, "paper silent"),
             "entropy_coef": (0.0, "paper silent"),
+            "mpt_mask_tau": (
+                0.99,
+                "MarsRL §2.3 masks well-mastered positive tokens as UloRL does: UloRL "
+                "hyperparameter settings, tau = 0.99",
+            ),
+            "mpt_target_entropy": (0.2, "UloRL hyperparameter settings: target entropy 0.2"),
             "kl_loss_coef": (0.001, "MarsRL Eq. 2 keeps a KL term; beta not stated: verl's 0.001"),
             "kl_loss_type": ("k3", "verl's low_var_kl for the KL loss (paper silent)"),
             "kl_reward_coef": (0.0, "MarsRL Eq. 2: KL in the loss, not the reward"),
@@ -374,6 +380,8 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "minibatch_size": (0, 0, "suite default: ppo_minibatches sets the optimizer steps"),
     "max_prompt_tokens": (0, 0, "suite default: no prompt cap"),
     "entropy_coef": (0.0, 0.0, "suite default"),
+    "mpt_mask_tau": (0.0, 0.0, "suite default: no masking of well-mastered tokens"),
+    "mpt_target_entropy": (0.2, 0.2, "suite default (UloRL's sigma; used when masking is on)"),
     "role_sampling": ({}, {}, "suite default: the same sampling for every role"),
 }
 

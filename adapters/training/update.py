@@ -14,7 +14,9 @@ before zero-advantage samples are skipped, so equal-reward groups still count in
 ``n`` mini-batches each optimizer step divides its sum by ``G / n``, an estimate of the whole
 batch's Eq. 3 per step; G counts each rank's groups, exact when ranks hold whole groups) plus
 an optional ``kl_loss_coef`` x :func:`~adapters.training.losses.kl_loss` against the reference,
-minus an optional ``entropy_coef`` x the token-mean entropy of the policy (MAE's entropy bonus). Each epoch makes ``ppo_minibatches`` optimizer steps (or steps of
+minus an optional ``entropy_coef`` x the token-mean entropy of the policy (MAE's entropy bonus). With ``mpt_mask_tau > 0`` the well-mastered tokens of positive samples leave the
+policy-gradient term while the entropy is below ``mpt_target_entropy`` (MarsRL 2.3, UloRL
+Eq. 10; :func:`~adapters.training.masking.without_mastered_positives`). Each epoch makes ``ppo_minibatches`` optimizer steps (or steps of
 ``minibatch_size`` samples). Each policy gets only its own samples (``Sample.policy_id``, AT-GRPO Eq. 2) and steps
 only its own optimizer; minibatches and micro-batches come from :mod:`adapters.training.batch`,
 log-probs from :mod:`adapters.training.logprobs`.
@@ -54,7 +56,7 @@ from adapters.training.losses import (
     ppo_clip_loss,
     token_kl,
 )
-from adapters.training.masking import length_mask, pad_rows
+from adapters.training.masking import length_mask, pad_rows, without_mastered_positives
 
 __all__ = ["compute_advantages", "mean_kl_to_ref", "prepare_logprobs", "update_policy"]
 
@@ -101,6 +103,7 @@ def update_policy(
     cfg = UpdateConfig.of(cfg)
     kl_coef = cfg.kl_loss_coef
     ent_coef = cfg.entropy_coef
+    mpt_tau = cfg.mpt_mask_tau  # 0: no masking of well-mastered positive tokens
     use_kl = kl_coef > 0
     loss_agg: LossAgg = cfg.loss_agg
     group_mean = loss_agg == "group-mean"
@@ -150,7 +153,7 @@ def update_policy(
                     completions = [it.completion_ids for it in micro]
                     temperature = micro[0].temperature  # one per micro-batch (batch.py)
                     entropy = None
-                    if ent_coef > 0:
+                    if ent_coef > 0 or mpt_tau > 0:
                         lp, entropy = dp.forward(
                             pm,
                             completion_logprobs_and_entropy,
@@ -171,6 +174,17 @@ def update_policy(
                         )
                     old = pad_rows([it.old_logprobs for it in micro], width).to(dev)
                     adv = pad_rows([it.advantages for it in micro], width).to(dev)  # type: ignore[misc]
+                    masked_frac = None
+                    if mpt_tau > 0 and entropy is not None:  # UloRL Eq. 10 (MarsRL 2.3)
+                        adv, dropped = without_mastered_positives(
+                            adv,
+                            lp,
+                            entropy,
+                            mask,
+                            tau=mpt_tau,
+                            target_entropy=cfg.mpt_target_entropy,
+                        )
+                        masked_frac = float(dropped.sum() / mask.sum())
                     wts = torch.tensor([eq3[id(it)] for it in micro], device=dev)
                     loss, st = ppo_clip_loss(
                         lp,
@@ -186,12 +200,14 @@ def update_policy(
                     if group_mean:  # Eq. 3's sum, not a mean: the KL and entropy keep shares w
                         loss = loss * (gm_scale / w)
                     stats["pg_loss"] += float(loss.detach()) * w
+                    if masked_frac is not None:
+                        stats["mpt_masked_frac"] += masked_frac * w
                     if use_kl:
                         ref = pad_rows([_reference(it) for it in micro], width).to(dev)
                         kl = kl_loss(lp, ref, mask, cfg.kl_loss_type)
                         loss = loss + kl_coef * kl
                         stats["kl_loss"] += float(kl.detach()) * w
-                    if entropy is not None:  # entropy bonus (MAE Table 3): maximise entropy
+                    if ent_coef > 0 and entropy is not None:  # entropy bonus (MAE Table 3)
                         agg: LossAgg = "seq-mean-token-mean" if group_mean else loss_agg
                         ent = aggregate_loss(entropy, mask, agg)
                         loss = loss - ent_coef * ent
@@ -210,7 +226,16 @@ def update_policy(
     finally:
         pm.model.eval()
         dp.end_update(pm)
-    for key in ("pg_loss", "kl_loss", "entropy", "loss", "clip_frac", "approx_kl", "grad_norm"):
+    for key in (
+        "pg_loss",
+        "kl_loss",
+        "entropy",
+        "loss",
+        "clip_frac",
+        "approx_kl",
+        "grad_norm",
+        "mpt_masked_frac",
+    ):
         if key in stats:
             stats[key] /= max(weight_sum, 1.0)
     stats["optimizer_steps"] = float(n_updates)

@@ -47,3 +47,56 @@ def test_bad_threshold_and_shapes_are_clear_errors() -> None:
         mastered_positive_mask(
             torch.zeros(1, 2), torch.zeros(1, 1), torch.ones(1), torch.ones(1, 2)
         )
+
+
+def test_masked_tokens_contribute_no_gradient() -> None:
+    """Hand case (ratio 1, token mean over 4 tokens): sample 0 is positive with low entropy, so
+    its 0.995-probability token is dropped; sample 1 is negative and keeps all its tokens."""
+    from adapters.training.losses import ppo_clip_loss
+    from adapters.training.masking import without_mastered_positives
+
+    lp = torch.log(torch.tensor([[0.995, 0.5], [0.999, 0.999]])).requires_grad_()
+    mask = torch.ones(2, 2)
+    adv, dropped = without_mastered_positives(
+        torch.tensor([1.0, -1.0]),
+        lp,
+        torch.full((2, 2), 0.1),
+        mask,
+        tau=0.99,
+        target_entropy=0.2,
+    )
+    assert dropped.tolist() == [[1.0, 0.0], [0.0, 0.0]]
+    loss, _ = ppo_clip_loss(lp, lp.detach(), adv, mask)
+    # per token -A * ratio: (0 - 1 + 1 + 1) / 4; the dropped token still counts in the mean
+    assert loss.item() == pytest.approx(0.25)
+    loss.backward()
+    assert lp.grad is not None
+    assert lp.grad.tolist() == [[0.0, -0.25], [0.25, 0.25]]
+
+
+def test_update_masks_exactly_the_positive_tokens_when_every_token_qualifies(tmp_path) -> None:
+    """With tau tiny and the target entropy huge, Eq. 10 drops every token of every positive
+    sample: the reported masked share is the positive samples' share of the trained tokens."""
+    pytest.importorskip("transformers")
+    from adapters.training.config import TrainConfig
+    from adapters.training.trainer import Trainer
+
+    from .conftest import char_models, tiny_train_config
+
+    assert TrainConfig(env="marsrl").resolved(cuda=False).mpt_mask_tau == 0.99
+    assert TrainConfig(env="marsrl").resolved(cuda=True).mpt_target_entropy == 0.2
+    assert TrainConfig(env="sokoban").resolved(cuda=False).mpt_mask_tau == 0.0
+    cfg = tiny_train_config(
+        tmp_path, steps=1, candidates=4, mpt_mask_tau=1e-12, mpt_target_entropy=1e9
+    )
+    tr = Trainer(cfg, models=char_models(), log=lambda s: None)
+    samples = tr.rollout(1).samples
+    for s in samples:  # the random model earns nothing: two positives and two negatives per group
+        s.reward = float(s.candidate % 2)
+    stats = tr.update(samples, 1)
+    tr.close()
+    trained = [s for s in samples if s.advantage]
+    positive = sum(len(s.completion_ids) for s in trained if s.advantage > 0)
+    total = sum(len(s.completion_ids) for s in trained)
+    assert 0 < positive < total
+    assert stats["mpt_masked_frac"] == pytest.approx(positive / total, abs=1e-6)

@@ -24,7 +24,8 @@ __all__ = [
 
 # how the step's statistics combine the policies' (update_policy's) ones
 AVERAGED = ("loss", "pg_loss", "clip_frac", "approx_kl", "grad_norm")  # over trained policies
-AVERAGED_IF_PRESENT = ("kl_loss", "entropy")  # only with a KL loss / an entropy bonus
+AVERAGED_IF_PRESENT = ("kl_loss", "entropy", "mpt_masked_frac")  # with a KL loss, an entropy
+# bonus, or the masking of well-mastered positive tokens
 COUNTED = ("samples_trained", "tokens_trained", "optimizer_steps")  # summed over policies
 PER_POLICY = ("loss", "grad_norm")  # also logged as KEY/POLICY when there are several
 
