@@ -285,8 +285,24 @@ def main_paper_suite(
         suite = resolve_paper_suite(args.suite)
     except ValueError as e:
         parser.error(str(e))
-    if args.env or args.dataset or args.data_path:
-        parser.error("--suite paper:NAME chooses its own settings and datasets (use --data-dir)")
+    given = [
+        flag
+        for flag, value in (
+            ("--dataset", args.dataset),
+            ("--data-path", args.data_path),
+            ("--mode", args.mode),
+            ("--max-turns", args.max_turns),
+            ("--env-config", args.env_config),
+            ("--instance", args.instance),
+            ("--json", args.json),
+        )
+        if value
+    ]
+    if given:
+        parser.error(
+            f"{', '.join(given)}: --suite paper:NAME chooses its own settings and datasets "
+            "(use --data-dir)"
+        )
     benches, skipped = plan_paper_suite(suite, args.data_dir, limit=args.limit)
     if skipped:
         print(f"skipping (no file in {args.data_dir}): {', '.join(skipped)}", file=sys.stderr)
