@@ -285,7 +285,7 @@ def main_paper_suite(
         suite = resolve_paper_suite(args.suite)
     except ValueError as e:
         parser.error(str(e))
-    given = [
+    refused = [
         flag
         for flag, value in (
             ("--dataset", args.dataset),
@@ -298,9 +298,9 @@ def main_paper_suite(
         )
         if value
     ]
-    if given:
+    if refused:
         parser.error(
-            f"{', '.join(given)}: --suite paper:NAME chooses its own settings and datasets "
+            f"{', '.join(refused)}: --suite paper:NAME chooses its own settings and datasets "
             "(use --data-dir)"
         )
     benches, skipped = plan_paper_suite(suite, args.data_dir, limit=args.limit)
@@ -311,15 +311,15 @@ def main_paper_suite(
             f"error: no benchmark of paper:{suite.name} found in {args.data_dir}", file=sys.stderr
         )
         return 2
-    given = {a for a in ("temperature", "top_p") if getattr(args, a) != parser.get_default(a)}
+    overridden = {a for a in ("temperature", "top_p") if getattr(args, a) != parser.get_default(a)}
     samples = args.samples if args.samples != parser.get_default("samples") else suite.samples
     run = PassArgs(
         benchmarks=tuple(benches),
         policies=tuple(args.policy),
         samples=samples,
         ks=tuple(args.pass_k),
-        temperature=args.temperature if "temperature" in given else suite.temperature,
-        top_p=args.top_p if "top_p" in given else suite.top_p,
+        temperature=args.temperature if "temperature" in overridden else suite.temperature,
+        top_p=args.top_p if "top_p" in overridden else suite.top_p,
         max_new_tokens=256 if args.max_new_tokens is None else args.max_new_tokens,
         seed=args.seed,
         chunk_size=args.chunk_size,
