@@ -285,8 +285,24 @@ def main_paper_suite(
         suite = resolve_paper_suite(args.suite)
     except ValueError as e:
         parser.error(str(e))
-    if args.env or args.dataset or args.data_path:
-        parser.error("--suite paper:NAME chooses its own settings and datasets (use --data-dir)")
+    refused = [
+        flag
+        for flag, value in (
+            ("--dataset", args.dataset),
+            ("--data-path", args.data_path),
+            ("--mode", args.mode),
+            ("--max-turns", args.max_turns),
+            ("--env-config", args.env_config),
+            ("--instance", args.instance),
+            ("--json", args.json),
+        )
+        if value
+    ]
+    if refused:
+        parser.error(
+            f"{', '.join(refused)}: --suite paper:NAME chooses its own settings and datasets "
+            "(use --data-dir)"
+        )
     benches, skipped = plan_paper_suite(suite, args.data_dir, limit=args.limit)
     if skipped:
         print(f"skipping (no file in {args.data_dir}): {', '.join(skipped)}", file=sys.stderr)
@@ -295,15 +311,15 @@ def main_paper_suite(
             f"error: no benchmark of paper:{suite.name} found in {args.data_dir}", file=sys.stderr
         )
         return 2
-    given = {a for a in ("temperature", "top_p") if getattr(args, a) != parser.get_default(a)}
+    overridden = {a for a in ("temperature", "top_p") if getattr(args, a) != parser.get_default(a)}
     samples = args.samples if args.samples != parser.get_default("samples") else suite.samples
     run = PassArgs(
         benchmarks=tuple(benches),
         policies=tuple(args.policy),
         samples=samples,
         ks=tuple(args.pass_k),
-        temperature=args.temperature if "temperature" in given else suite.temperature,
-        top_p=args.top_p if "top_p" in given else suite.top_p,
+        temperature=args.temperature if "temperature" in overridden else suite.temperature,
+        top_p=args.top_p if "top_p" in overridden else suite.top_p,
         max_new_tokens=256 if args.max_new_tokens is None else args.max_new_tokens,
         seed=args.seed,
         chunk_size=args.chunk_size,

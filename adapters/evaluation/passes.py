@@ -202,14 +202,16 @@ def play_pass(
     cfg = bench.config()
     shared = create_shared_objects(bench.env_id, cfg)
     full = {**cfg, **dict(shared)}
+    invalid = _invalid_instances(bench.env_id, full, problems)
+    playable = [i for i in range(len(problems)) if i not in invalid]
     specs = [
         EpisodeSpec(
             bench.env_id,
             seed=derive_seed(seed, "pass", bench.label, first + i, s),
             config=dict(full),
-            options={"instance": p},
+            options={"instance": problems[i]},
         )
-        for i, p in enumerate(problems)
+        for i in playable
         for s in range(samples)
     ]
     rcfg = RolloutConfig(
@@ -228,6 +230,8 @@ def play_pass(
         role_policy = {r: "policy" for r in env_roles(bench.env_id, cfg)}
     engine = RolloutEngine(bench.env_id, policies, rcfg, env_config=full, role_policy=role_policy)
     try:
+        if not specs:
+            return _unplayable_records(problems, invalid, first, samples)
         result = engine.run(
             specs,
             seed=derive_seed(seed, "pass-generation", bench.label, first),
@@ -243,9 +247,10 @@ def play_pass(
         )
         if smp.instance not in last or smp.step >= last[smp.instance][0]:
             last[smp.instance] = (smp.step, smp.completion)
-    records = []
+    records = _unplayable_records(problems, invalid, first, samples)
     for e in sorted(result.episodes, key=lambda e: e.instance):
-        i, s = divmod(e.instance, samples)
+        j, s = divmod(e.instance, samples)
+        i = playable[j]
         records.append(
             {
                 "index": first + i,
@@ -259,7 +264,46 @@ def play_pass(
                 "completion": clip_text(last.get(e.instance, (0, ""))[1], COMPLETION_CHARS),
             }
         )
-    return records
+    return sorted(records, key=lambda r: (r["index"], r["sample"]))
+
+
+def _invalid_instances(
+    env_id: str, config: Mapping[str, Any], problems: Sequence[Any]
+) -> dict[int, str]:
+    """``{index: reason}`` of the problems the setting refuses as instances (e.g. a code problem
+    whose released golden solution fails its own tests); they are scored wrong, not played."""
+    import envs
+
+    env = envs.make(env_id, **dict(config))
+    bad: dict[int, str] = {}
+    for i, p in enumerate(problems):
+        try:
+            env.reset(seed=0, options={"instance": p})
+        except ValueError as e:
+            bad[i] = f"invalid instance: {e}"[:300]
+    env.close()
+    return bad
+
+
+def _unplayable_records(
+    problems: Sequence[Any], invalid: Mapping[int, str], first: int, samples: int
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "index": first + i,
+            "problem_id": str(getattr(problems[i], "id", first + i)),
+            "instance_id": "",
+            "sample": s,
+            "correct": False,
+            "team": 0.0,
+            "turns": 0,
+            "completion_tokens": 0,
+            "completion": "",
+            "error": why,
+        }
+        for i, why in sorted(invalid.items())
+        for s in range(samples)
+    ]
 
 
 def score_records(

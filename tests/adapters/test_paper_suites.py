@@ -121,3 +121,11 @@ def test_a_benchmark_the_policy_cannot_play_is_marked_not_crashed(tmp_path):
     row = next(line for line in table.splitlines() if line.startswith("| oracle"))
     assert "| n/a |" in row and "| 100.00 |" in row
     assert "n/a: oracle cannot play livecodebench" in table
+
+
+def test_setting_flags_are_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--suite", "paper:sage", "--policy", "oracle", "--mode", "multi"])
+    assert "--mode" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--suite", "paper:nope", "--policy", "oracle"])

@@ -207,3 +207,21 @@ def test_code_benchmark_pass_runs_the_tests(tmp_path):
         ("oracle", 4, 1.0),
         ("no-code", 4, 0.0),
     ]
+
+
+def test_problem_with_a_broken_golden_is_scored_wrong_not_crashing(tmp_path):
+    # APPS rows as released; the first problem's golden program now prints a wrong answer, so
+    # the code setting refuses it as an instance: it counts as wrong, the others are played
+    rows = [json.loads(line) for line in (BENCH5.parents[1] / "apps.jsonl").open()]
+    rows[0]["solutions"] = json.dumps(["print('wrong')"])
+    path = tmp_path / "apps.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = PassArgs(benchmarks=(Benchmark("apps", str(path), mode="single"),), policies=("oracle",))
+    res = run_passes(args, tmp_path / "out", policy_factory=factory)
+    (row,) = res["rows"]
+    n = row["problems"]
+    assert n == 3  # the fourth row has no usable tests: not a problem of the set
+    assert row["pass@1"]["mean"] == pytest.approx(2 / 3)
+    first = res["records"][0]
+    assert first["index"] == 0 and not first["correct"]
+    assert first["error"].startswith("invalid instance: the solution fails test")
