@@ -679,7 +679,7 @@ def _run_job(header):
     work_root = CONFIG["work_root"]
     job_dir = os.path.join(work_root, "job")
     isolated = CONFIG.get("kill_mode", "pidns") == "pidns"
-    probes = {p: _probe_inode(p) for p in CONFIG["wipe"] if p != work_root and isolated}
+    probes = {p: _last_probe(p) for p in CONFIG["wipe"] if p != work_root and isolated}
     os.mkdir(job_dir, 0o700)
     fd = os.open(os.path.join(job_dir, "main.py"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     _write_all(fd, CODE.view())
@@ -920,6 +920,17 @@ def _probe_inode(path):
             pass
 
 
+_PROBED: dict = {}  # directory -> the inode its last probe file got
+
+
+def _last_probe(path):
+    """The inode of the last probe file in ``path`` (made after the previous job), or a new
+    probe's: one probe per job and directory is enough."""
+    if path not in _PROBED:
+        _PROBED[path] = _probe_inode(path)
+    return _PROBED[path]
+
+
 def _last_pid():
     try:
         with open("/proc/sys/kernel/ns_last_pid", "rb") as f:
@@ -945,7 +956,7 @@ def _counters_moved(job_pid, probes):
     for path, before in probes.items():
         if before is None:
             continue
-        now = _probe_inode(path)
+        now = _PROBED[path] = _probe_inode(path)
         if now is not None and now != before + 1:
             return True
     return False

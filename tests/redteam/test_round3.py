@@ -101,11 +101,18 @@ def test_a_job_cannot_move_the_next_jobs_inode_and_pid_counters(make_one_worker)
         after = sb.run(_OBSERVE)
         assert after.exit_code == 0, after.stderr
         seen.append(after.stdout)
-    quiet, small, big = seen
-    assert small == big  # k does not show
-    fresh = make_one_worker().run(_OBSERVE).stdout
-    assert small == fresh  # after a mover, the next job starts from a fresh worker
-    assert quiet != fresh  # (a quiet job keeps the worker; every job sees the job count)
+    quiet, small, big = (_numbers(s) for s in seen)
+    fresh = _numbers(make_one_worker().run(_OBSERVE).stdout)
+    # After a mover the next job starts from a fresh worker: its inode numbers are those of a
+    # first job, whatever k was, and so is its pid (up to the one or two pids a fresh Docker
+    # container may use for its own start-up; k moved it by 3 and by 50).
+    assert small[1:] == big[1:] == fresh[1:]
+    assert abs(small[0] - big[0]) <= 2 and abs(small[0] - fresh[0]) <= 2
+    assert quiet[1:] != fresh[1:]  # (a quiet job keeps its worker: every job sees the count)
+
+
+def _numbers(text: str) -> list[int]:
+    return [int(x) for x in text.split()]
 
 
 # ---------------------------------------------------------------- C: no stalls

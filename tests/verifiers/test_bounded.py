@@ -1,0 +1,49 @@
+"""The bounded worker of host-side checks (:mod:`verifiers._bounded`): answers, deadlines,
+memory, recovery."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sandboxes.calls import CallResult
+from verifiers import _bounded
+from verifiers.assert_plans import plan_test, static_verdict
+from verifiers.host_eval import INLINE_WORK
+from verifiers.source_checks import INLINE_COMPILE_CHARS, check_compiles
+
+
+def test_long_programs_compile_in_the_worker():
+    good = "x = 1\n" * (INLINE_COMPILE_CHARS // 6 + 10)
+    assert check_compiles(good).ok
+    bad = good + "def f(:\n"
+    assert check_compiles(bad).reason.startswith("SyntaxError: invalid syntax")
+
+
+def test_a_request_past_its_deadline_fails_and_the_worker_is_replaced():
+    slow = "x = 1\n" * 30_000
+    with pytest.raises(_bounded.BoundedError, match="took more than"):
+        _bounded.call("compile", slow, "<s>", timeout_s=0.001)
+    assert _bounded.call("compile", "x = 1\n", "<s>") == [True, "ok"]
+
+
+def test_a_worker_error_is_reported_and_the_worker_kept():
+    with pytest.raises(_bounded.BoundedError) as info:
+        _bounded.call("compile", 12, "<s>")
+    assert info.value.reported
+    assert _bounded.call("compile", "y = 2\n", "<s>") == [True, "ok"]
+
+
+def test_tests_past_the_inline_budget_are_decided_in_the_worker():
+    """A test whose work passes the in-process budget is planned and decided by the worker,
+    with the full budget: the same verdicts as in-process evaluation would give."""
+    n = INLINE_WORK // 1000 + 50  # comparing n lists of 1,000 items each: past the budget
+    code = f"rows = [list(range(1000)) for _ in range({n})]\nassert f(3) == len(rows) - {n - 9}"
+    plan = plan_test(code, "f")
+    assert plan.static and plan.remote
+    t = time.thread_time()
+    assert static_verdict(plan, [CallResult("ok", 9)]).passed
+    out = static_verdict(plan, [CallResult("ok", 8)])
+    assert not out.passed and out.status == "wrong_answer"
+    assert time.thread_time() - t < 0.2  # (this thread only waited)
