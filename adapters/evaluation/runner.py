@@ -4,10 +4,12 @@
 default, the AT-GRPO validation setting) on instances of ``split`` (default ``val``) with seeds
 derived from ``seed``, so two evaluations with the same seed see the same instances: the
 trainer's before/after comparison (:func:`compare_reports`) is paired instance by instance. The
-report holds the success rate, the mean final team reward, mean turns and steps, and per agent
-the mean per-step reward and the mean episode return, plus one record per episode (its index,
-instance, success, turns, steps, team reward, mean reward, per-role returns and mean per-step
-rewards, completion tokens) with what replays it: env id and config, reset seed and options,
+report holds the task's measures first: the success rate, the setting's own progress measure at
+the end of the episode (``env.progress()``: boxes on goals, distance closed, cells solved, tests
+passed) and the mean final team reward; then the shaped mean per-step reward, mean turns and
+steps, and per agent the mean per-step reward and the mean episode return, plus one record per
+episode (its index, instance, success, progress, turns, steps, team reward, mean reward, per-role
+returns and mean per-step rewards, completion tokens) with what replays it: env id and config, reset seed and options,
 and every step's role and completion (:mod:`adapters.evaluation.records`). ``first`` evaluates
 episodes ``first ..`` of a longer evaluation (the same instances as in one run of it), which is
 how :mod:`adapters.evaluation.suite` runs a benchmark in resumable chunks.
@@ -80,7 +82,8 @@ class EvalReport:
         return sum(xs) / len(xs) if xs else 0.0
 
     def summary(self) -> dict[str, float]:
-        """Flat scalars (for logs): reward, success rate, team reward, turns, per-agent rewards."""
+        """Flat scalars (for logs): success rate, progress, team reward, shaped reward, turns,
+        per-agent rewards."""
         out = {
             "success_rate": self.success_rate,
             "progress": self.progress,

@@ -116,7 +116,9 @@ class PrefixCache:
     not change (an evaluation, :meth:`TransformersPolicy.evaluation_scope`).
 
     An evaluation's waves send each role's prompts again and again with the same system message,
-    demonstrations and task preamble; their cache is computed once and copied in afterwards.
+    demonstrations and task preamble; their cache is computed once and copied in afterwards, up to
+    the longest common prefix of the stored tokens and the new ones (a later turn's prompt may
+    differ from an earlier one's before the earlier shared prefix ends).
     Entries are keyed by ``(namespace, tokens)`` (the namespace names the active LoRA adapter, so
     two roles' adapters on one model never share an entry); the ``capacity`` most recent stay.
 
@@ -128,8 +130,11 @@ class PrefixCache:
     >>> fresh = DynamicCache()
     >>> store.restore((5, 6, 7, 8), fresh), fresh.get_seq_length()  # 3 of 4 tokens cached
     (3, 3)
-    >>> store.restore((5, 9), DynamicCache()), store.hits
-    (0, 1)
+    >>> fresh = DynamicCache()
+    >>> store.restore((5, 6, 9), fresh), fresh.get_seq_length()  # the common (5, 6) only
+    (2, 2)
+    >>> store.restore((4, 9), DynamicCache()), store.hits
+    (0, 2)
     """
 
     def __init__(self, capacity: int = 8) -> None:
@@ -139,20 +144,28 @@ class PrefixCache:
         self._entries: dict[tuple[str, tuple[int, ...]], list[tuple[Any, Any]]] = {}
 
     def restore(self, tokens: tuple[int, ...], cache: Any) -> int:
-        """Fill the empty ``cache`` with the longest stored prefix of ``tokens``; its length."""
+        """Fill the empty ``cache`` with the stored entry sharing the longest prefix with
+        ``tokens``, cut to that prefix; returns its length (0: nothing restored)."""
         best: tuple[str, tuple[int, ...]] | None = None
+        best_len = 0
         for key in self._entries:
             ns, stored = key
-            longer = best is None or len(stored) > len(best[1])
-            if ns == self.namespace and longer and tokens[: len(stored)] == stored:
-                best = key
+            if ns != self.namespace:
+                continue
+            n = 0
+            for a, b in zip(stored, tokens):
+                if a != b:
+                    break
+                n += 1
+            if n > best_len:
+                best, best_len = key, n
         if best is None:
             return 0
         self._entries[best] = self._entries.pop(best)  # most recently used last
         for layer, (k, v) in enumerate(self._entries[best]):
-            cache.update(k.clone(), v.clone(), layer)
+            cache.update(k[:, :, :best_len].clone(), v[:, :, :best_len].clone(), layer)
         self.hits += 1
-        return len(best[1])
+        return best_len
 
     def save(self, tokens: tuple[int, ...], cache: Any) -> None:
         """Store the cache of ``tokens`` (one row: before it is expanded to the batch)."""

@@ -250,14 +250,16 @@ def test_row_seeds_are_distinct_and_deterministic():
 def test_evaluation_scope_reuses_prefix_caches_without_changing_completions(char_model):
     """Inside ``evaluation_scope`` the prompts' shared prefix (here a 46-character system
     message) is computed once and copied in on later calls, also when a later call's shared
-    prefix is longer (partial reuse); completions and log-probs equal those computed afresh,
-    and the batch size is raised to the scope's for its duration only."""
+    prefix is longer, or diverges from the stored one before its end (then the common part is
+    reused); completions and log-probs equal those computed afresh, and the batch size is raised
+    to the scope's for its duration only."""
     model, tok = char_model
     policy = TransformersPolicy(model, tok, device="cpu", batch_size=2)
     system = [{"role": "system", "content": "you are a careful planner; answer with moves. "}]
     waves = [
         [[*system, {"role": "user", "content": q}] for q in ("go up", "go left now")],
         [[*system, {"role": "user", "content": q}] for q in ("go up twice", "go up and right")],
+        [[*system, {"role": "user", "content": q}] for q in ("move left", "move down")],
     ]
     params = SamplingParams(max_new_tokens=8, temperature=0)
     fresh = [policy.generate(w, params) for w in waves]
@@ -265,7 +267,8 @@ def test_evaluation_scope_reuses_prefix_caches_without_changing_completions(char
         assert policy.batch_size == 4
         store = policy._prefix_store
         reused = [policy.generate(w, params) for w in waves]
-        assert store is not None and store.hits == 1  # wave 2 starts from wave 1's prefix
+        # wave 2 extends wave 1's prefix; wave 3 shares only "system ... <|user|>" with them
+        assert store is not None and store.hits == 2
     assert policy.batch_size == 2 and policy._prefix_store is None
     for a, b in zip(fresh, reused):
         for x, y in zip(a, b):
