@@ -66,6 +66,8 @@ __all__ = [
     "CommandRunResult",
     "RunCodeRequest",
     "RunCodeResponse",
+    "Admission",
+    "Overloaded",
     "ServiceLimits",
     "create_app",
     "run_code",
@@ -253,28 +255,138 @@ def run_code(
     return to_response(result, limits)
 
 
-def create_app(sandbox: Any, bounds: ServiceLimits | None = None, *, owns_sandbox: bool = True):
+class Overloaded(Exception):
+    """No worker became free within the admission's queue timeout (answered 504)."""
+
+
+class Admission:
+    """Admits at most ``slots`` requests to the sandbox at once (one per worker, so an admitted
+    request starts at once and its time limits count from its start); up to ``max_queue`` more
+    wait at most ``queue_timeout_s`` for a slot. A request that would wait longer, or finds the
+    queue full, is refused with :class:`Overloaded` (the service answers 504, which verl and the
+    ``sandbox-fusion`` client retry), never left to run out its client's HTTP timeout.
+
+    >>> import asyncio
+    >>> async def demo():
+    ...     gate = Admission(slots=1, max_queue=0, queue_timeout_s=0.01)
+    ...     async with gate.slot():
+    ...         try:
+    ...             async with gate.slot():
+    ...                 return "admitted twice"
+    ...         except Overloaded as exc:
+    ...             return str(exc)
+    >>> asyncio.run(demo())
+    'all 1 sandbox workers are busy and the queue is full (0 waiting)'
+    """
+
+    def __init__(self, slots: int, max_queue: int, queue_timeout_s: float) -> None:
+        if slots < 1 or max_queue < 0 or not queue_timeout_s >= 0:
+            raise ValueError("slots >= 1, max_queue >= 0 and queue_timeout_s >= 0 required")
+        self.slots, self.max_queue, self.queue_timeout_s = slots, max_queue, queue_timeout_s
+        self._free = slots
+        self._waiters: list[Any] = []  # futures of queued requests, first come first served
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def slot(self) -> Any:
+        from contextlib import asynccontextmanager
+
+        @asynccontextmanager
+        async def held():
+            await self._acquire()
+            try:
+                yield
+            finally:
+                self._release()
+
+        return held()
+
+    async def _acquire(self) -> None:
+        import asyncio
+
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        if len(self._waiters) >= self.max_queue:
+            raise Overloaded(
+                f"all {self.slots} sandbox workers are busy and the queue is full "
+                f"({len(self._waiters)} waiting)"
+            )
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), self.queue_timeout_s)
+        except TimeoutError:
+            if waiter.done():  # granted just as the wait ran out: keep the slot
+                return
+            self._waiters.remove(waiter)
+            waiter.cancel()
+            raise Overloaded(
+                f"no sandbox worker became free within {self.queue_timeout_s:g} s "
+                f"({self.slots} workers, {len(self._waiters)} waiting): retry later"
+            ) from None
+        except BaseException:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+            if waiter.done() and not waiter.cancelled():
+                self._release()
+            raise
+
+    def _release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.pop(0)
+            if not waiter.done():
+                waiter.set_result(None)  # the slot passes straight to the next waiter
+                return
+        self._free += 1
+
+
+def create_app(
+    sandbox: Any,
+    bounds: ServiceLimits | None = None,
+    *,
+    owns_sandbox: bool = True,
+    admission: Admission | None = None,
+):
     """The FastAPI app serving ``/run_code`` and ``/v1/ping`` with ``sandbox`` (closed when the
-    app shuts down if ``owns_sandbox``)."""
+    app shuts down if ``owns_sandbox``). ``admission`` defaults to one slot per sandbox worker,
+    a queue as long again and an 8 s queue timeout."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
 
     bounds = bounds or ServiceLimits()
+    workers = int(getattr(sandbox, "workers", 1) or 1)
+    gate = admission or Admission(slots=workers, max_queue=workers, queue_timeout_s=8.0)
+    # one thread per admitted request: the sandbox call blocks its thread for the job's length
+    executor = ThreadPoolExecutor(max_workers=gate.slots, thread_name_prefix="run-code")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
+        executor.shutdown(wait=False, cancel_futures=True)
         if owns_sandbox:
             sandbox.close()
 
     app = FastAPI(title="mas-rl-envs sandbox service (SandboxFusion API)", lifespan=lifespan)
+    app.state.admission = gate
 
     @app.post("/run_code", response_model=RunCodeResponse, tags=["sandbox"])
-    def run_code_endpoint(request: RunCodeRequest) -> RunCodeResponse:
-        # a plain (sync) endpoint: FastAPI runs it on its thread pool, so concurrent requests
-        # occupy the sandbox's workers in parallel
-        return run_code(sandbox, request, bounds)
+    async def run_code_endpoint(request: RunCodeRequest) -> Any:
+        refused = _check(request)
+        if refused is not None:
+            return _refusal(refused)
+        try:
+            async with gate.slot():
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(executor, run_code, sandbox, request, bounds)
+        except Overloaded as exc:
+            return JSONResponse(status_code=504, content={"detail": str(exc)})
 
     @app.get("/v1/ping")
     def ping() -> str:

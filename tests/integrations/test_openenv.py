@@ -68,7 +68,8 @@ class Episode:
         obs = result.observation
         assert obs.acted == agent
         assert obs.rewards == expected  # exact: floats survive the JSON round trip
-        assert result.reward == expected[agent]
+        # the default reward (step-sum): every role's reward of the step, delayed awards included
+        assert result.reward == sum(expected.values())
         assert obs.reward_parts[agent] == parts
         assert obs.awards == awards
         for a, r in expected.items():
@@ -167,29 +168,32 @@ def test_bad_requests_get_clear_errors(servers):
         assert "only be set when the server starts" in _error(
             c, "reset", seed=1, config={"data_path": "/etc/passwd"}
         )
-        assert "unknown config option" in _error(c, "reset", seed=1, config={"max_turn": 2})
+        assert "cannot be set at reset" in _error(c, "reset", seed=1, config={"max_turn": 2})
         result = c.reset(seed=3)
         agent = result.observation.agent
         other = next(a for a in result.observation.agents if a != agent)
         msg = _error(c, "step", MasAction(completion="x", agent=other))
         assert f"it is {agent!r}'s turn" in msg
         # a malformed action is a validation error; the session survives all of the above
-        assert "VALIDATION_ERROR" in _error(c, "step", {"completion": 3})
-        result = c.step(MasAction(completion="", agent=agent))  # a bad completion is no error
+        assert "VALIDATION_ERROR" in _error(c, "step", {"text": "x"})
+        # a completion sent as JSON (a number) is text, scored as a bad completion, no error
+        result = c.step({"completion": 3, "agent": agent})
         assert result.observation.acted == agent and isinstance(result.reward, float)
         while not result.done:
             result = c.step("")
         assert "the episode is over" in _error(c, "step", "")
-    # the stateless HTTP endpoints answer 400/422 with a message, never a traceback
+    # the HTTP endpoints answer 400/422 with a message, never a traceback
     http = httpx.Client(base_url=server.url, timeout=30)
     r = http.post("/step", json={"action": {"completion": "x"}})
-    assert r.status_code == 400 and "call reset() before step()" in r.json()["detail"]
+    assert r.status_code == 400 and "unknown session_id None" in r.json()["detail"]
     r = http.post("/reset", json={"seed": 1, "split": "nope"})
     assert r.status_code == 400 and "split must be" in r.json()["detail"]
-    r = http.post("/step", json={"action": {"text": "x"}})
-    assert r.status_code == 422
     r = http.post("/reset", json={"seed": 2})
     assert r.status_code == 200 and r.json()["observation"]["agent"] == "tool"
+    sid = r.json()["observation"]["session_id"]
+    r = http.post("/step", json={"session_id": sid, "action": {"text": "x"}})
+    assert r.status_code == 400 and "invalid action" in r.json()["detail"]
+    assert http.post("/close", json={"session_id": sid}).json()["closed"] is True
     assert http.get("/health").json() == {"status": "healthy"}
     assert "completion" in http.get("/schema").json()["action"]["properties"]
     assert server.alive

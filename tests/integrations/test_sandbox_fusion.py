@@ -35,7 +35,9 @@ RUN_RESULT_KEYS = {"status", "execution_time", "return_code", "stdout", "stderr"
 
 @pytest.fixture(scope="module")
 def local_service(server_factory):
-    return server_factory({"local": ("adapters.serve_sandbox", "--workers", "2")})["local"]
+    return server_factory({"local": ("adapters.serve_sandbox", "--workers", "2", "--queue", "64")})[
+        "local"
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,7 @@ def docker_service(server_factory):
         if os.environ.get("MAS_REQUIRE_DOCKER") == "1":
             pytest.fail(f"MAS_REQUIRE_DOCKER=1 but the Docker sandbox is unavailable: {exc}")
         pytest.skip(f"Docker sandbox unavailable: {exc}")
-    spec = ("adapters.serve_sandbox", "--backend", "docker", "--workers", "2")
+    spec = ("adapters.serve_sandbox", "--backend", "docker", "--workers", "2", "--queue", "64")
     return server_factory({"docker": spec})["docker"]
 
 
