@@ -27,9 +27,8 @@ language       source file             compile / run                            
 
 Which of them a server runs depends on the toolchains present where its jobs run (the host for
 the local backend, the image for Docker): ``GET /v1/languages`` lists them; any other language
-is refused with ``SandboxError`` and that list. Java is not offered on the local backend (the
-JVM needs ``/etc/java-*``, which its jobs do not see), and the Docker backend offers Python
-only until its image carries the toolchains. A Java class is run under the name of the
+is refused with ``SandboxError`` and that list. The Docker backend offers Python only until
+its image carries the toolchains. A Java class is run under the name of the
 code's ``public class`` (``Main`` when there is none).
 """
 
@@ -89,8 +88,6 @@ def available(site_packages: bool = False) -> list[str]:
 
     out = []
     for name, chain in TOOLCHAINS.items():
-        if name == "java":
-            continue  # the JVM reads /etc/java-*/security, which the local backend does not bind
         if name == "pytest":
             if site_packages and importlib.util.find_spec("pytest") is not None:
                 out.append(name)

@@ -5,13 +5,13 @@ Prime Intellect's ``verifiers`` speak to environments that live in another proce
 setting over it is also how a user combines this suite with a library whose top-level package
 name clashes with ours (``verifiers``, ``adapters``: see the README's installation notes)::
 
-    python -m adapters.serve_env --env sokoban --port 8000 --set num_boxes=2
+    python -m adapters.serve_env --env sokoban --port 8000 --env-config num_boxes=2
 
-The server is openenv-core's own (:func:`openenv.core.env_server.create_fastapi_app`, FastAPI +
-uvicorn): ``/ws`` holds one session per WebSocket connection (one env instance each, isolated
-from the others, up to ``max_sessions`` at once), ``/reset`` ``/step`` ``/state`` are OpenEnv's
-stateless HTTP endpoints, plus ``/health``, ``/schema``, ``/metadata`` and ``/docs``. The client
-is a subclass of openenv-core's :class:`~openenv.core.EnvClient`::
+The server is openenv-core's own (:class:`openenv.core.env_server.http_server.HTTPEnvServer`,
+FastAPI + uvicorn): ``/ws`` holds one session per WebSocket connection (one env instance each,
+isolated from the others, up to ``max_sessions`` at once), plus ``/health``, ``/metadata``,
+``/mcp`` and ``/docs``; ``/reset`` ``/step`` ``/state`` ``/close`` and ``/schema`` are this
+module's (below). The client is a subclass of openenv-core's :class:`~openenv.core.EnvClient`::
 
     from adapters.integrations.openenv import MasAction, MasEnvClient
 
@@ -27,13 +27,18 @@ Protocol
 ``reset(seed=None, split=None, instance=None, config=None, episode_id=None)``: ``seed`` and
 ``split`` as in ``env.reset(seed, options={"split": ...})``; ``instance`` an explicit instance
 (``options={"instance": ...}``, the setting's own dict format); ``config`` overrides of the
-server's env config for this session (``{"max_turns": 2, "mode": "single"}``; keys that make the
-server read files, such as ``data_path``, are refused: set them when starting the server).
-Unknown keys are refused with the list of known ones.
+server's env config for this session, from an allowlist: choices and weights
+(:data:`CLIENT_KEYS`, e.g. ``mode``, ``rewards``) freely, sizes and sandbox limits
+(:data:`CEILING_KEYS`, e.g. ``max_turns``, ``memory_mb``, ``num_answers``) only at or below the
+server's value (a larger one is clamped to it and listed in the observation's
+``info["clamped"]``); anything else, such as ``data_path``, is refused. ``episode_id`` names the
+episode (default: a fresh uuid, echoed in ``info["episode_id"]`` and the state).
 
 ``step(MasAction(completion, agent=None))``: the completion of the agent that acts now (``agent``,
-when given, must name it: a guard against a client that lost track). Dead steps (agents that are
-done) are taken by the server, so every observation is either a live agent's turn or the end.
+when given, must name it: a guard against a client that lost track). Any JSON value is taken as
+the completion's text (``42`` -> ``"42"``), since clients such as Prime Intellect's ``verifiers``
+parse completions that look like JSON. Dead steps (agents that are done) are taken by the
+server, so every observation is either a live agent's turn or the end.
 
 :class:`MasObservation`: ``agent`` (who acts next, ``None`` at the end), ``prompt`` (its
 observation), ``agents`` (every role), ``turn``, ``step``, ``instance_id``; after a step also
@@ -41,9 +46,21 @@ observation), ``agents`` (every role), ``turn``, ``step``, ``instance_id``; afte
 ``env.rewards``, delayed awards included), ``reward_parts`` (role -> the ``reward_parts`` dict
 this step wrote to ``infos``: the acting role's and those of roles that received a delayed award),
 ``awards`` (``env.last_awards``), ``info`` (the acting role's other step info), ``returns``
-(each role's total so far), ``success``, ``terminated``, ``truncated``. The step result's
-``reward`` is the acting role's reward. These travel as observation fields because OpenEnv's
-wire format drops ``Observation.metadata``.
+(each role's total so far), ``success``, ``terminated``, ``truncated``. These travel as
+observation fields because OpenEnv's wire format drops ``Observation.metadata``.
+
+The step result's ``reward`` is what generic clients sum over an episode (``--reward``):
+``step-sum`` (default) the sum over roles of the step's rewards, delayed awards included, so
+that summing ``reward`` over an episode gives the team's total return, as Prime Intellect's
+``verifiers``, SkyRL's OpenEnv wrapper and TRL environment classes do; ``acting`` the acting
+role's reward only (per-role credit: read ``observation.rewards`` for the others); ``team``
+the mean over roles.
+
+HTTP: ``POST /reset`` with a JSON body of the reset options starts an episode in a new session
+(or in ``"session_id"``'s) and answers with its id in ``observation.session_id``; ``POST /step``
+takes ``{"session_id": ..., "action": {"completion": ...}}``, ``GET /state?session_id=...`` the
+state, ``POST /close`` ``{"session_id": ...}`` ends the session. ``/schema``'s state is
+:class:`MasState`'s.
 
 Errors: a bad request (step before reset or after the end, wrong agent, unknown option, invalid
 instance or config) gets a clear message: on the WebSocket an OpenEnv error frame
@@ -54,6 +71,21 @@ HTTP status 400 (422 for a malformed body) with ``{"detail": ...}``; never a tra
 Pools: MAE/SAGE question pools (``create_shared``) belong to each session by default, so
 sessions never see each other's questions; ``share_pools=True`` gives every session started
 with the server's config one run-wide pool, as a trainer would use.
+
+Threat model (a server someone exposed)
+---------------------------------------
+Every request first passes :mod:`adapters.integrations._guard` (optional bearer token from
+``$MAS_SERVICE_TOKEN``, bodies over 20 MiB and WebSocket frames over 1 MiB refused before they
+are buffered, header-read timeout, connection limit). Then: sessions idle ``--session-timeout``
+seconds (default 600) are closed; sessions made over plain HTTP or MCP
+(``openenv/session/create``) are at most ``--max-http-sessions`` (default a quarter of
+``--max-sessions``), so they never lock out WebSocket clients, and HTTP may close only those;
+a client's reset config cannot raise a limit the operator set (the allowlist above). Session
+ids are random uuids, and a WebSocket client's id is never sent to anyone. What stays out: CPU
+spent inside one session's steps is bounded by the settings' own limits, not per client.
+
+TRL: its ``environment_factory`` needs ``--max-sessions`` at least the generation batch (one
+session per rollout), and a chat template with tool calling for tool-using settings.
 """
 
 from __future__ import annotations

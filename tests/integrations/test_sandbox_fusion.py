@@ -147,6 +147,12 @@ CPP_SUM = '#include <cstdio>\nint main(){int a,b;scanf("%d %d",&a,&b);printf("%d
             "const [a, b] = require('fs').readFileSync(0, 'utf8').split(' ').map(Number);\nconsole.log(a + b);",
         ),
         ("bash", "read a b\necho $((a + b))"),
+        (
+            "java",
+            "import java.util.*;\npublic class Solution {\n  public static void main(String[] x) {\n"
+            "    Scanner s = new Scanner(System.in);\n"
+            "    System.out.println(s.nextInt() + s.nextInt());\n  }\n}",
+        ),
     ],
 )
 def test_compiled_and_other_languages(local_service, language, code):
@@ -162,11 +168,24 @@ def test_compiled_and_other_languages(local_service, language, code):
         r = run_code(RunCodeRequest(**body), local_service.url, 1)
     assert r.status == RunStatus.Success, r
     assert r.run_result.stdout == "42\n" and r.run_result.return_code == 0
-    compiled = language in ("cpp", "c")
+    compiled = language in ("cpp", "c", "java")
     assert (r.compile_result is not None) == compiled
     if compiled:
         assert r.compile_result.status == CommandRunStatus.Finished
         assert r.compile_result.return_code == 0
+
+
+def test_localhost_resolves_and_loopback_works_inside_a_job(service):
+    """SandboxFusion's ``test_isolation_network_server_localhost``: a job may serve and connect
+    on its own loopback by name (its ``/etc/hosts`` names localhost), and reaches nothing else."""
+    code = (
+        "import socket\n"
+        "srv = socket.socket(); srv.bind(('localhost', 0)); srv.listen(1)\n"
+        "c = socket.create_connection(('localhost', srv.getsockname()[1]), timeout=5)\n"
+        "conn, _ = srv.accept(); c.sendall(b'ping'); print(conn.recv(4).decode())\n"
+    )
+    r = call(service, code=code)
+    assert r.status == RunStatus.Success and r.run_result.stdout == "ping\n", r
 
 
 def test_cpp_compile_error_and_run_outcomes_as_verl_reads_them(local_service):
