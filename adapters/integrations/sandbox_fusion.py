@@ -25,8 +25,8 @@ Request (SandboxFusion's ``RunCodeRequest``; unknown fields are ignored, as ther
                    names gets ``status: "SandboxError"`` and that list; a name outside them is
                    a 422 validation error, as there
 ``stdin``          text fed to standard input (``null``: none)
-``run_timeout``    wall-clock limit of the run in seconds (> 0; capped at the server's
-                   ``--max-run-timeout``); the CPU-time limit is the same
+``run_timeout``    wall-clock limit of the run in seconds (<= 0: the default, 10; capped at the
+                   server's ``--max-run-timeout``); the CPU-time limit is the same
 ``compile_timeout``  limit of the compile step (compiled languages; capped likewise)
 ``memory_limit_MB``  memory limit; ``-1`` (SandboxFusion's "none") or any value <= 0 means the
                    server's ``--memory-mb``; capped at ``--max-memory-mb``, at least 32
@@ -101,6 +101,7 @@ Language = Literal[
     "c", "javascript",  # this service's additions: C, and an alias of nodejs
 ]  # fmt: skip
 MAX_CODE_CHARS = 16 << 20
+DEFAULT_RUN_TIMEOUT_S = 10.0  # SandboxFusion's default, also for a run_timeout <= 0
 MAX_STDIN_CHARS = 64 << 20
 LANGUAGES: tuple[str, ...] = Language.__args__  # type: ignore[attr-defined]
 """SandboxFusion's ``Language`` names (``sandbox/runners/types.py``), plus ``c`` and
@@ -130,7 +131,7 @@ class CommandRunResult(BaseModel):
 class RunCodeRequest(BaseModel):
     compile_timeout: float = Field(default=10, description="accepted and ignored (Python)")
     run_timeout: float = Field(
-        default=10, gt=0, allow_inf_nan=False, description="wall limit, seconds"
+        default=10, allow_inf_nan=False, description="wall limit, seconds (<= 0: 10)"
     )
     memory_limit_MB: int = Field(
         default=-1, description="memory limit in MiB; -1: the server default"
@@ -177,7 +178,8 @@ class ServiceLimits(BaseModel):
 
 
 def _limits(request: RunCodeRequest, bounds: ServiceLimits) -> sandboxes.Limits:
-    wall = min(float(request.run_timeout), bounds.max_run_timeout_s)
+    asked = float(request.run_timeout) if request.run_timeout > 0 else DEFAULT_RUN_TIMEOUT_S
+    wall = min(asked, bounds.max_run_timeout_s)
     mem = request.memory_limit_MB if request.memory_limit_MB > 0 else bounds.memory_mb
     mem = max(32, min(int(mem), bounds.max_memory_mb))
     return sandboxes.Limits(
@@ -292,7 +294,9 @@ def _run_driver(
     """A compiled language, or files in or out: the job runs :mod:`.languages`' driver."""
     from adapters.integrations.languages import driver_source, parse_report
 
-    compile_s = max(0.5, min(float(request.compile_timeout), bounds.max_run_timeout_s))
+    asked = float(request.compile_timeout)
+    asked = asked if asked > 0 and math.isfinite(asked) else DEFAULT_RUN_TIMEOUT_S
+    compile_s = max(0.5, min(asked, bounds.max_run_timeout_s))
     code = driver_source(
         request.language,
         request.code,

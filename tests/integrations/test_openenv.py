@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 import envs
-from adapters.integrations.openenv import MasAction, MasEnvClient, _jsonable
+from adapters.integrations.openenv import REWARD_MODES, MasAction, MasEnvClient, _jsonable
 from tests.envs.contract import fuzz_completions
 from tests.integrations.conftest import flush
 
@@ -42,6 +42,7 @@ class Episode:
         self.twin.reset(seed=seed, options={"split": split})
         flush(self.twin)
         self.returns = dict.fromkeys(self.twin.possible_agents, 0.0)
+        self.reward_sum = 0.0  # what a generic client that sums ``reward`` gets
         self.check(result)
         return result
 
@@ -70,6 +71,7 @@ class Episode:
         assert obs.rewards == expected  # exact: floats survive the JSON round trip
         # the default reward (step-sum): every role's reward of the step, delayed awards included
         assert result.reward == sum(expected.values())
+        self.reward_sum += result.reward
         assert obs.reward_parts[agent] == parts
         assert obs.awards == awards
         for a, r in expected.items():
@@ -97,6 +99,8 @@ def test_whole_episodes_match_the_in_process_replay(servers, env_id):
                 steps += 1
             assert steps >= 1 and result.observation.success, (env_id, seed)
             assert result.observation.terminated or result.observation.truncated
+            # summing reward over the episode gives the in-process sum over roles
+            assert ep.reward_sum == pytest.approx(sum(ep.returns.values()), abs=1e-9)
         # then one where every other completion is garbage: format failures score alike
         garbage = fuzz_completions(seed=7, n=1000)
         result = ep.reset(13)
@@ -276,3 +280,68 @@ def test_pools_are_per_session_unless_shared():
     with pytest.raises(ValueError, match="does not accept env config"):
         strict.reset(seed=1, config={"max_turns": 2})
     assert strict.reset(seed=1).agent == "tool"
+
+
+def test_http_sessions_play_whole_episodes(servers):
+    """OpenEnv's HTTP simulation flow, keyed by the session id ``/reset`` returns: an oracle
+    episode over ``/reset`` ``/step`` ``/state`` matches the in-process twin; a JSON number as
+    the completion is text; ``episode_id`` is a fresh uuid; ``/schema`` declares our state."""
+    import uuid
+
+    url = servers["plan_path"].url
+    twin = envs.make("plan_path").unwrapped
+    with httpx.Client(base_url=url, timeout=60) as http:
+        r = http.post("/reset", json={"seed": 5}).json()
+        sid, obs = r["observation"]["session_id"], r["observation"]
+        uuid.UUID(obs["info"]["episode_id"])
+        twin.reset(seed=5)
+        flush(twin)
+        total, twin_total = 0.0, 0.0
+        while not r["done"]:
+            agent = twin.agent_selection
+            completion = twin.oracle(agent)
+            twin.step(completion)
+            twin_total += sum(twin.rewards.values())
+            flush(twin)
+            r = http.post("/step", json={"session_id": sid, "action": {"completion": completion}})
+            r = r.json()
+            assert r["observation"]["acted"] == agent and r["observation"]["session_id"] == sid
+            total += r["reward"]
+        assert r["observation"]["success"] is True and total == pytest.approx(twin_total)
+        state = http.get("/state", params={"session_id": sid}).json()
+        assert state["done"] is True and state["episode_id"] == obs["info"]["episode_id"]
+        again = http.post("/reset", json={"seed": 5, "session_id": sid}).json()["observation"]
+        assert again["info"]["episode_id"] != obs["info"]["episode_id"]
+        step = http.post("/step", json={"session_id": sid, "action": {"completion": 42}})
+        assert step.status_code == 200 and step.json()["observation"]["acted"] == "tool"
+        schema = http.get("/schema").json()
+        assert {"returns", "env_id", "agent", "done"} <= set(schema["state"]["properties"])
+        assert http.post("/close", json={"session_id": sid}).json()["closed"] is True
+
+
+def test_reward_modes():
+    """``acting``: the acting role's reward; ``step-sum``: every role's (MAE's judge step also
+    pays the proposer its delayed award); ``team``: their mean. In lockstep with a twin."""
+    from adapters.integrations.openenv import create_app
+
+    envs_by_mode = {m: create_app("mae", reward=m).state.env_factory() for m in REWARD_MODES}
+    twin = envs.make("mae").unwrapped
+    for env in envs_by_mode.values():
+        env.reset(seed=9)
+    twin.reset(seed=9)
+    flush(twin)
+    differs = 0
+    while twin.agents:
+        agent = twin.agent_selection
+        completion = twin.oracle(agent)
+        twin.step(completion)
+        rewards = dict(twin.rewards)
+        flush(twin)
+        got = {m: e.step(MasAction(completion=completion)).reward for m, e in envs_by_mode.items()}
+        assert got["acting"] == rewards[agent]
+        assert got["step-sum"] == pytest.approx(sum(rewards.values()))
+        assert got["team"] == pytest.approx(sum(rewards.values()) / len(rewards))
+        differs += got["step-sum"] != got["acting"]
+    assert differs >= 1  # a delayed award reached a role other than the acting one
+    for env in envs_by_mode.values():
+        env.close()
