@@ -79,6 +79,7 @@ def test_all_timeout_burst_loses_no_request(workers, extra):
     finally:
         server.stop()
     errors = [e for _, e in out if e is not None]
+    print(f"[admission] workers={workers}: {len(errors)}/{len(codes)} lost, {elapsed:.1f} s")
     assert not errors, f"{len(errors)} of {len(codes)} requests lost: {errors[:3]}"
     for code, (resp, _) in zip(codes, out, strict=True):
         assert resp is not None

@@ -129,6 +129,7 @@ def test_a_200_mb_body_is_refused_without_being_read(sandbox_server, framing):
         reply = b""  # the server may reset a connection whose unread body it dropped
     sock.close()
     growth = rss.growth_mb()
+    print(f"[load] {framing}: sent {sent >> 20} MiB of 200, RSS +{growth:.1f} MB, {reply[:12]!r}")
     assert sent < size, "the server read the whole 200 MB body"
     assert reply == b"" or reply.startswith(b"HTTP/1.1 413"), reply[:200]
     assert growth < 50, f"RSS grew by {growth:.0f} MB"
@@ -168,6 +169,7 @@ def test_slow_header_connections_are_closed_within_the_timeout(sandbox_server):
     elapsed = time.monotonic() - t0
     for s in socks:
         s.close()
+    print(f"[load] slow headers: {len(closed)}/40 closed, {elapsed:.2f} s after opening")
     assert served.json() == "pong"
     assert len(closed) == 40, f"{40 - len(closed)} of 40 slow connections still open"
     assert elapsed < HEADER_TIMEOUT_S + 3.5
@@ -269,6 +271,7 @@ def test_idle_sessions_expire_by_the_timeout(env_servers):
             time.sleep(0.5)
             frame = _ws_frame(url)
         assert frame["type"] == "observation", frame
+        print(f"[load] 64 idle sessions expired {time.monotonic() - t0:.1f} s after the last use")
         assert all(http.get("/state", params={"session_id": s}).status_code == 400 for s in sids)
     with MasEnvClient(base_url=url).sync() as client:
         assert client.reset(seed=3).observation.agent is not None
@@ -349,5 +352,6 @@ def test_a_heavy_reset_does_not_stall_another_clients_health(env_servers):
             latencies.append(time.monotonic() - t0)
             time.sleep(0.05)
     thread.join()
+    print(f"[load] heavy reset {took[0]:.2f} s; /health max {max(latencies) * 1000:.0f} ms")
     assert took[0] > 1.0, f"the reset took {took[0]:.2f} s: not heavy enough to test"
     assert len(latencies) >= 10 and max(latencies) < 0.5, max(latencies)
