@@ -1,6 +1,8 @@
 """The OpenEnv server image (``docker/env-server.Dockerfile``) started the way OpenEnv's own
 clients start one, ``EnvClient.from_docker_image`` (LocalDockerProvider: ``docker run -p
-PORT:8000 -e ...``), and an oracle episode played through it against an in-process twin."""
+PORT:8000 -e ...``), and an oracle episode played through it against an in-process twin. The
+setting is MarsRL's (no agent code to run: bubblewrap inside a container needs privileges that
+``from_docker_image`` does not grant)."""
 
 from __future__ import annotations
 
@@ -42,10 +44,10 @@ def test_episode_through_from_docker_image():
 
     async def play() -> tuple[bool, float, float]:
         client = await MasEnvClient.from_docker_image(
-            IMAGE, provider=Patient(), env_vars={"MAS_ENV": "plan_path"}
+            IMAGE, provider=Patient(), env_vars={"MAS_ENV": "solver_verifier_corrector"}
         )
         try:
-            twin = envs.make("plan_path").unwrapped
+            twin = envs.make("solver_verifier_corrector").unwrapped
             twin.reset(seed=7)
             flush(twin)
             result = await client.reset(seed=7)
