@@ -1,7 +1,9 @@
 """Any setting as an `OpenEnv <https://github.com/meta-pytorch/OpenEnv>`_ environment server.
 
-OpenEnv (PyPI ``openenv-core``) is the HTTP/WebSocket protocol TRL's ``GRPOTrainer``, SkyRL and
-Prime Intellect's ``verifiers`` speak to environments that live in another process. Serving a
+OpenEnv (PyPI ``openenv``, which replaced ``openenv-core``; the ``serve`` extra pins
+``openenv>=0.10,<0.11``, and the tests pass on openenv-core 0.3.0 too) is the HTTP/WebSocket
+protocol TRL's ``GRPOTrainer``, SkyRL and Prime Intellect's ``verifiers`` speak to environments
+that live in another process. Serving a
 setting over it is also how a user combines this suite with a library whose top-level package
 name clashes with ours (``verifiers``, ``adapters``: see the README's installation notes)::
 
