@@ -83,13 +83,19 @@ ALIASES = {"javascript": "nodejs"}
 
 def available(site_packages: bool = False) -> list[str]:
     """The languages whose toolchain this host has (the local backend's jobs see the host's
-    ``/usr``); ``pytest`` only when jobs may import the server's packages and pytest is one."""
-    import importlib.util
+    ``/usr``); ``pytest`` only when jobs may import the interpreter's packages
+    (``site_packages``) and pytest is one of them (the jobs' interpreter is the base one, not a
+    virtual environment's)."""
+    import sys
+    import sysconfig
+    from pathlib import Path
 
+    base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
+    job_packages = Path(sysconfig.get_paths(vars=base)["purelib"])
     out = []
     for name, chain in TOOLCHAINS.items():
         if name == "pytest":
-            if site_packages and importlib.util.find_spec("pytest") is not None:
+            if site_packages and (job_packages / "pytest").is_dir():
                 out.append(name)
         elif chain.needs is None or shutil.which(chain.needs) is not None:
             out.append(name)

@@ -335,3 +335,33 @@ def test_hostile_program_is_contained_like_through_the_library(
         listener.accept()  # nothing reached the host's loopback
     follow = call(service, code="print(sum(map(int, input().split())))", stdin="20 22")
     assert follow.status == RunStatus.Success and follow.run_result.stdout == "42\n"
+
+
+def test_pytest_language_with_site_packages():
+    """SandboxFusion's ``pytest`` runner: the code is a test module; pytest's exit code decides
+    the status. It needs pytest where the jobs' interpreter finds it (``--site-packages``)."""
+    from adapters.integrations.languages import available
+    from adapters.integrations.sandbox_fusion import RunCodeRequest as Request
+    from adapters.integrations.sandbox_fusion import ServiceLimits
+    from adapters.integrations.sandbox_fusion import run_code as serve_one
+
+    if "pytest" not in available(site_packages=True):
+        pytest.skip("pytest is not installed for the jobs' (base) interpreter")
+    bounds = ServiceLimits()
+    with sandboxes.LocalSandbox(workers=1, limits=bounds.ceiling(), site_packages=True) as sb:
+        langs = ["python", "pytest"]
+        ok = serve_one(
+            sb,
+            Request(language="pytest", code="def test_ok():\n    assert 2 == 2\n"),
+            bounds,
+            langs,
+        )
+        bad = serve_one(
+            sb,
+            Request(language="pytest", code="def test_no():\n    assert 2 == 3\n"),
+            bounds,
+            langs,
+        )
+    assert ok.status == "Success" and "1 passed" in ok.run_result.stdout
+    assert bad.status == "Failed" and bad.run_result.return_code == 1
+    assert "1 failed" in bad.run_result.stdout
