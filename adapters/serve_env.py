@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from adapters.integrations._server import add_guard_flags
+
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
@@ -27,7 +29,23 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--max-sessions", type=int, default=64, help="concurrent WebSocket sessions")
     p.add_argument(
-        "--session-timeout", type=float, default=None, help="close sessions idle this many seconds"
+        "--max-http-sessions",
+        type=int,
+        default=None,
+        help="sessions made over plain HTTP or MCP (default: a quarter of --max-sessions)",
+    )
+    p.add_argument(
+        "--session-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="close sessions idle this many seconds (default 600; 0: never)",
+    )
+    p.add_argument(
+        "--reward",
+        choices=("step-sum", "acting", "team"),
+        default="step-sum",
+        help="what a step result's reward carries (default: the sum over roles of the step)",
     )
     p.add_argument(
         "--no-reset-config",
@@ -39,9 +57,10 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="one run-wide question pool (MAE/SAGE) for all sessions instead of one per session",
     )
+    add_guard_flags(p)
     args = p.parse_args(argv)
 
-    from adapters.integrations._server import serve
+    from adapters.integrations._server import guard_config, serve
     from adapters.integrations.openenv import create_app
     from adapters.training.flags import ConfigError, parse_key_values
 
@@ -53,11 +72,13 @@ def main(argv: list[str] | None = None) -> None:
         args.env,
         env_config,
         max_sessions=args.max_sessions,
-        session_timeout_s=args.session_timeout,
+        max_http_sessions=args.max_http_sessions,
+        session_timeout_s=args.session_timeout or None,
         allow_reset_config=not args.no_reset_config,
         share_pools=args.share_pools,
+        reward=args.reward,
     )
-    serve(app, args.host, args.port, what=f"OpenEnv {args.env}")
+    serve(app, args.host, args.port, what=f"OpenEnv {args.env}", guard=guard_config(args))
 
 
 if __name__ == "__main__":

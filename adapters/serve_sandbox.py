@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from adapters.integrations._server import add_guard_flags
+
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
@@ -18,7 +20,26 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080, help="0 picks a free port")
     p.add_argument("--backend", choices=("local", "docker"), default="local")
-    p.add_argument("--workers", type=int, default=None, help="sandbox worker slots (default: CPUs)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=64,
+        help="jobs run at once (default 64: verl's default concurrency starts at once)",
+    )
+    p.add_argument(
+        "--queue",
+        type=int,
+        default=None,
+        help="requests that may wait for a worker (default: as many as --workers)",
+    )
+    p.add_argument(
+        "--queue-timeout",
+        type=float,
+        default=8.0,
+        metavar="S",
+        help="longest wait for a worker before the answer is 504, which clients retry (default "
+        "8: below verl's HTTP timeout less run_timeout, compile_timeout + 10 s)",
+    )
     p.add_argument("--image", default=None, help="Docker image (default: $MAS_SANDBOX_IMAGE)")
     p.add_argument("--max-run-timeout", type=float, default=60.0, help="cap on run_timeout (s)")
     p.add_argument("--memory-mb", type=int, default=1024, help="memory when a request says -1")
@@ -30,11 +51,21 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="let jobs import the server's installed packages (default: standard library only)",
     )
+    add_guard_flags(p)
     args = p.parse_args(argv)
 
     import sandboxes
-    from adapters.integrations._server import serve
-    from adapters.integrations.sandbox_fusion import ServiceLimits, create_app
+    from adapters.integrations._server import guard_config, serve
+    from adapters.integrations.sandbox_fusion import Admission, ServiceLimits, create_app
+
+    if args.workers < 1:
+        p.error("--workers must be at least 1")
+    admission = Admission(
+        slots=args.workers,
+        max_queue=args.workers if args.queue is None else args.queue,
+        queue_timeout_s=args.queue_timeout,
+    )
+    guard = guard_config(args)
 
     bounds = ServiceLimits(
         max_run_timeout_s=args.max_run_timeout,
@@ -53,7 +84,12 @@ def main(argv: list[str] | None = None) -> None:
         sandbox = sandboxes.LocalSandbox(
             workers=args.workers, limits=ceiling, site_packages=args.site_packages
         )
-    serve(create_app(sandbox, bounds), args.host, args.port, what=f"sandbox ({args.backend})")
+    from adapters.integrations.languages import available
+
+    # the docker image's toolchains are those of its Dockerfile; the local backend's the host's
+    langs = available(args.site_packages) if args.backend == "local" else ["python"]
+    app = create_app(sandbox, bounds, admission=admission, languages=langs)
+    serve(app, args.host, args.port, what=f"sandbox ({args.backend})", guard=guard)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ from .base import (
     release_uid,
     server_command,
 )
+from .local import hosts_file
 
 log = logging.getLogger("sandboxes")
 
@@ -134,6 +135,8 @@ class _DockerWorker(Worker):
             security_opt=["no-new-privileges"],
             auto_remove=True,
             init=False,
+            # a network-disabled container gets no /etc/hosts: the local backend's (localhost)
+            binds={hosts_file(): {"bind": "/etc/hosts", "mode": "ro"}},
         )
         c = api.create_container(
             sb.image,
@@ -152,6 +155,7 @@ class _DockerWorker(Worker):
             stdin_open=True,
             detach=False,  # with stdin_open: StdinOnce, so the server sees EOF when we go away
             network_disabled=True,
+            volumes=["/etc/hosts"],
             labels={LABEL: "1", f"{LABEL}.owner-pid": str(os.getpid()), f"{LABEL}.owner": _me()},
             host_config=host_config,
         )

@@ -5,7 +5,8 @@ Each worker slot is one ``bwrap`` process whose sandboxed child is the fork serv
 
 * no network (``--unshare-net``: only a down loopback), no IPC/UTS sharing, its own /proc;
 * a read-only view of ``/usr`` (and the ``/bin``, ``/lib*`` links), a handful of ``/etc`` files
-  the dynamic loader and Python need, and the interpreter's own prefix when it lives outside
+  the dynamic loader, Python and the JVM (``/etc/java-*``) need, a generated ``/etc/hosts``
+  (``localhost`` and the sandbox's host name only), and the interpreter's prefix when it lives outside
   ``/usr`` (its ``site-packages`` hidden unless ``site_packages=True``); nothing else of the
   host, so no project directory, home, ``/etc/shadow`` or credentials;
 * a private, size-limited tmpfs at ``/tmp`` (the job's cwd is ``/tmp/job``) and at
@@ -77,6 +78,33 @@ _ETC_FILES = (
     "/etc/alternatives",
     "/etc/mime.types",
 )
+HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+"""The jobs' ``/etc/hosts``: loopback names only (the job has no other network)."""
+_hosts_path: str | None = None
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def hosts_file() -> str:
+    """A host file holding :data:`HOSTS`, made once per process (removed at exit), that the
+    workers bind read-only at ``/etc/hosts`` so that ``localhost`` resolves in a job."""
+    global _hosts_path
+    if _hosts_path is None or not os.path.exists(_hosts_path):
+        import atexit
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="mas-sandbox-hosts-")
+        with os.fdopen(fd, "w") as f:
+            f.write(HOSTS)
+        os.chmod(path, 0o644)
+        atexit.register(_remove, path)
+        _hosts_path = path
+    return _hosts_path
+
+
 _BWRAP_HINT = (
     "\n(bubblewrap could not set up its namespaces. Inside a container this usually means the"
     " container lacks CAP_SYS_ADMIN/CAP_NET_ADMIN or a seccomp/AppArmor profile blocks"
@@ -448,9 +476,11 @@ def bwrap_command(
             a += ["--ro-bind", p, p]
     a += ["--perms", "0755", "--dir", "/etc"]
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    for f in (*_ETC_FILES, "/etc/python3", f"/etc/python{version}"):
+    java = sorted(str(p) for p in Path("/etc").glob("java-*"))
+    for f in (*_ETC_FILES, "/etc/python3", f"/etc/python{version}", *java):
         if os.path.exists(f):
             a += ["--ro-bind", f, f]
+    a += ["--ro-bind", hosts_file(), "/etc/hosts"]
     prefix = python_prefix
     made: set[str] = set()
 

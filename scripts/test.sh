@@ -3,7 +3,7 @@
 #
 # Installs the project with its test extras (scripts/setup.sh --test), makes sure a Docker Engine
 # is running (starting dockerd if none answers, and stopping it again at the end), builds the
-# sandbox image if it is missing, lints and type-checks, runs pytest in .venv, then builds .venv-vllm
+# sandbox image if it is missing and the OpenEnv server image, lints and type-checks, runs pytest in .venv, then builds .venv-vllm
 # (scripts/setup_vllm.sh --train) and runs the vLLM tests there. Docker and vLLM tests are required here,
 # not skipped (MAS_REQUIRE_DOCKER=1, MAS_REQUIRE_VLLM=1). MAS_SKIP_VLLM=1 skips the vLLM stage.
 set -euo pipefail
@@ -29,6 +29,7 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { echo "[test] dockerd did not start; see /tmp/mas-dockerd.log" >&2; exit 1; }
 fi
 bash scripts/build_sandbox_image.sh
+bash scripts/build_env_server_image.sh  # the OpenEnv server image (tests/integrations/test_env_server_image.py)
 
 export MAS_REQUIRE_DOCKER=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=1

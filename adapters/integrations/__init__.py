@@ -6,7 +6,10 @@
   (``python -m adapters.serve_env``), on openenv-core's own server and client classes;
   :mod:`adapters.integrations.trl_openenv` trains through it with TRL's ``environment_factory``.
 * :mod:`adapters.integrations.sandbox_fusion` - a SandboxFusion-compatible ``/run_code`` service
-  on our sandboxes (``python -m adapters.serve_sandbox``), for verl/MARTI/MAE reward functions.
+  on our sandboxes (``python -m adapters.serve_sandbox``), for verl/MARTI/MAE reward functions;
+  :mod:`adapters.integrations.languages` its compiled languages and files.
+* :mod:`adapters.integrations._guard` - what both services bound before a request reaches them
+  (token, body and frame caps, header timeout, connection limit): the threat model.
 * :mod:`adapters.integrations.openai_server` - any local policy behind an OpenAI-compatible HTTP
   API (``python -m adapters.serve``).
 """

@@ -1,23 +1,65 @@
-"""Running an ASGI app with uvicorn and reporting the port it listens on (``--port 0``)."""
+"""Running an ASGI app with uvicorn behind the services' guard (:mod:`._guard`) and reporting
+the port it listens on (``--port 0``)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from typing import Any
 
-__all__ = ["serve"]
+from adapters.integrations._guard import TOKEN_ENV, Guard, GuardConfig, guarded_protocol
+
+__all__ = ["add_guard_flags", "guard_config", "serve"]
 
 
-def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, what: str = "app") -> None:
-    """Run ``app`` with uvicorn on ``host:port`` (port 0: a free one) until interrupted.
+def add_guard_flags(p: argparse.ArgumentParser) -> None:
+    """The command-line flags of :class:`GuardConfig` (the token comes from the environment)."""
+    d = GuardConfig()
+    g = p.add_argument_group("exposure limits (token: $MAS_SERVICE_TOKEN)")
+    g.add_argument("--max-body-mb", type=float, default=d.max_body_bytes / (1 << 20))
+    g.add_argument("--max-ws-frame-mb", type=float, default=d.max_ws_frame_bytes / (1 << 20))
+    g.add_argument("--header-timeout", type=float, default=d.header_timeout_s, metavar="S")
+    g.add_argument("--body-timeout", type=float, default=d.body_timeout_s, metavar="S")
+    g.add_argument("--keep-alive", type=float, default=d.keep_alive_s, metavar="S")
+    g.add_argument("--max-connections", type=int, default=d.max_connections)
+
+
+def guard_config(args: argparse.Namespace) -> GuardConfig:
+    return GuardConfig.from_env(
+        max_body_bytes=int(args.max_body_mb * (1 << 20)),
+        max_ws_frame_bytes=int(args.max_ws_frame_mb * (1 << 20)),
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+        keep_alive_s=args.keep_alive,
+        max_connections=args.max_connections,
+    )
+
+
+def serve(
+    app: Any,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    what: str = "app",
+    guard: GuardConfig | None = None,
+) -> None:
+    """Run ``app`` behind :class:`Guard` with uvicorn on ``host:port`` (port 0: a free one) until
+    interrupted.
 
     Prints ``serving WHAT at http://HOST:PORT`` once the server accepts connections: a parent
     process that started the server with ``--port 0`` reads the port from that line.
     """
     import uvicorn
 
+    guard = guard or GuardConfig.from_env()
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", ws_max_size=64 << 20, timeout_keep_alive=30
+        Guard(app, guard),
+        host=host,
+        port=port,
+        log_level="warning",
+        http=guarded_protocol(guard),
+        ws_max_size=guard.max_ws_frame_bytes,
+        timeout_keep_alive=int(max(1, guard.keep_alive_s)),
+        backlog=max(128, guard.max_connections),
     )
     server = uvicorn.Server(config)
 
@@ -30,6 +72,8 @@ def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, what: str = "app"
             await asyncio.sleep(0.02)
         bound = server.servers[0].sockets[0].getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
+        if guard.token:
+            print(f"{what}: requests need the bearer token of ${TOKEN_ENV}", flush=True)
         print(f"serving {what} at http://{shown}:{bound}", flush=True)
         await task
 

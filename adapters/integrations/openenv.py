@@ -1,17 +1,19 @@
 """Any setting as an `OpenEnv <https://github.com/meta-pytorch/OpenEnv>`_ environment server.
 
-OpenEnv (PyPI ``openenv-core``) is the HTTP/WebSocket protocol TRL's ``GRPOTrainer``, SkyRL and
-Prime Intellect's ``verifiers`` speak to environments that live in another process. Serving a
+OpenEnv (PyPI ``openenv``, which replaced ``openenv-core``; the ``serve`` extra pins
+``openenv>=0.10,<0.11``, and the tests pass on openenv-core 0.3.0 too) is the HTTP/WebSocket
+protocol TRL's ``GRPOTrainer``, SkyRL and Prime Intellect's ``verifiers`` speak to environments
+that live in another process. Serving a
 setting over it is also how a user combines this suite with a library whose top-level package
 name clashes with ours (``verifiers``, ``adapters``: see the README's installation notes)::
 
-    python -m adapters.serve_env --env sokoban --port 8000 --set num_boxes=2
+    python -m adapters.serve_env --env sokoban --port 8000 --env-config num_boxes=2
 
-The server is openenv-core's own (:func:`openenv.core.env_server.create_fastapi_app`, FastAPI +
-uvicorn): ``/ws`` holds one session per WebSocket connection (one env instance each, isolated
-from the others, up to ``max_sessions`` at once), ``/reset`` ``/step`` ``/state`` are OpenEnv's
-stateless HTTP endpoints, plus ``/health``, ``/schema``, ``/metadata`` and ``/docs``. The client
-is a subclass of openenv-core's :class:`~openenv.core.EnvClient`::
+The server is openenv-core's own (:class:`openenv.core.env_server.http_server.HTTPEnvServer`,
+FastAPI + uvicorn): ``/ws`` holds one session per WebSocket connection (one env instance each,
+isolated from the others, up to ``max_sessions`` at once), plus ``/health``, ``/metadata``,
+``/mcp`` and ``/docs``; ``/reset`` ``/step`` ``/state`` ``/close`` and ``/schema`` are this
+module's (below). The client is a subclass of openenv-core's :class:`~openenv.core.EnvClient`::
 
     from adapters.integrations.openenv import MasAction, MasEnvClient
 
@@ -27,13 +29,18 @@ Protocol
 ``reset(seed=None, split=None, instance=None, config=None, episode_id=None)``: ``seed`` and
 ``split`` as in ``env.reset(seed, options={"split": ...})``; ``instance`` an explicit instance
 (``options={"instance": ...}``, the setting's own dict format); ``config`` overrides of the
-server's env config for this session (``{"max_turns": 2, "mode": "single"}``; keys that make the
-server read files, such as ``data_path``, are refused: set them when starting the server).
-Unknown keys are refused with the list of known ones.
+server's env config for this session, from an allowlist: choices and weights
+(:data:`CLIENT_KEYS`, e.g. ``mode``, ``rewards``) freely, sizes and sandbox limits
+(:data:`CEILING_KEYS`, e.g. ``max_turns``, ``memory_mb``, ``num_answers``) only at or below the
+server's value (a larger one is clamped to it and listed in the observation's
+``info["clamped"]``); anything else, such as ``data_path``, is refused. ``episode_id`` names the
+episode (default: a fresh uuid, echoed in ``info["episode_id"]`` and the state).
 
 ``step(MasAction(completion, agent=None))``: the completion of the agent that acts now (``agent``,
-when given, must name it: a guard against a client that lost track). Dead steps (agents that are
-done) are taken by the server, so every observation is either a live agent's turn or the end.
+when given, must name it: a guard against a client that lost track). Any JSON value is taken as
+the completion's text (``42`` -> ``"42"``), since clients such as Prime Intellect's ``verifiers``
+parse completions that look like JSON. Dead steps (agents that are done) are taken by the
+server, so every observation is either a live agent's turn or the end.
 
 :class:`MasObservation`: ``agent`` (who acts next, ``None`` at the end), ``prompt`` (its
 observation), ``agents`` (every role), ``turn``, ``step``, ``instance_id``; after a step also
@@ -41,9 +48,21 @@ observation), ``agents`` (every role), ``turn``, ``step``, ``instance_id``; afte
 ``env.rewards``, delayed awards included), ``reward_parts`` (role -> the ``reward_parts`` dict
 this step wrote to ``infos``: the acting role's and those of roles that received a delayed award),
 ``awards`` (``env.last_awards``), ``info`` (the acting role's other step info), ``returns``
-(each role's total so far), ``success``, ``terminated``, ``truncated``. The step result's
-``reward`` is the acting role's reward. These travel as observation fields because OpenEnv's
-wire format drops ``Observation.metadata``.
+(each role's total so far), ``success``, ``terminated``, ``truncated``. These travel as
+observation fields because OpenEnv's wire format drops ``Observation.metadata``.
+
+The step result's ``reward`` is what generic clients sum over an episode (``--reward``):
+``step-sum`` (default) the sum over roles of the step's rewards, delayed awards included, so
+that summing ``reward`` over an episode gives the team's total return, as Prime Intellect's
+``verifiers``, SkyRL's OpenEnv wrapper and TRL environment classes do; ``acting`` the acting
+role's reward only (per-role credit: read ``observation.rewards`` for the others); ``team``
+the mean over roles.
+
+HTTP: ``POST /reset`` with a JSON body of the reset options starts an episode in a new session
+(or in ``"session_id"``'s) and answers with its id in ``observation.session_id``; ``POST /step``
+takes ``{"session_id": ..., "action": {"completion": ...}}``, ``GET /state?session_id=...`` the
+state, ``POST /close`` ``{"session_id": ...}`` ends the session. ``/schema``'s state is
+:class:`MasState`'s.
 
 Errors: a bad request (step before reset or after the end, wrong agent, unknown option, invalid
 instance or config) gets a clear message: on the WebSocket an OpenEnv error frame
@@ -54,12 +73,29 @@ HTTP status 400 (422 for a malformed body) with ``{"detail": ...}``; never a tra
 Pools: MAE/SAGE question pools (``create_shared``) belong to each session by default, so
 sessions never see each other's questions; ``share_pools=True`` gives every session started
 with the server's config one run-wide pool, as a trainer would use.
+
+Threat model (a server someone exposed)
+---------------------------------------
+Every request first passes :mod:`adapters.integrations._guard` (optional bearer token from
+``$MAS_SERVICE_TOKEN``, bodies over 20 MiB and WebSocket frames over 1 MiB refused before they
+are buffered, header-read timeout, connection limit). Then: sessions idle ``--session-timeout``
+seconds (default 600) are closed; sessions made over plain HTTP or MCP
+(``openenv/session/create``) are at most ``--max-http-sessions`` (default a quarter of
+``--max-sessions``), so they never lock out WebSocket clients, and HTTP may close only those;
+a client's reset config cannot raise a limit the operator set (the allowlist above). Session
+ids are random uuids, and a WebSocket client's id is never sent to anyone. What stays out: CPU
+spent inside one session's steps is bounded by the settings' own limits, not per client.
+
+TRL: its ``environment_factory`` needs ``--max-sessions`` at least the generation batch (one
+session per rollout), and a chat template with tool calling for tool-using settings.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +104,7 @@ from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from adapters.rollout import flush_dead_steps
 
@@ -87,7 +123,34 @@ SERVER_ONLY_KEYS = frozenset(
     {"data_path", "data_options", "seed_sources", "sandbox", "pool", "render_mode"}
 )
 """Config keys a client may not set at reset: they make the server read files or hold objects."""
+CLIENT_KEYS = frozenset(
+    {
+        "mode", "split", "rewards", "oracle_tool", "coder_mask", "mutant_seed", "tau_mut",
+        "float_tol", "reference_prob", "quality_threshold", "solve_filtered", "solver_phase",
+        "train_difficulty", "train_question_judge", "add_to_pool", "alpha", "beta", "planning",
+        "plan_source", "critic_norm", "duplicate_credit", "empty_format_score", "agent_draw",
+        "unparsed_verdict", "wall_fraction", "boxes_start_off_goals", "legal_counts_givens",
+        "san_needs_change",
+    }
+)  # fmt: skip
+"""Config keys a client may set at reset freely: choices and weights of its own episodes."""
+CEILING_KEYS = frozenset(
+    {
+        "max_turns", "single_turns", "history_turns", "max_prompt_chars",
+        "max_completion_chars", "wall_s", "memory_mb", "max_output_bytes", "tool_wall_s",
+        "tool_memory_mb", "tool_max_output_bytes", "max_tester_tests", "smoke_tests",
+        "max_mutants", "mutant_floor_s", "grade_timeout_s", "num_answers", "max_question_chars",
+        "max_shown_chars", "test_timeout_s", "num_samples", "max_tests", "num_agents",
+        "num_evaluations", "history_rounds", "max_entry_chars", "max_steps", "accept_after",
+        "height", "width", "num_boxes", "solver_max_nodes", "min_optimal_moves",
+        "max_optimal_moves", "min_distance", "size",
+    }
+)  # fmt: skip
+"""Config keys a client may lower at reset but not raise above the server's value: sandbox
+limits, sizes and work (the operator sets the ceiling). A larger value is clamped to the
+server's, and the reset observation's ``info["clamped"]`` says so."""
 RESET_KEYS = ("seed", "split", "instance", "config", "episode_id")
+REWARD_MODES = ("step-sum", "acting", "team")
 
 
 class RequestError(ValueError):
@@ -99,12 +162,36 @@ class RequestError(ValueError):
 
 
 class MasAction(Action):
-    """The completion of the agent that acts now."""
+    """The completion of the agent that acts now. Any JSON value is accepted as the completion
+    and turned into text (a string as is, anything else as compact JSON: ``42`` -> ``"42"``),
+    because a bad completion is scored, never refused: clients such as Prime Intellect's
+    ``verifiers`` parse a completion that looks like JSON before sending it."""
 
     completion: str = Field(description="the acting agent's completion (raw text)")
     agent: str | None = Field(
         default=None, description="the agent the client believes acts now (checked if given)"
     )
+
+    @field_validator("completion", mode="before")
+    @classmethod
+    def _as_text(cls, value: Any) -> str:
+        return completion_text(value)
+
+
+def completion_text(value: Any) -> str:
+    """A completion sent as any JSON value, as text.
+
+    >>> completion_text("x = 1"), completion_text(42), completion_text([1, {"a": None}])
+    ('x = 1', '42', '[1,{"a":null}]')
+    >>> completion_text(True), completion_text(None), completion_text(2.5)
+    ('true', 'null', '2.5')
+    """
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 class MasObservation(Observation):
@@ -126,6 +213,9 @@ class MasObservation(Observation):
     success: bool = False
     terminated: bool = False
     truncated: bool = False
+    session_id: str | None = Field(
+        default=None, description="the HTTP session (HTTP /reset only): send it to /step, /state"
+    )
 
 
 class MasState(State):
@@ -167,12 +257,82 @@ def _jsonable(value: Any, depth: int = 0) -> Any:
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """What every session of a server starts from."""
+    """What every session of a server starts from.
+
+    ``ceilings``: the server's value of every :data:`CEILING_KEYS` option (what a client's value
+    is clamped to). ``reward``: what a step result's ``reward`` carries (see :func:`step_reward`).
+    """
 
     env_id: str
     config: dict[str, Any] = field(default_factory=dict)
     allow_reset_config: bool = True
     shared: dict[str, Any] | None = None  # run-wide objects (share_pools=True)
+    ceilings: dict[str, Any] = field(default_factory=dict)
+    reward: str = "step-sum"
+
+    def __post_init__(self) -> None:
+        if self.reward not in REWARD_MODES:
+            raise ValueError(f"reward must be one of {REWARD_MODES}, got {self.reward!r}")
+
+
+def step_reward(mode: str, rewards: Mapping[str, float], acting: str) -> float:
+    """The step result's ``reward`` from every role's reward of the step (delayed awards
+    included). ``step-sum`` (the default): their sum, so a client that sums ``reward`` over the
+    episode gets the team's total return, as generic OpenEnv clients (Prime Intellect's
+    ``verifiers``, SkyRL, TRL environment classes) do; ``acting``: the acting role's only;
+    ``team``: their mean over the roles.
+
+    >>> r = {"solver": 1.0, "judge": 0.5, "proposer": 0.0}
+    >>> step_reward("step-sum", r, "judge"), step_reward("acting", r, "judge")
+    (1.5, 0.5)
+    >>> step_reward("team", r, "judge")
+    0.5
+    """
+    if mode == "acting":
+        return float(rewards.get(acting, 0.0))
+    total = float(sum(rewards.values()))
+    return total / max(1, len(rewards)) if mode == "team" else total
+
+
+def clamp_config(
+    config: Mapping[str, Any], ceilings: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A client's reset config checked against the allowlist: ``(config, clamped)`` where
+    ``clamped`` maps each option lowered to the server's ceiling to the value asked for.
+
+    >>> clamp_config({"memory_mb": 65536, "max_turns": 2, "mode": "single"},
+    ...              {"memory_mb": 512, "max_turns": 4})
+    ({'memory_mb': 512, 'max_turns': 2, 'mode': 'single'}, {'memory_mb': 65536})
+    >>> clamp_config({"dataset": "x"}, {})
+    Traceback (most recent call last):
+    ...
+    adapters.integrations.openenv.RequestError: config keys ['dataset'] cannot be set at reset ...
+    """
+    refused = sorted(set(config) & SERVER_ONLY_KEYS)
+    if refused:
+        raise RequestError(
+            f"config keys {refused} can only be set when the server starts (--env-config)"
+        )
+    unknown = sorted(k for k in config if k not in CLIENT_KEYS and k not in CEILING_KEYS)
+    if unknown:
+        raise RequestError(
+            f"config keys {unknown} cannot be set at reset (set them when the server starts); "
+            f"a client may set {sorted(CLIENT_KEYS)} and lower {sorted(CEILING_KEYS)}"
+        )
+    out, clamped = dict(config), {}
+    for key, value in config.items():
+        if key not in CEILING_KEYS or key not in ceilings:
+            continue
+        top = ceilings[key]
+        if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+            if value != top:
+                raise RequestError(f"config {key} must be a number <= {top!r}, got {value!r}")
+            continue
+        if top is None:
+            raise RequestError(f"config {key} cannot be set at reset on this server")
+        if value > top:
+            out[key], clamped[key] = top, value
+    return out, clamped
 
 
 class MasEnvironment(Environment[MasAction, MasObservation, MasState]):
@@ -249,7 +409,7 @@ class MasEnvironment(Environment[MasAction, MasObservation, MasState]):
             raise RequestError(f"seed must be a non-negative int or null, got {seed!r}")
         if split is not None and split not in ("train", "val", "test"):
             raise RequestError(f"split must be 'train', 'val' or 'test', got {split!r}")
-        overrides = self._check_config(config)
+        overrides, clamped = self._check_config(config)
         env = self._build(overrides)
         options: dict[str, Any] = {}
         if split is not None:
@@ -260,24 +420,22 @@ class MasEnvironment(Environment[MasAction, MasObservation, MasState]):
             env.unwrapped.reset(seed=seed, options=options)
         except (TypeError, ValueError, KeyError) as exc:
             raise RequestError(f"reset failed: {exc}") from exc
-        self._episode_id = episode_id
+        self._episode_id = episode_id or str(uuid.uuid4())
         self._returns = {a: 0.0 for a in env.unwrapped.possible_agents}
         self._flush_dead_steps()
-        return self._observation(rewards=dict(self._returns))
+        info: dict[str, Any] = {"episode_id": self._episode_id}
+        if clamped:
+            info["clamped"] = {k: _jsonable(v) for k, v in clamped.items()}
+        return self._observation(rewards=dict(self._returns), info=info)
 
-    def _check_config(self, config: Any) -> dict[str, Any]:
+    def _check_config(self, config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         if config is None:
-            return {}
+            return {}, {}
         if not isinstance(config, dict):
             raise RequestError(f"config must be an object of env options, got {config!r}")
         if config and not self.settings.allow_reset_config:
             raise RequestError("this server does not accept env config at reset")
-        refused = sorted(set(config) & SERVER_ONLY_KEYS)
-        if refused:
-            raise RequestError(
-                f"config keys {refused} can only be set when the server starts (--set KEY=VALUE)"
-            )
-        return dict(config)
+        return clamp_config(config, self.settings.ceilings)
 
     def step(
         self, action: MasAction, timeout_s: float | None = None, **kwargs: Any
@@ -313,7 +471,7 @@ class MasEnvironment(Environment[MasAction, MasObservation, MasState]):
             info=_jsonable(info),
             terminated=terminated,
             truncated=truncated,
-            reward=rewards.get(agent, 0.0),
+            reward=step_reward(self.settings.reward, rewards, agent),
         )
 
     @property
@@ -355,19 +513,31 @@ class MasEnvironment(Environment[MasAction, MasObservation, MasState]):
 # the app and the server
 
 
+DEFAULT_SESSION_TIMEOUT_S = 600.0
+
+
 def create_app(
     env_id: str,
     config: dict[str, Any] | None = None,
     *,
     max_sessions: int = 64,
-    session_timeout_s: float | None = None,
+    max_http_sessions: int | None = None,
+    session_timeout_s: float | None = DEFAULT_SESSION_TIMEOUT_S,
     allow_reset_config: bool = True,
     share_pools: bool = False,
+    reward: str = "step-sum",
 ) -> Any:
-    """The FastAPI app of openenv-core's server for ``env_id`` (config checked now)."""
-    from fastapi import Request
-    from fastapi.responses import JSONResponse
-    from openenv.core.env_server.http_server import create_fastapi_app
+    """The FastAPI app of openenv-core's server for ``env_id`` (config checked now).
+
+    ``max_http_sessions`` (default a quarter of ``max_sessions``, at least 1) caps the sessions
+    made over plain HTTP (``POST /reset`` without a ``session_id``, MCP ``openenv/session/create``)
+    so they can never take the WebSocket clients' slots; ``session_timeout_s`` closes any session
+    idle that long (None: never).
+    """
+    import dataclasses
+
+    from fastapi import FastAPI
+    from openenv.core.env_server.http_server import HTTPEnvServer
     from openenv.core.env_server.types import ConcurrencyConfig
 
     import envs
@@ -376,10 +546,19 @@ def create_app(
     config = dict(config or {})
     probe = envs.make(canonical, **config)  # a bad server config fails here, not per session
     shared = type(probe.unwrapped).create_shared(**config) if share_pools else None
+    server_config = probe.unwrapped.config
+    ceilings = {
+        f.name: getattr(server_config, f.name)
+        for f in dataclasses.fields(server_config)
+        if f.name in CEILING_KEYS
+    }
     probe.close()
-    settings = ServeSettings(canonical, config, allow_reset_config, shared or None)
+    settings = ServeSettings(
+        canonical, config, allow_reset_config, shared or None, ceilings, reward
+    )
     factory = functools.partial(MasEnvironment, settings)
-    app = create_fastapi_app(
+    app = FastAPI(title=f"mas-rl-envs: {canonical} (OpenEnv)")
+    server = HTTPEnvServer(
         factory,
         MasAction,
         MasObservation,
@@ -387,8 +566,149 @@ def create_app(
             max_concurrent_envs=max_sessions, session_timeout=session_timeout_s
         ),
     )
-    app.title = f"mas-rl-envs: {canonical} (OpenEnv)"
+    server.register_routes(app)
     app.state.env_factory = factory  # what each session is made with
+    app.state.env_server = server
+    quota = HttpSessions(server, max_http_sessions or max(1, max_sessions // 4))
+    app.state.http_sessions = quota
+    _replace_http_routes(app, server, quota)
+    _install_error_handlers(app)
+    return _HttpOrigin(app, quota)
+
+
+class HttpSessions:
+    """The sessions made over plain HTTP, at most ``quota`` of them alive at once."""
+
+    def __init__(self, server: Any, quota: int) -> None:
+        self.server, self.quota = server, quota
+        self._ids: set[str] = set()
+
+    def alive(self) -> set[str]:
+        self._ids &= set(self.server._sessions)  # closed or reaped sessions leave the quota
+        return self._ids
+
+    async def create(self) -> tuple[str, Any]:
+        if len(self.alive()) >= self.quota:
+            raise RequestError(
+                f"{self.quota} HTTP sessions are open (this server's quota): close one "
+                "(POST /close) or let it expire, or play over the WebSocket (/ws)"
+            )
+        sid, env = await self.server._create_session()
+        self._ids.add(sid)
+        return sid, env
+
+    def get(self, sid: Any) -> Any:
+        if not isinstance(sid, str) or sid not in self.alive():
+            raise RequestError(
+                f"unknown session_id {sid!r}: reset without one to start an HTTP session "
+                "(sessions idle past the server's timeout are closed)"
+            )
+        env = self.server._sessions.get(sid)
+        if env is None:
+            raise RequestError(f"session {sid} is still starting: retry shortly")
+        self.server._update_session_activity(sid)
+        return env
+
+    async def close(self, sid: Any) -> None:
+        self.get(sid)
+        await self.server._destroy_session(sid)
+
+
+def _replace_http_routes(app: Any, server: Any, quota: HttpSessions) -> None:
+    """OpenEnv's HTTP ``/reset`` ``/step`` ``/state`` build a fresh env per request (so ``/step``
+    could never follow a ``/reset``) and ``/schema`` declares the base ``State``: replaced by
+    session-keyed ones and our state schema (plain Starlette routes: the bodies are checked
+    here, with the same messages as over the WebSocket)."""
+    from starlette.responses import JSONResponse
+
+    replaced = {"/reset", "/step", "/state", "/schema"}
+    app.router.routes[:] = [
+        r for r in app.router.routes if getattr(r, "path", None) not in replaced
+    ]
+
+    async def body_of(request: Any, required: bool) -> dict[str, Any]:
+        raw = await request.body()
+        if not raw.strip() and not required:
+            return {}
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise RequestError(f"the body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise RequestError("the body must be a JSON object")
+        return body
+
+    async def run(sid: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await server._run_in_session_executor(sid, fn, *args, **kwargs)
+
+    async def reset(request: Any) -> JSONResponse:
+        body = await body_of(request, required=False)
+        sid = body.pop("session_id", None)
+        created = sid is None
+        if created:
+            sid, env = await quota.create()
+        else:
+            env = quota.get(sid)
+        try:
+            obs = await run(sid, env.reset, **body)
+        except Exception:
+            if created:
+                await quota.close(sid)  # a failed first reset leaves no session behind
+            raise
+        obs.session_id = sid
+        return JSONResponse(_result(obs))
+
+    async def step(request: Any) -> JSONResponse:
+        body = await body_of(request, required=True)
+        if not isinstance(body.get("action"), dict):
+            raise RequestError('the step body must be {"session_id": ..., "action": {...}}')
+        sid = body.get("session_id")
+        env = quota.get(sid)  # refuses anything but a live HTTP session's id
+        assert isinstance(sid, str)
+        try:
+            action = MasAction(**body["action"])
+        except (TypeError, ValueError) as exc:
+            raise RequestError(f"invalid action: {exc}") from None
+        obs = await run(sid, env.step, action)
+        obs.session_id = sid
+        return JSONResponse(_result(obs))
+
+    async def state(request: Any) -> JSONResponse:
+        sid = request.query_params.get("session_id")
+        env = quota.get(sid)
+        assert isinstance(sid, str)
+        return JSONResponse((await run(sid, lambda: env.state)).model_dump())
+
+    async def close(request: Any) -> JSONResponse:
+        sid = (await body_of(request, required=True)).get("session_id")
+        await quota.close(sid)
+        return JSONResponse({"session_id": sid, "closed": True})
+
+    async def schema(request: Any) -> JSONResponse:
+        return JSONResponse(
+            {
+                "action": MasAction.model_json_schema(),
+                "observation": MasObservation.model_json_schema(),
+                "state": MasState.model_json_schema(),
+            }
+        )
+
+    app.add_route("/reset", reset, methods=["POST"])
+    app.add_route("/step", step, methods=["POST"])
+    app.add_route("/state", state, methods=["GET"])
+    app.add_route("/close", close, methods=["POST"])
+    app.add_route("/schema", schema, methods=["GET"])
+
+
+def _result(obs: MasObservation) -> dict[str, Any]:
+    from openenv.core.env_server.serialization import serialize_observation
+
+    return serialize_observation(obs)
+
+
+def _install_error_handlers(app: Any) -> None:
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
 
     async def bad_request(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse(status_code=400, content={"detail": str(exc)})
@@ -400,7 +720,109 @@ def create_app(
 
     app.add_exception_handler(RequestError, bad_request)
     app.add_exception_handler(Exception, internal)
-    return app
+
+
+class _HttpOrigin:
+    """ASGI wrapper: MCP ``openenv/session/create`` over HTTP counts against the HTTP quota, and
+    ``openenv/session/close`` over HTTP may close only sessions made over HTTP (a WebSocket
+    client's session is its own)."""
+
+    def __init__(self, app: Any, quota: HttpSessions) -> None:
+        self.app, self.quota = app, quota
+        self.state = app.state  # tests and callers reach the FastAPI app's state
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") != "/mcp" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        refusal = self._refusal(body)
+        if refusal is not None:
+            payload = json.dumps(refusal).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": payload})
+            return
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        if self._creates(body):
+            await self._create_counted(scope, replay, send)
+            return
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    def _parse(body: bytes) -> dict[str, Any] | None:
+        try:
+            request = json.loads(body)
+        except ValueError:
+            return None
+        return request if isinstance(request, dict) else None
+
+    def _creates(self, body: bytes) -> bool:
+        request = self._parse(body)
+        return request is not None and request.get("method") == "openenv/session/create"
+
+    def _refusal(self, body: bytes) -> dict[str, Any] | None:
+        request = self._parse(body)
+        if not request:
+            return None
+        method, params = request.get("method"), request.get("params")
+        error = None
+        if method == "openenv/session/create" and len(self.quota.alive()) >= self.quota.quota:
+            error = f"{self.quota.quota} HTTP sessions are open (this server's quota)"
+        if method == "openenv/session/close":
+            sid = params.get("session_id") if isinstance(params, dict) else None
+            if sid not in self.quota.alive():
+                error = f"unknown HTTP session_id {sid!r}"
+        if error is None:
+            return None
+        return {
+            "jsonrpc": "2.0",
+            "id": request.get("id"),
+            "error": {"code": -32000, "message": error},
+        }
+
+    async def _create_counted(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Pass the create on and record the session id it answers with."""
+        start: dict[str, Any] = {}
+        parts: list[bytes] = []
+
+        async def capture(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            parts.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            body = b"".join(parts)
+            answer = self._parse(body) or {}
+            sid = (answer.get("result") or {}).get("session_id")
+            if isinstance(sid, str):
+                self.quota._ids.add(sid)
+            await send(start)
+            await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, capture)
 
 
 # ----------------------------------------------------------------------------------------------

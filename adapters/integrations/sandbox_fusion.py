@@ -19,41 +19,62 @@ Request (SandboxFusion's ``RunCodeRequest``; unknown fields are ignored, as ther
 
 =================  ============================================================================
 ``code``           the program (required)
-``language``       required; one of SandboxFusion's languages, of which only ``"python"`` runs
-                   here: any other gets ``status: "SandboxError"`` and a message saying so (a
-                   name outside SandboxFusion's list is a 422 validation error, as there)
+``language``       required; one of ``GET /v1/languages`` (``python`` always; ``cpp``, ``c``,
+                   ``nodejs``/``javascript``, ``bash``, ``go``, ``pytest`` where the toolchain
+                   is there: :mod:`adapters.integrations.languages`); another of SandboxFusion's
+                   names gets ``status: "SandboxError"`` and that list; a name outside them is
+                   a 422 validation error, as there
 ``stdin``          text fed to standard input (``null``: none)
-``run_timeout``    wall-clock limit in seconds (> 0; capped at the server's ``--max-run-timeout``);
-                   the CPU-time limit is the same
+``run_timeout``    wall-clock limit of the run in seconds (<= 0: the default, 10; capped at the
+                   server's ``--max-run-timeout``); the CPU-time limit is the same
+``compile_timeout``  limit of the compile step (compiled languages; capped likewise)
 ``memory_limit_MB``  memory limit; ``-1`` (SandboxFusion's "none") or any value <= 0 means the
                    server's ``--memory-mb``; capped at ``--max-memory-mb``, at least 32
-``compile_timeout``  accepted and ignored (Python is not compiled)
-``files``          accepted when empty or all ``null`` (what verl sends); files with content
-``fetch_files``    and files to fetch are refused (``SandboxError``): jobs get a private,
-                   empty working directory that is wiped afterwards
+``files``          file name -> base64 content, written into the job's private working
+                   directory before the run (``null`` values are skipped; absolute names and
+                   ``..`` are refused)
+``fetch_files``    files read back after the run, returned base64 in the response's ``files``
 =================  ============================================================================
 
 Response (SandboxFusion's ``RunCodeResponse``, field for field): ``status`` ``"Success"`` (exit
-code 0) / ``"Failed"`` (non-zero exit, killed, a limit hit) / ``"SandboxError"`` (the request
-could not be run: unsupported language or files, or the sandbox itself failed); ``message``
-(empty on success, else why); ``compile_result`` (always ``null``); ``run_result``: ``status``
-(``"Finished"``, ``"TimeLimitExceeded"`` for the wall or CPU limit, ``"Error"`` for a sandbox
-failure), ``execution_time`` (seconds), ``return_code`` (the exit code; ``-N`` when killed by
-signal N, as ``subprocess`` reports it; ``null`` on a time-out), ``stdout``, ``stderr``;
-``executor_pod_name`` (``$MY_POD_NAME``, as SandboxFusion); ``files`` (``{}``). A memory or
-output limit hit makes the status ``"Failed"`` even when the exit code is 0, with the reason in
-``message``. ``GET /v1/ping`` answers ``"pong"``.
+code 0) / ``"Failed"`` (non-zero exit, killed, a limit hit, a compile error) / ``"SandboxError"``
+(the request could not be run: unsupported language, unsafe file name, or the sandbox itself
+failed); ``message`` (empty on success and on a compile error, else why); ``compile_result``
+(the compile step of a compiled language, else ``null``; a failed compile is ``Failed`` with
+the compiler's stderr there and no ``run_result``, which verl scores as a compile error);
+``run_result``: ``status`` (``"Finished"``, ``"TimeLimitExceeded"`` for the wall or CPU limit,
+``"Error"`` for a sandbox failure), ``execution_time`` (seconds), ``return_code`` (the exit
+code; ``-N`` when killed by signal N, as ``subprocess`` reports it; ``null`` on a time-out),
+``stdout``, ``stderr``; ``executor_pod_name`` (``$MY_POD_NAME``, as SandboxFusion); ``files``
+(the fetched files). A memory or output limit hit makes the status ``"Failed"`` even when the
+exit code is 0, with the reason in ``message``. ``GET /v1/ping`` answers ``"pong"``.
+
+Load: at most ``--workers`` jobs run at once (default 64, verl's default concurrency, so its
+bursts start at once); a job's time limits count from its start, never from its arrival. Up to
+``--queue`` more requests wait for a worker, each at most ``--queue-timeout`` seconds (default
+8, below verl's HTTP timeout less its ``run_timeout``); past that, or with the queue full, the
+answer is 504, which verl and the ``sandbox-fusion`` client retry. No request is left to run out
+its client's deadline in the queue (:class:`Admission`).
+
+Exposure: the guard of :mod:`adapters.integrations._guard` (optional bearer token from
+``$MAS_SERVICE_TOKEN``, 20 MiB bodies refused before they are read, header-read timeout,
+connection limit) is the threat model's first half; the second is that a client never sets the
+server's limits: every request's time, memory and output limits are clamped to the operator's
+flags, and jobs get no network and a private working directory wiped afterwards.
 
 Differences from SandboxFusion: jobs see only the Python standard library (no numpy etc. unless
 the server runs with ``--site-packages``), never a network, and output is capped
 (``--max-output-mb``); code longer than 16 Mi characters or stdin longer than 64 Mi is a 422;
-``/run_jupyter`` and the dataset endpoints are not served.
+``message`` carries the reason on ``Failed`` (SandboxFusion leaves it empty); ``/run_jupyter``
+and the dataset endpoints are not served.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -66,6 +87,8 @@ __all__ = [
     "CommandRunResult",
     "RunCodeRequest",
     "RunCodeResponse",
+    "Admission",
+    "Overloaded",
     "ServiceLimits",
     "create_app",
     "run_code",
@@ -75,11 +98,14 @@ Language = Literal[
     "python", "cpp", "nodejs", "go", "go_test", "java", "php", "csharp", "bash", "typescript",
     "sql", "rust", "cuda", "lua", "R", "perl", "D_ut", "ruby", "scala", "julia", "pytest",
     "junit", "kotlin_script", "jest", "verilog", "python_gpu", "lean", "swift", "racket",
+    "c", "javascript",  # this service's additions: C, and an alias of nodejs
 ]  # fmt: skip
 MAX_CODE_CHARS = 16 << 20
+DEFAULT_RUN_TIMEOUT_S = 10.0  # SandboxFusion's default, also for a run_timeout <= 0
 MAX_STDIN_CHARS = 64 << 20
 LANGUAGES: tuple[str, ...] = Language.__args__  # type: ignore[attr-defined]
-"""SandboxFusion's ``Language`` names (``sandbox/runners/types.py``)."""
+"""SandboxFusion's ``Language`` names (``sandbox/runners/types.py``), plus ``c`` and
+``javascript``."""
 
 
 class CommandRunStatus(StrEnum):
@@ -105,7 +131,7 @@ class CommandRunResult(BaseModel):
 class RunCodeRequest(BaseModel):
     compile_timeout: float = Field(default=10, description="accepted and ignored (Python)")
     run_timeout: float = Field(
-        default=10, gt=0, allow_inf_nan=False, description="wall limit, seconds"
+        default=10, allow_inf_nan=False, description="wall limit, seconds (<= 0: 10)"
     )
     memory_limit_MB: int = Field(
         default=-1, description="memory limit in MiB; -1: the server default"
@@ -113,8 +139,12 @@ class RunCodeRequest(BaseModel):
     code: str = Field(..., max_length=MAX_CODE_CHARS, description="the program to run")
     stdin: str | None = Field(default=None, max_length=MAX_STDIN_CHARS, description="stdin")
     language: Language = Field(..., description="only 'python' runs here")
-    files: dict[str, str | None] = Field(default_factory=dict, description="refused if given")
-    fetch_files: list[str] = Field(default_factory=list, description="refused if given")
+    files: dict[str, str | None] = Field(
+        default_factory=dict, description="file name -> base64 content, written before the run"
+    )
+    fetch_files: list[str] = Field(
+        default_factory=list, description="files returned (base64) in the response's files"
+    )
 
 
 class RunCodeResponse(BaseModel):
@@ -137,9 +167,10 @@ class ServiceLimits(BaseModel):
 
     def ceiling(self) -> sandboxes.Limits:
         """The largest limits a request can get: the sandbox's own (pool-wide) limits."""
+        longest = 2 * self.max_run_timeout_s + 2  # a compile step and a run step
         return sandboxes.Limits(
-            wall_s=self.max_run_timeout_s,
-            cpu_s=self.max_run_timeout_s,
+            wall_s=longest,
+            cpu_s=longest,
             memory_mb=self.max_memory_mb,
             max_output_bytes=self.max_output_bytes,
             max_procs=self.max_procs,
@@ -147,7 +178,8 @@ class ServiceLimits(BaseModel):
 
 
 def _limits(request: RunCodeRequest, bounds: ServiceLimits) -> sandboxes.Limits:
-    wall = min(float(request.run_timeout), bounds.max_run_timeout_s)
+    asked = float(request.run_timeout) if request.run_timeout > 0 else DEFAULT_RUN_TIMEOUT_S
+    wall = min(asked, bounds.max_run_timeout_s)
     mem = request.memory_limit_MB if request.memory_limit_MB > 0 else bounds.memory_mb
     mem = max(32, min(int(mem), bounds.max_memory_mb))
     return sandboxes.Limits(
@@ -169,21 +201,19 @@ def _pod_name() -> str | None:
     return os.environ.get("MY_POD_NAME")
 
 
-def _check(request: RunCodeRequest) -> str | None:
+def _check(request: RunCodeRequest, languages: Sequence[str] = ("python",)) -> str | None:
     """Why the request cannot be run here (None: it can)."""
-    if request.language != "python":
+    if request.language not in languages:
         return (
             f"language {request.language!r} is not supported by this sandbox service: it runs "
-            "Python only (language 'python')"
+            f"{', '.join(repr(x) for x in languages)} (GET /v1/languages)"
         )
-    if any(v is not None for v in request.files.values()):
-        return (
-            "files are not supported by this sandbox service: every job starts in a private, "
-            "empty working directory (embed small data in the code or stdin)"
-        )
-    if request.fetch_files:
-        return "fetch_files is not supported by this sandbox service: job files are wiped"
     return None
+
+
+def _uses_driver(request: RunCodeRequest) -> bool:
+    has_files = any(v is not None for v in request.files.values())
+    return request.language != "python" or has_files or bool(request.fetch_files)
 
 
 def to_response(result: sandboxes.ExecResult, limits: sandboxes.Limits) -> RunCodeResponse:
@@ -238,14 +268,19 @@ def to_response(result: sandboxes.ExecResult, limits: sandboxes.Limits) -> RunCo
 
 
 def run_code(
-    sandbox: Any, request: RunCodeRequest, bounds: ServiceLimits | None = None
+    sandbox: Any,
+    request: RunCodeRequest,
+    bounds: ServiceLimits | None = None,
+    languages: Sequence[str] = ("python",),
 ) -> RunCodeResponse:
     """Serve one ``/run_code`` request with ``sandbox`` (blocking; thread-safe)."""
     bounds = bounds or ServiceLimits()
-    refused = _check(request)
+    refused = _check(request, languages)
     if refused is not None:
         return _refusal(refused)
     limits = _limits(request, bounds)
+    if _uses_driver(request):
+        return _run_driver(sandbox, request, bounds, limits)
     try:
         result = sandbox.run(request.code, stdin=request.stdin or "", limits=limits)
     except Exception as exc:  # the sandbox itself failed (closed, cannot start a worker)
@@ -253,31 +288,209 @@ def run_code(
     return to_response(result, limits)
 
 
-def create_app(sandbox: Any, bounds: ServiceLimits | None = None, *, owns_sandbox: bool = True):
-    """The FastAPI app serving ``/run_code`` and ``/v1/ping`` with ``sandbox`` (closed when the
-    app shuts down if ``owns_sandbox``)."""
+def _run_driver(
+    sandbox: Any, request: RunCodeRequest, bounds: ServiceLimits, limits: sandboxes.Limits
+) -> RunCodeResponse:
+    """A compiled language, or files in or out: the job runs :mod:`.languages`' driver."""
+    from adapters.integrations.languages import driver_source, parse_report
+
+    asked = float(request.compile_timeout)
+    asked = asked if asked > 0 and math.isfinite(asked) else DEFAULT_RUN_TIMEOUT_S
+    compile_s = max(0.5, min(asked, bounds.max_run_timeout_s))
+    code = driver_source(
+        request.language,
+        request.code,
+        files=request.files,
+        fetch_files=request.fetch_files,
+        compile_timeout=compile_s,
+        run_timeout=limits.wall_s,
+        memory_mb=limits.memory_mb,
+        output_cap=limits.max_output_bytes,
+    )
+    wall = compile_s + limits.wall_s + 2.0
+    job_limits = dataclasses.replace(limits, wall_s=wall, cpu_s=wall)
+    job = sandboxes.Job(code, request.stdin or "", job_limits, results=True)
+    try:
+        result = sandbox.run_many([job])[0]
+    except Exception as exc:
+        return _refusal(f"sandbox failure: {type(exc).__name__}: {exc}")
+    report = parse_report(result.results) if result.error is None else None
+    if report is None:  # the job was stopped (limits) before the driver reported
+        return to_response(result, limits)
+    if report.get("error"):
+        return _refusal(str(report["error"]))
+    compiled = report.get("compile")
+    compile_result = CommandRunResult(**compiled) if compiled else None
+    if compiled and (compiled["status"] != "Finished" or compiled["return_code"] != 0):
+        return RunCodeResponse(
+            status=RunStatus.Failed,
+            message="",
+            compile_result=compile_result,
+            executor_pod_name=_pod_name(),
+        )
+    ran = report.get("run") or {}
+    if ran.get("status") == "Error":  # the runtime could not start (not installed)
+        return _refusal(f"cannot run {request.language}: {ran.get('stderr', '')}")
+    if ran.get("status") == "TimeLimitExceeded":
+        result = dataclasses.replace(result, timed_out=True, exit_code=None)
+    else:
+        result = dataclasses.replace(result, exit_code=ran.get("return_code"), signal=None)
+        code_ = result.exit_code
+        if code_ is not None and code_ < 0:  # killed by a signal (subprocess reports -N)
+            result = dataclasses.replace(result, exit_code=None, signal=-code_)
+    result = dataclasses.replace(result, duration_s=float(ran.get("execution_time") or 0.0))
+    response = to_response(result, limits)
+    response.compile_result = compile_result
+    response.files = {k: v for k, v in (report.get("files") or {}).items() if v is not None}
+    return response
+
+
+class Overloaded(Exception):
+    """No worker became free within the admission's queue timeout (answered 504)."""
+
+
+class Admission:
+    """Admits at most ``slots`` requests to the sandbox at once (one per worker, so an admitted
+    request starts at once and its time limits count from its start); up to ``max_queue`` more
+    wait at most ``queue_timeout_s`` for a slot. A request that would wait longer, or finds the
+    queue full, is refused with :class:`Overloaded` (the service answers 504, which verl and the
+    ``sandbox-fusion`` client retry), never left to run out its client's HTTP timeout.
+
+    >>> import asyncio
+    >>> async def demo():
+    ...     gate = Admission(slots=1, max_queue=0, queue_timeout_s=0.01)
+    ...     async with gate.slot():
+    ...         try:
+    ...             async with gate.slot():
+    ...                 return "admitted twice"
+    ...         except Overloaded as exc:
+    ...             return str(exc)
+    >>> asyncio.run(demo())
+    'all 1 sandbox workers are busy and the queue is full (0 waiting)'
+    """
+
+    def __init__(self, slots: int, max_queue: int, queue_timeout_s: float) -> None:
+        if slots < 1 or max_queue < 0 or not queue_timeout_s >= 0:
+            raise ValueError("slots >= 1, max_queue >= 0 and queue_timeout_s >= 0 required")
+        self.slots, self.max_queue, self.queue_timeout_s = slots, max_queue, queue_timeout_s
+        self._free = slots
+        self._waiters: list[Any] = []  # futures of queued requests, first come first served
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def slot(self) -> Any:
+        from contextlib import asynccontextmanager
+
+        @asynccontextmanager
+        async def held():
+            await self._acquire()
+            try:
+                yield
+            finally:
+                self._release()
+
+        return held()
+
+    async def _acquire(self) -> None:
+        import asyncio
+
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        if len(self._waiters) >= self.max_queue:
+            raise Overloaded(
+                f"all {self.slots} sandbox workers are busy and the queue is full "
+                f"({len(self._waiters)} waiting)"
+            )
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), self.queue_timeout_s)
+        except TimeoutError:
+            if waiter.done():  # granted just as the wait ran out: keep the slot
+                return
+            self._waiters.remove(waiter)
+            waiter.cancel()
+            raise Overloaded(
+                f"no sandbox worker became free within {self.queue_timeout_s:g} s "
+                f"({self.slots} workers, {len(self._waiters)} waiting): retry later"
+            ) from None
+        except BaseException:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+            if waiter.done() and not waiter.cancelled():
+                self._release()
+            raise
+
+    def _release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.pop(0)
+            if not waiter.done():
+                waiter.set_result(None)  # the slot passes straight to the next waiter
+                return
+        self._free += 1
+
+
+def create_app(
+    sandbox: Any,
+    bounds: ServiceLimits | None = None,
+    *,
+    owns_sandbox: bool = True,
+    admission: Admission | None = None,
+    languages: Sequence[str] | None = None,
+):
+    """The FastAPI app serving ``/run_code``, ``/v1/ping`` and ``/v1/languages`` with ``sandbox``
+    (closed when the app shuts down if ``owns_sandbox``). ``admission`` defaults to one slot per
+    sandbox worker, a queue as long again and an 8 s queue timeout; ``languages`` to those whose
+    toolchain this host has (:func:`.languages.available`)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    from adapters.integrations.languages import available
 
     bounds = bounds or ServiceLimits()
+    langs = tuple(languages if languages is not None else available())
+    workers = int(getattr(sandbox, "workers", 1) or 1)
+    gate = admission or Admission(slots=workers, max_queue=workers, queue_timeout_s=8.0)
+    # one thread per admitted request: the sandbox call blocks its thread for the job's length
+    executor = ThreadPoolExecutor(max_workers=gate.slots, thread_name_prefix="run-code")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
+        executor.shutdown(wait=False, cancel_futures=True)
         if owns_sandbox:
             sandbox.close()
 
     app = FastAPI(title="mas-rl-envs sandbox service (SandboxFusion API)", lifespan=lifespan)
+    app.state.admission = gate
 
     @app.post("/run_code", response_model=RunCodeResponse, tags=["sandbox"])
-    def run_code_endpoint(request: RunCodeRequest) -> RunCodeResponse:
-        # a plain (sync) endpoint: FastAPI runs it on its thread pool, so concurrent requests
-        # occupy the sandbox's workers in parallel
-        return run_code(sandbox, request, bounds)
+    async def run_code_endpoint(request: RunCodeRequest) -> Any:
+        refused = _check(request, langs)
+        if refused is not None:
+            return _refusal(refused)
+        try:
+            async with gate.slot():
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(
+                    executor, run_code, sandbox, request, bounds, langs
+                )
+        except Overloaded as exc:
+            return JSONResponse(status_code=504, content={"detail": str(exc)})
 
     @app.get("/v1/ping")
     def ping() -> str:
         return "pong"
+
+    @app.get("/v1/languages")
+    def languages_endpoint() -> list[str]:
+        return list(langs)
 
     return app

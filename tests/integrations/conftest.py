@@ -20,8 +20,8 @@ STARTUP_S = 120.0
 class Server:
     """A server subprocess started with ``--port 0``; ``url`` is read from its first line."""
 
-    def __init__(self, module: str, *args: str) -> None:
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    def __init__(self, module: str, *args: str, env: dict[str, str] | None = None) -> None:
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **(env or {}))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, "--port", "0", *args],
             cwd=ROOT,

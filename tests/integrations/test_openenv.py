@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 import envs
-from adapters.integrations.openenv import MasAction, MasEnvClient, _jsonable
+from adapters.integrations.openenv import REWARD_MODES, MasAction, MasEnvClient, _jsonable
 from tests.envs.contract import fuzz_completions
 from tests.integrations.conftest import flush
 
@@ -42,6 +42,7 @@ class Episode:
         self.twin.reset(seed=seed, options={"split": split})
         flush(self.twin)
         self.returns = dict.fromkeys(self.twin.possible_agents, 0.0)
+        self.reward_sum = 0.0  # what a generic client that sums ``reward`` gets
         self.check(result)
         return result
 
@@ -68,7 +69,9 @@ class Episode:
         obs = result.observation
         assert obs.acted == agent
         assert obs.rewards == expected  # exact: floats survive the JSON round trip
-        assert result.reward == expected[agent]
+        # the default reward (step-sum): every role's reward of the step, delayed awards included
+        assert result.reward == sum(expected.values())
+        self.reward_sum += result.reward
         assert obs.reward_parts[agent] == parts
         assert obs.awards == awards
         for a, r in expected.items():
@@ -96,6 +99,8 @@ def test_whole_episodes_match_the_in_process_replay(servers, env_id):
                 steps += 1
             assert steps >= 1 and result.observation.success, (env_id, seed)
             assert result.observation.terminated or result.observation.truncated
+            # summing reward over the episode gives the in-process sum over roles
+            assert ep.reward_sum == pytest.approx(sum(ep.returns.values()), abs=1e-9)
         # then one where every other completion is garbage: format failures score alike
         garbage = fuzz_completions(seed=7, n=1000)
         result = ep.reset(13)
@@ -167,29 +172,32 @@ def test_bad_requests_get_clear_errors(servers):
         assert "only be set when the server starts" in _error(
             c, "reset", seed=1, config={"data_path": "/etc/passwd"}
         )
-        assert "unknown config option" in _error(c, "reset", seed=1, config={"max_turn": 2})
+        assert "cannot be set at reset" in _error(c, "reset", seed=1, config={"max_turn": 2})
         result = c.reset(seed=3)
         agent = result.observation.agent
         other = next(a for a in result.observation.agents if a != agent)
         msg = _error(c, "step", MasAction(completion="x", agent=other))
         assert f"it is {agent!r}'s turn" in msg
         # a malformed action is a validation error; the session survives all of the above
-        assert "VALIDATION_ERROR" in _error(c, "step", {"completion": 3})
-        result = c.step(MasAction(completion="", agent=agent))  # a bad completion is no error
+        assert "VALIDATION_ERROR" in _error(c, "step", {"text": "x"})
+        # a completion sent as JSON (a number) is text, scored as a bad completion, no error
+        result = c.step({"completion": 3, "agent": agent})
         assert result.observation.acted == agent and isinstance(result.reward, float)
         while not result.done:
             result = c.step("")
         assert "the episode is over" in _error(c, "step", "")
-    # the stateless HTTP endpoints answer 400/422 with a message, never a traceback
+    # the HTTP endpoints answer 400/422 with a message, never a traceback
     http = httpx.Client(base_url=server.url, timeout=30)
     r = http.post("/step", json={"action": {"completion": "x"}})
-    assert r.status_code == 400 and "call reset() before step()" in r.json()["detail"]
+    assert r.status_code == 400 and "unknown session_id None" in r.json()["detail"]
     r = http.post("/reset", json={"seed": 1, "split": "nope"})
     assert r.status_code == 400 and "split must be" in r.json()["detail"]
-    r = http.post("/step", json={"action": {"text": "x"}})
-    assert r.status_code == 422
     r = http.post("/reset", json={"seed": 2})
     assert r.status_code == 200 and r.json()["observation"]["agent"] == "tool"
+    sid = r.json()["observation"]["session_id"]
+    r = http.post("/step", json={"session_id": sid, "action": {"text": "x"}})
+    assert r.status_code == 400 and "invalid action" in r.json()["detail"]
+    assert http.post("/close", json={"session_id": sid}).json()["closed"] is True
     assert http.get("/health").json() == {"status": "healthy"}
     assert "completion" in http.get("/schema").json()["action"]["properties"]
     assert server.alive
@@ -291,3 +299,68 @@ def test_a_setting_registered_outside_is_served_by_module_id(tmp_path, monkeypat
         env.close()
     finally:
         envs.core.registry._REGISTRY.pop("outside_plan_path", None)
+
+
+def test_http_sessions_play_whole_episodes(servers):
+    """OpenEnv's HTTP simulation flow, keyed by the session id ``/reset`` returns: an oracle
+    episode over ``/reset`` ``/step`` ``/state`` matches the in-process twin; a JSON number as
+    the completion is text; ``episode_id`` is a fresh uuid; ``/schema`` declares our state."""
+    import uuid
+
+    url = servers["plan_path"].url
+    twin = envs.make("plan_path").unwrapped
+    with httpx.Client(base_url=url, timeout=60) as http:
+        r = http.post("/reset", json={"seed": 5}).json()
+        sid, obs = r["observation"]["session_id"], r["observation"]
+        uuid.UUID(obs["info"]["episode_id"])
+        twin.reset(seed=5)
+        flush(twin)
+        total, twin_total = 0.0, 0.0
+        while not r["done"]:
+            agent = twin.agent_selection
+            completion = twin.oracle(agent)
+            twin.step(completion)
+            twin_total += sum(twin.rewards.values())
+            flush(twin)
+            r = http.post("/step", json={"session_id": sid, "action": {"completion": completion}})
+            r = r.json()
+            assert r["observation"]["acted"] == agent and r["observation"]["session_id"] == sid
+            total += r["reward"]
+        assert r["observation"]["success"] is True and total == pytest.approx(twin_total)
+        state = http.get("/state", params={"session_id": sid}).json()
+        assert state["done"] is True and state["episode_id"] == obs["info"]["episode_id"]
+        again = http.post("/reset", json={"seed": 5, "session_id": sid}).json()["observation"]
+        assert again["info"]["episode_id"] != obs["info"]["episode_id"]
+        step = http.post("/step", json={"session_id": sid, "action": {"completion": 42}})
+        assert step.status_code == 200 and step.json()["observation"]["acted"] == "tool"
+        schema = http.get("/schema").json()
+        assert {"returns", "env_id", "agent", "done"} <= set(schema["state"]["properties"])
+        assert http.post("/close", json={"session_id": sid}).json()["closed"] is True
+
+
+def test_reward_modes():
+    """``acting``: the acting role's reward; ``step-sum``: every role's (MAE's judge step also
+    pays the proposer its delayed award); ``team``: their mean. In lockstep with a twin."""
+    from adapters.integrations.openenv import create_app
+
+    envs_by_mode = {m: create_app("mae", reward=m).state.env_factory() for m in REWARD_MODES}
+    twin = envs.make("mae").unwrapped
+    for env in envs_by_mode.values():
+        env.reset(seed=9)
+    twin.reset(seed=9)
+    flush(twin)
+    differs = 0
+    while twin.agents:
+        agent = twin.agent_selection
+        completion = twin.oracle(agent)
+        twin.step(completion)
+        rewards = dict(twin.rewards)
+        flush(twin)
+        got = {m: e.step(MasAction(completion=completion)).reward for m, e in envs_by_mode.items()}
+        assert got["acting"] == rewards[agent]
+        assert got["step-sum"] == pytest.approx(sum(rewards.values()))
+        assert got["team"] == pytest.approx(sum(rewards.values()) / len(rewards))
+        differs += got["step-sum"] != got["acting"]
+    assert differs >= 1  # a delayed award reached a role other than the acting one
+    for env in envs_by_mode.values():
+        env.close()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -35,7 +36,9 @@ RUN_RESULT_KEYS = {"status", "execution_time", "return_code", "stdout", "stderr"
 
 @pytest.fixture(scope="module")
 def local_service(server_factory):
-    return server_factory({"local": ("adapters.serve_sandbox", "--workers", "2")})["local"]
+    return server_factory({"local": ("adapters.serve_sandbox", "--workers", "2", "--queue", "64")})[
+        "local"
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +49,7 @@ def docker_service(server_factory):
         if os.environ.get("MAS_REQUIRE_DOCKER") == "1":
             pytest.fail(f"MAS_REQUIRE_DOCKER=1 but the Docker sandbox is unavailable: {exc}")
         pytest.skip(f"Docker sandbox unavailable: {exc}")
-    spec = ("adapters.serve_sandbox", "--backend", "docker", "--workers", "2")
+    spec = ("adapters.serve_sandbox", "--backend", "docker", "--workers", "2", "--queue", "64")
     return server_factory({"docker": spec})["docker"]
 
 
@@ -97,22 +100,116 @@ def test_memory_limit_mb_is_applied(service):
     assert big.status == RunStatus.Success and big.run_result.stdout == "300\n"
 
 
-def test_other_languages_and_files_are_refused_clearly(service):
-    for language in ("cpp", "nodejs", "pytest"):
-        req = RunCodeRequest(code="int main() {}", language=language)
-        with pytest.raises(Exception, match=f"language '{language}' is not supported"):
-            run_code(req, service.url, max_attempts=1)
+def test_unavailable_languages_are_refused_clearly(service):
+    langs = requests.get(service.url + "/v1/languages").json()
+    assert "python" in langs and "typescript" not in langs
+    req = RunCodeRequest(code="let x: number = 1", language="typescript")
+    with pytest.raises(Exception, match="language 'typescript' is not supported"):
+        run_code(req, service.url, max_attempts=1)
     raw = requests.post(service.url + "/run_code", json={"code": "x", "language": "cobol"})
     assert raw.status_code == 422 and raw.json()["detail"][0]["loc"] == ["body", "language"]
-    body = {"code": "print(1)", "language": "python", "files": {"a.txt": "aGk="}}
+    body = {"code": "print(1)", "language": "python", "files": {"../x": "aGk="}}
     resp = requests.post(service.url + "/run_code", json=body).json()
-    assert resp["status"] == "SandboxError" and "files are not supported" in resp["message"]
-    body = {"code": "print(1)", "language": "python", "fetch_files": ["out.txt"]}
-    resp = requests.post(service.url + "/run_code", json=body).json()
-    assert resp["status"] == "SandboxError" and "fetch_files" in resp["message"]
-    for bad in (0, -1, "soon"):
-        body = {"code": "print(1)", "language": "python", "run_timeout": bad}
-        assert requests.post(service.url + "/run_code", json=body).status_code == 422
+    assert resp["status"] == "SandboxError" and "unsafe file name" in resp["message"]
+    body = {"code": "print(1)", "language": "python", "run_timeout": "soon"}
+    assert requests.post(service.url + "/run_code", json=body).status_code == 422
+    for default in (0, -1):  # SandboxFusion accepts these: the default limit (10 s) applies
+        body = {"code": "print(1)", "language": "python", "run_timeout": default}
+        resp = requests.post(service.url + "/run_code", json=body).json()
+        assert resp["status"] == "Success" and resp["run_result"]["stdout"] == "1\n"
+
+
+def test_files_in_and_out(local_service):
+    """SandboxFusion's ``files`` (base64, written before the run) and ``fetch_files`` (returned
+    base64), as its runner tests use them."""
+    body = {
+        "code": "print(open('data/in.txt').read().upper())\nopen('out.txt', 'w').write('done')",
+        "language": "python",
+        "files": {"data/in.txt": base64.b64encode(b"hello").decode(), "unused": None},
+        "fetch_files": ["out.txt", "missing.txt"],
+    }
+    r = requests.post(local_service.url + "/run_code", json=body, timeout=60).json()
+    assert r["status"] == "Success" and r["run_result"]["stdout"] == "HELLO\n"
+    assert r["files"] == {"out.txt": base64.b64encode(b"done").decode()}
+
+
+CPP_SUM = '#include <cstdio>\nint main(){int a,b;scanf("%d %d",&a,&b);printf("%d\\n",a+b);}'
+
+
+@pytest.mark.parametrize(
+    "language, code",
+    [
+        ("cpp", CPP_SUM),
+        ("c", '#include <stdio.h>\nint main(){int a,b;scanf("%d %d",&a,&b);printf("%d\\n",a+b);}'),
+        (
+            "nodejs",
+            "const [a, b] = require('fs').readFileSync(0, 'utf8').split(' ').map(Number);\nconsole.log(a + b);",
+        ),
+        (
+            "javascript",
+            "const [a, b] = require('fs').readFileSync(0, 'utf8').split(' ').map(Number);\nconsole.log(a + b);",
+        ),
+        ("bash", "read a b\necho $((a + b))"),
+        (
+            "java",
+            "import java.util.*;\npublic class Solution {\n  public static void main(String[] x) {\n"
+            "    Scanner s = new Scanner(System.in);\n"
+            "    System.out.println(s.nextInt() + s.nextInt());\n  }\n}",
+        ),
+    ],
+)
+def test_compiled_and_other_languages(local_service, language, code):
+    """The compile/run split of SandboxFusion: ``compile_result`` filled for compiled languages;
+    the program reads stdin and its output is the run's."""
+    if language not in requests.get(local_service.url + "/v1/languages").json():
+        pytest.skip(f"no {language} toolchain on this host")
+    body = {"code": code, "language": language, "stdin": "20 22"}
+    if language in ("c", "javascript"):  # not in the sandbox-fusion client's language list
+        raw = requests.post(local_service.url + "/run_code", json=body, timeout=60)
+        r = RunCodeResponse(**raw.json())
+    else:
+        r = run_code(RunCodeRequest(**body), local_service.url, 1)
+    assert r.status == RunStatus.Success, r
+    assert r.run_result.stdout == "42\n" and r.run_result.return_code == 0
+    compiled = language in ("cpp", "c", "java")
+    assert (r.compile_result is not None) == compiled
+    if compiled:
+        assert r.compile_result.status == CommandRunStatus.Finished
+        assert r.compile_result.return_code == 0
+
+
+def test_localhost_resolves_and_loopback_works_inside_a_job(service):
+    """SandboxFusion's ``test_isolation_network_server_localhost``: a job may serve and connect
+    on its own loopback by name (its ``/etc/hosts`` names localhost), and reaches nothing else."""
+    code = (
+        "import socket\n"
+        "srv = socket.socket(); srv.bind(('localhost', 0)); srv.listen(1)\n"
+        "c = socket.create_connection(('localhost', srv.getsockname()[1]), timeout=5)\n"
+        "conn, _ = srv.accept(); c.sendall(b'ping'); print(conn.recv(4).decode())\n"
+    )
+    r = call(service, code=code)
+    assert r.status == RunStatus.Success and r.run_result.stdout == "ping\n", r
+
+
+def test_cpp_compile_error_and_run_outcomes_as_verl_reads_them(local_service):
+    """verl's compile-error case scores -4: status Failed, compile_result Finished with a
+    non-zero return code and the compiler's stderr, no run_result; a runtime error and a time-out
+    come back in run_result as for Python."""
+    if "cpp" not in requests.get(local_service.url + "/v1/languages").json():
+        pytest.skip("no g++ on this host")
+    url = local_service.url + "/run_code"
+    body = {"code": "int main( { return 0; }", "language": "cpp", "compile_timeout": 10}
+    r = requests.post(url, json=body, timeout=60).json()
+    assert r["status"] == "Failed" and r["run_result"] is None and r["message"] == ""
+    assert r["compile_result"]["status"] == "Finished"
+    assert r["compile_result"]["return_code"] != 0 and "error" in r["compile_result"]["stderr"]
+    body = {"code": "int main(){ return 3; }", "language": "cpp"}
+    r = requests.post(url, json=body, timeout=60).json()
+    assert r["status"] == "Failed" and r["run_result"]["return_code"] == 3
+    body = {"code": "int main(){ while (1); }", "language": "cpp", "run_timeout": 1}
+    r = requests.post(url, json=body, timeout=60).json()
+    assert r["status"] == "Failed" and r["run_result"]["status"] == "TimeLimitExceeded"
+    assert r["run_result"]["return_code"] is None
 
 
 def test_verl_request_and_response_schema(service):
@@ -238,3 +335,33 @@ def test_hostile_program_is_contained_like_through_the_library(
         listener.accept()  # nothing reached the host's loopback
     follow = call(service, code="print(sum(map(int, input().split())))", stdin="20 22")
     assert follow.status == RunStatus.Success and follow.run_result.stdout == "42\n"
+
+
+def test_pytest_language_with_site_packages():
+    """SandboxFusion's ``pytest`` runner: the code is a test module; pytest's exit code decides
+    the status. It needs pytest where the jobs' interpreter finds it (``--site-packages``)."""
+    from adapters.integrations.languages import available
+    from adapters.integrations.sandbox_fusion import RunCodeRequest as Request
+    from adapters.integrations.sandbox_fusion import ServiceLimits
+    from adapters.integrations.sandbox_fusion import run_code as serve_one
+
+    if "pytest" not in available(site_packages=True):
+        pytest.skip("pytest is not installed for the jobs' (base) interpreter")
+    bounds = ServiceLimits()
+    with sandboxes.LocalSandbox(workers=1, limits=bounds.ceiling(), site_packages=True) as sb:
+        langs = ["python", "pytest"]
+        ok = serve_one(
+            sb,
+            Request(language="pytest", code="def test_ok():\n    assert 2 == 2\n"),
+            bounds,
+            langs,
+        )
+        bad = serve_one(
+            sb,
+            Request(language="pytest", code="def test_no():\n    assert 2 == 3\n"),
+            bounds,
+            langs,
+        )
+    assert ok.status == "Success" and "1 passed" in ok.run_result.stdout
+    assert bad.status == "Failed" and bad.run_result.return_code == 1
+    assert "1 failed" in bad.run_result.stdout
