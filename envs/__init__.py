@@ -26,6 +26,7 @@ register(
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
     team_reward=True,
+    award_lookahead=1,  # the tool's team term is the turn's value, paid at the planner's step
     cpu_options={"size": 4},
     cpu_train_options=_ONE_LINE_TOOL,
 )
@@ -36,6 +37,7 @@ register(
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
     team_reward=True,
+    award_lookahead=1,  # the tool's team term is the turn's value, paid at the planner's step
     cpu_options={"height": 5, "width": 5, "num_boxes": 1},
     cpu_train_options=_ONE_LINE_TOOL,
 )
@@ -46,6 +48,7 @@ register(
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
     team_reward=True,
+    award_lookahead=1,  # the tool's team term is the turn's value, paid at the planner's step
     cpu_options={"height": 6, "width": 6, "min_distance": 3},
     cpu_train_options=_ONE_LINE_TOOL,
 )

@@ -38,7 +38,7 @@ def _verdict(code: str, entry_point: str | None, prelude: str, records: list) ->
 
 
 def _parse_asserts(code: str, entry_point: str, max_tests: int) -> list:
-    from verifiers.test_parsing import _parse_assert_code
+    from verifiers.written_tests import _parse_assert_code
 
     tests, problem = _parse_assert_code(code, entry_point, max_tests)
     return [[[t.code, t.name] for t in tests], problem]
