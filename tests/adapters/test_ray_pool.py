@@ -94,11 +94,17 @@ def scripted_policy(env_id: str, seed: int) -> ScriptedPolicy:
     return ScriptedPolicy(fn, name="seeded")
 
 
-def rollout(pool, env_id: str, policy_kind: str, sampling: str, **cfg):
+# keep_n = 2 needs a setting without award lookahead: the grid tool's team term taken from its
+# own proposal (tool_team="proposal") instead of the turn's value (AT-GRPO A.1.3-A.1.5)
+KEEP_TWO_ENV = {"tool_team": "proposal"}
+
+
+def rollout(pool, env_id: str, policy_kind: str, sampling: str, env_extra=None, **cfg):
     policy = OraclePolicy() if policy_kind == "oracle" else scripted_policy(env_id, seed=3)
     config = RolloutConfig(candidates=3, sampling=sampling, max_steps=8, **cfg)
-    engine = RolloutEngine(env_id, policy, config, pool=pool)
-    specs = [EpisodeSpec(env_id, seed=s, config=ENVS[env_id]) for s in range(3)]
+    env_config = {**ENVS[env_id], **(env_extra or {})}
+    engine = RolloutEngine(env_id, policy, config, env_config=env_extra, pool=pool)
+    specs = [EpisodeSpec(env_id, seed=s, config=env_config) for s in range(3)]
     result = engine.run(specs, seed=11)
     return (
         [s.to_dict() for s in result.samples],
@@ -109,11 +115,11 @@ def rollout(pool, env_id: str, policy_kind: str, sampling: str, **cfg):
 _baselines: dict[tuple, tuple] = {}
 
 
-def local_rollout(env_id: str, policy_kind: str, sampling: str, **cfg):
-    key = (env_id, policy_kind, sampling, tuple(sorted(cfg.items())))
+def local_rollout(env_id: str, policy_kind: str, sampling: str, env_extra=None, **cfg):
+    key = (env_id, policy_kind, sampling, tuple(sorted({**cfg, **(env_extra or {})}.items())))
     if key not in _baselines:
         with LocalEnvPool(workers=2) as pool:
-            _baselines[key] = rollout(pool, env_id, policy_kind, sampling, **cfg)
+            _baselines[key] = rollout(pool, env_id, policy_kind, sampling, env_extra, **cfg)
             assert len(pool) == 0
     return _baselines[key]
 
@@ -139,8 +145,8 @@ def test_same_samples_as_local_pool(shared_pool, env_id, policy_kind, sampling):
 
 def test_keep_two_random_same_as_local(shared_pool):
     cfg = {"keep": "random", "keep_n": 2, "max_branches": 4}
-    expected = local_rollout("plan_path", "scripted", "tree", **cfg)
-    assert rollout(shared_pool, "plan_path", "scripted", "tree", **cfg) == expected
+    expected = local_rollout("plan_path", "scripted", "tree", KEEP_TWO_ENV, **cfg)
+    assert rollout(shared_pool, "plan_path", "scripted", "tree", KEEP_TWO_ENV, **cfg) == expected
     assert len({s["branch"] for s in expected[0]}) > 3
 
 
@@ -241,11 +247,11 @@ def test_killed_actor_is_replaced_and_rollout_unchanged(
 
 def test_crash_inside_a_step_is_recovered(ray_session):
     cfg = {"keep": "random", "keep_n": 2, "max_branches": 4}
-    expected = local_rollout("plan_path", "scripted", "tree", **cfg)
+    expected = local_rollout("plan_path", "scripted", "tree", KEEP_TWO_ENV, **cfg)
     with RayEnvPool(num_workers=2) as pool:
         pids = [w["pid"] for w in pool.worker_stats()]
         pool.inject_fault(0, crash_after_steps=20)  # os._exit inside the 21st step
-        got = rollout(pool, "plan_path", "scripted", "tree", **cfg)
+        got = rollout(pool, "plan_path", "scripted", "tree", KEEP_TWO_ENV, **cfg)
         assert pool.recoveries == 1
         assert got == expected
         stats = pool.worker_stats()
