@@ -9,7 +9,10 @@ One training step (AT-GRPO, Algorithm 1):
    ``tr-reinforce++``). Generation runs through the rollout backend
    (:mod:`adapters.training.backends`) on the policies built by
    :mod:`adapters.training.policy_models`; its seeds derive from ``(seed, step)`` too, so a
-   resumed run needs no hidden random state.
+   resumed run needs no hidden random state. With ``--pipeline agent`` a step decodes one agent
+   stage of every trajectory in flight instead (MarsRL section 3.3), and with ``--max-staleness
+   N`` the rollouts are produced up to N policy versions ahead of the update
+   (:mod:`adapters.training.schedule`: both, the per-sample lag, what a resume keeps).
 2. **Update** (:mod:`adapters.training.update`): advantages per group key or per role, then
    PPO-clip epochs for each policy (one shared, or one per role) on its own samples
    (``Sample.policy_id``) with its own optimizer.
@@ -68,6 +71,7 @@ from adapters.training import checkpoints, distributed
 from adapters.training.config import TrainConfig, UpdateConfig
 from adapters.training.metrics import MetricsLogger, NullMetrics, truncate_file
 from adapters.training.run import Run, build_run
+from adapters.training.schedule import PipelineRollout, RolloutSchedule, lag_metrics, timed
 
 __all__ = ["RESUMABLE_OVERRIDES", "Trainer"]
 
@@ -114,6 +118,25 @@ class Trainer(Run):
         )
         if state is not None:
             self.metrics.truncate(int(state["metrics_bytes"]))
+        self.pipeline: PipelineRollout | None = None
+        if self.cfg.pipeline == "agent":
+            from adapters.rollout.segments import SegmentConfig
+
+            segments = None
+            if self.cfg.segment_tokens:
+                segments = SegmentConfig(self.cfg.segment_tokens, self.cfg.max_segments)
+            self.pipeline = PipelineRollout(self.engine, segments, seed=self.cfg.seed)
+        self.schedule = RolloutSchedule(
+            lambda s: timed(lambda: self.rollout(s), self.backend.timer),
+            self.cfg.max_staleness,
+            last_step=self.loop.steps,
+        )
+        if state is not None and (self.pipeline is not None or self.cfg.max_staleness):
+            self.log(
+                "resumed: the rollouts produced ahead are regenerated with the restored policy "
+                "and the pipeline starts empty (in-flight trajectories are not checkpointed; "
+                "see adapters.training.schedule)"
+            )
         if self.dist.enabled:  # every rank's engines hold the (restored) weights before step 1
             self.backend.sync(sorted(self.models))
             self.dist.barrier()
@@ -163,11 +186,18 @@ class Trainer(Run):
             instance=cfg.instance,
         )
         mine = self.dist.shard(len(specs))  # this rank's block of the global batch
-        result = self.engine.run(
-            specs[mine.start : mine.stop],
-            seed=derive_seed(cfg.seed, "rollout", step),
-            instance_offset=mine.start,
-        )
+        seed = derive_seed(cfg.seed, "rollout", step)
+        if self.pipeline is not None:  # instances numbered across steps: several are in flight
+            first = (step - 1) * len(specs) + mine.start
+            result = self.pipeline.run(
+                specs[mine.start : mine.stop], seed, instance_offset=first, version=self.step
+            )
+        else:
+            result = self.engine.run(
+                specs[mine.start : mine.stop], seed=seed, instance_offset=mine.start
+            )
+            for s in result.samples:
+                s.policy_version = self.step  # generated after self.step updates
         for s in result.samples:  # rollout ids ("shared/tool") -> the trained policy
             s.policy_id = self.backend.train_pid.get(s.policy_id, s.policy_id)
         return result
@@ -225,10 +255,8 @@ class Trainer(Run):
         cfg = self.cfg
         step = self.step + 1
         t0 = time.perf_counter()
-        self.backend.timer.reset()
-        result = self.rollout(step)
-        t_rollout = time.perf_counter() - t0
-        t_gen = self.backend.timer.reset()
+        got = self.schedule.take(step, version=self.step)  # produced now, or ahead (staleness)
+        result, t_rollout, t_gen = got.result, got.t_rollout, got.t_gen
         t1 = time.perf_counter()
         stats = self.update(result.samples, step)
         t_update = time.perf_counter() - t1
@@ -242,6 +270,9 @@ class Trainer(Run):
         m["groups"] = float(len({s.group for s in result.samples}))
         m["prompt_tokens"] = float(sum(len(s.prompt_ids) for s in result.samples))
         m.update(stats)
+        m.update(lag_metrics(result.samples, self.step))  # every trained sample's lag
+        if self.pipeline is not None:
+            m.update(self.pipeline.last)
         m["lr"] = cfg.lr
         m["time/generation"] = t_gen
         m["time/env"] = max(0.0, t_rollout - t_gen)

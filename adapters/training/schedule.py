@@ -1,0 +1,179 @@
+"""Rollout scheduling: which rollout a training step trains on, and which policy generated it.
+
+Two mechanisms, each optional, both off by default (the synchronous loop: step ``t`` rolls out
+with the policy of version ``t - 1``, i.e. after ``t - 1`` updates, then updates):
+
+* **Asynchronous rollouts with bounded staleness** (``--max-staleness N``,
+  :class:`RolloutSchedule`). Generation runs ahead of the update by at most ``N`` policy
+  versions: before step ``t`` trains, the rollouts of steps ``t .. t + N`` exist, each generated
+  with the policy current when it was produced, so step ``t`` trains on a rollout generated with
+  version ``max(0, t - 1 - N)`` and every trained sample lags by at most ``N`` versions. On one
+  process this is an interleaved schedule (produce ahead, then update), the same data flow as
+  verl's fully-async trainer, SkyRL or prime-rl, where a rollout producer and the trainer run
+  concurrently and the producer may not get more than ``N`` versions ahead; here the producer and
+  the trainer take turns, so the schedule (and its staleness) is exact and reproducible, and the
+  overlap in time is what a separate generation process (vLLM servers, ``docs/scaling.md``) adds.
+  Each sample records the version of the policy that generated it (``Sample.policy_version``;
+  its oldest token's with segments), and the sampler's log-probs stay its behaviour log-probs;
+  the update corrects for the lag (:mod:`adapters.training.update`: PPO ratio against the
+  recomputed ``pi_old``, token weight ``min(pi_old / pi_behav, C)``, verl's decoupled rollout
+  correction). ``N = 0`` is the synchronous loop, bit for bit: nothing is produced ahead and the
+  update takes its usual path.
+* **MarsRL's agentic pipeline** (``--pipeline agent``, :class:`PipelineRollout` over
+  :class:`~adapters.rollout.pipeline.AgentPipeline`, MarsRL section 3.3): a step decodes one agent
+  stage of every trajectory in flight plus the Solver stage of the step's new problems, and trains
+  on all those outputs together; with ``--segment-tokens L --max-segments M`` (UloRL section 2.3)
+  a step decodes at most ``L`` tokens of each unfinished completion. Its samples' lag is the age
+  of their oldest token (0 without segments: a stage is decoded and trained in the same step).
+
+The per-sample lag (``version at training - Sample.policy_version``) is logged in
+``metrics.jsonl`` (``lag/mean``, ``lag/max``, ``lag/N``: how many trained samples lag by N) and
+can be recomputed from ``trajectories.jsonl`` (``train_step - 1 - policy_version``).
+
+Resume: neither the queue of rollouts produced ahead nor the pipeline's in-flight trajectories
+are checkpointed. A resumed asynchronous run regenerates the queued steps' rollouts (the same
+instances and seeds, nothing lost or duplicated) with the restored policy, so they lag less than
+in the uninterrupted run; a resumed pipeline starts empty: the trajectories that were in flight
+are dropped (their finished stages were trained and logged), and new problems are admitted as
+usual. The trainer says so when it resumes such a run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.rollout import RolloutEngine, RolloutResult, Sample
+from adapters.rollout.envpool import EpisodeSpec
+from adapters.rollout.pipeline import AgentPipeline
+from adapters.rollout.segments import SegmentConfig
+
+__all__ = ["PipelineRollout", "Produced", "RolloutSchedule", "lag_metrics", "timed"]
+
+
+@dataclass
+class Produced:
+    """One step's rollout: for which step, with which policy version, and what it took."""
+
+    step: int
+    version: int  # policy updates made when it was generated
+    result: RolloutResult
+    t_rollout: float  # seconds: generation and env steps
+    t_gen: float  # seconds of it in generation
+
+
+class RolloutSchedule:
+    """Produces rollouts ahead of the update by at most ``max_staleness`` versions.
+
+    ``produce(step)`` rolls out step ``step`` with the current policy and returns
+    ``(result, t_rollout, t_gen)``; :meth:`take` returns the rollout a step trains on.
+
+    >>> calls = []
+    >>> def produce(step):
+    ...     calls.append((step, version[0]))
+    ...     return RolloutResult([], []), 0.0, 0.0
+    >>> version = [0]
+    >>> sched = RolloutSchedule(produce, max_staleness=1, last_step=3)
+    >>> [sched.take(1, version=0).version, calls]  # step 2's rollout made ahead, with version 0
+    [0, [(1, 0), (2, 0)]]
+    >>> version[0] = 1
+    >>> sched.take(2, version=1).version, calls[-1]  # trained one version late; 3 made with v1
+    (0, (3, 1))
+    """
+
+    def __init__(
+        self,
+        produce: Callable[[int], tuple[RolloutResult, float, float]],
+        max_staleness: int = 0,
+        last_step: int | None = None,
+    ) -> None:
+        if max_staleness < 0:
+            raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+        self.produce = produce
+        self.max_staleness = max_staleness
+        self.last_step = last_step
+        self._queue: dict[int, Produced] = {}
+
+    @property
+    def queued(self) -> list[int]:
+        """Steps whose rollouts are produced and not yet trained."""
+        return sorted(self._queue)
+
+    def take(self, step: int, version: int) -> Produced:
+        """The rollout step ``step`` trains on; first produce, with the current policy (version
+        ``version``), every rollout up to step ``step + max_staleness`` not produced yet."""
+        stale = [s for s in self._queue if s < step]
+        if stale:
+            raise ValueError(f"rollouts of steps {sorted(stale)} were never trained")
+        end = step + self.max_staleness
+        if self.last_step is not None:
+            end = max(step, min(end, self.last_step))
+        for s in range(step, end + 1):
+            if s not in self._queue:
+                result, t_rollout, t_gen = self.produce(s)
+                self._queue[s] = Produced(s, version, result, t_rollout, t_gen)
+        got = self._queue.pop(step)
+        lag = version - got.version
+        if lag > self.max_staleness:  # cannot happen: the queue holds N steps ahead at most
+            raise AssertionError(
+                f"step {step}: rollout {lag} versions old (> {self.max_staleness})"
+            )
+        return got
+
+
+class PipelineRollout:
+    """MarsRL's agentic pipeline (:class:`~adapters.rollout.pipeline.AgentPipeline`) behind the
+    interface of :meth:`RolloutEngine.run`: each call is one pipeline step; its samples carry
+    the policy version of their oldest token, and :attr:`last` keeps the pipeline's statistics
+    of the step (in flight, ages)."""
+
+    def __init__(
+        self, engine: RolloutEngine, segments: SegmentConfig | None = None, seed: int = 0
+    ) -> None:
+        self.pipeline = AgentPipeline(engine, segments=segments, seed=seed)
+        self.last: dict[str, float] = {}
+
+    def run(
+        self, specs: Sequence[EpisodeSpec], seed: int, instance_offset: int, version: int
+    ) -> RolloutResult:
+        batch = self.pipeline.step(specs, seed=seed, instance_offset=instance_offset)
+        for s, lag in zip(batch.samples, batch.lags):
+            s.policy_version = max(0, version - lag)
+        n = max(1, len(batch.ages))
+        self.last = {
+            "pipeline/in_flight": float(batch.in_flight),
+            "pipeline/age_mean": sum(batch.ages) / n,
+            "pipeline/age_max": float(max(batch.ages, default=0)),
+            "pipeline/wait_mean": sum(batch.waits) / max(1, len(batch.waits)),
+        }
+        return batch.result
+
+
+def lag_metrics(samples: Sequence[Sample], version: int) -> dict[str, float]:
+    """The lag of every trained sample in versions (``version - policy_version``): mean, max and
+    a count per lag value.
+
+    >>> s = [Sample("g", 0, "", "", "r", "p", 0, 0, 0, True, "", "", [], [], [], 0.0, {}, False,
+    ...      False, policy_version=v) for v in (3, 3, 2)]
+    >>> lag_metrics(s, version=3)
+    {'lag/mean': 0.3333333333333333, 'lag/max': 1.0, 'lag/0': 2.0, 'lag/1': 1.0}
+    """
+    lags = [version - s.policy_version for s in samples]
+    if not lags:
+        return {}
+    out = {"lag/mean": sum(lags) / len(lags), "lag/max": float(max(lags))}
+    for lag, count in sorted(Counter(lags).items()):
+        out[f"lag/{lag}"] = float(count)
+    return out
+
+
+def timed(fn: Callable[[], RolloutResult], timer: Any) -> tuple[RolloutResult, float, float]:
+    """``fn()`` with its wall time and the generation time ``timer`` (a
+    :class:`~adapters.training.backends.GenerationTimer`) counted meanwhile."""
+    timer.reset()
+    t0 = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - t0, float(timer.reset())
