@@ -51,7 +51,15 @@ from adapters.rollout.envpool import EpisodeSpec
 from adapters.rollout.pipeline import AgentPipeline
 from adapters.rollout.segments import SegmentConfig
 
-__all__ = ["PipelineRollout", "Produced", "RolloutSchedule", "lag_metrics", "timed"]
+__all__ = [
+    "PipelineRollout",
+    "Produced",
+    "RolloutSchedule",
+    "lag_metrics",
+    "make_pipeline",
+    "make_schedule",
+    "timed",
+]
 
 
 @dataclass
@@ -63,18 +71,19 @@ class Produced:
     result: RolloutResult
     t_rollout: float  # seconds: generation and env steps
     t_gen: float  # seconds of it in generation
+    stats: dict[str, float]  # what the producer reports (the pipeline's in-flight count, ages)
 
 
 class RolloutSchedule:
     """Produces rollouts ahead of the update by at most ``max_staleness`` versions.
 
     ``produce(step)`` rolls out step ``step`` with the current policy and returns
-    ``(result, t_rollout, t_gen)``; :meth:`take` returns the rollout a step trains on.
+    ``(result, t_rollout, t_gen, stats)``; :meth:`take` returns the rollout a step trains on.
 
     >>> calls = []
     >>> def produce(step):
     ...     calls.append((step, version[0]))
-    ...     return RolloutResult([], []), 0.0, 0.0
+    ...     return RolloutResult([], []), 0.0, 0.0, {}
     >>> version = [0]
     >>> sched = RolloutSchedule(produce, max_staleness=1, last_step=3)
     >>> [sched.take(1, version=0).version, calls]  # step 2's rollout made ahead, with version 0
@@ -86,7 +95,7 @@ class RolloutSchedule:
 
     def __init__(
         self,
-        produce: Callable[[int], tuple[RolloutResult, float, float]],
+        produce: Callable[[int], tuple[RolloutResult, float, float, dict[str, float]]],
         max_staleness: int = 0,
         last_step: int | None = None,
     ) -> None:
@@ -113,8 +122,7 @@ class RolloutSchedule:
             end = max(step, min(end, self.last_step))
         for s in range(step, end + 1):
             if s not in self._queue:
-                result, t_rollout, t_gen = self.produce(s)
-                self._queue[s] = Produced(s, version, result, t_rollout, t_gen)
+                self._queue[s] = Produced(s, version, *self.produce(s))
         got = self._queue.pop(step)
         lag = version - got.version
         if lag > self.max_staleness:  # cannot happen: the queue holds N steps ahead at most
@@ -152,6 +160,32 @@ class PipelineRollout:
         return batch.result
 
 
+def make_pipeline(cfg: Any, engine: RolloutEngine) -> PipelineRollout | None:
+    """The agent pipeline a resolved config asks for (``pipeline: agent``), else None."""
+    if cfg.pipeline != "agent":
+        return None
+    segments = None
+    if cfg.segment_tokens:
+        segments = SegmentConfig(cfg.segment_tokens, cfg.max_segments)
+    return PipelineRollout(engine, segments, seed=cfg.seed)
+
+
+def make_schedule(
+    cfg: Any,
+    rollout: Callable[[int], RolloutResult],
+    timer: Any,
+    pipeline: PipelineRollout | None = None,
+) -> RolloutSchedule:
+    """The schedule of a resolved config: ``rollout(step)`` produces, timed, up to
+    ``max_staleness`` steps ahead, until the run's last step."""
+    stats = (lambda: pipeline.last) if pipeline is not None else None
+    return RolloutSchedule(
+        lambda step: timed(lambda: rollout(step), timer, stats),
+        cfg.max_staleness,
+        last_step=cfg.steps,
+    )
+
+
 def lag_metrics(samples: Sequence[Sample], version: int) -> dict[str, float]:
     """The lag of every trained sample in versions (``version - policy_version``): mean, max and
     a count per lag value.
@@ -170,10 +204,13 @@ def lag_metrics(samples: Sequence[Sample], version: int) -> dict[str, float]:
     return out
 
 
-def timed(fn: Callable[[], RolloutResult], timer: Any) -> tuple[RolloutResult, float, float]:
-    """``fn()`` with its wall time and the generation time ``timer`` (a
-    :class:`~adapters.training.backends.GenerationTimer`) counted meanwhile."""
+def timed(
+    fn: Callable[[], RolloutResult], timer: Any, stats: Callable[[], dict[str, float]] | None = None
+) -> tuple[RolloutResult, float, float, dict[str, float]]:
+    """``fn()`` with its wall time, the generation time ``timer`` (a
+    :class:`~adapters.policies.wrappers.GenerationTimer`) counted meanwhile, and ``stats()``
+    read right after it (a producer's statistics of this rollout)."""
     timer.reset()
     t0 = time.perf_counter()
     result = fn()
-    return result, time.perf_counter() - t0, float(timer.reset())
+    return result, time.perf_counter() - t0, float(timer.reset()), dict(stats() if stats else {})

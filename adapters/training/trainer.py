@@ -71,7 +71,7 @@ from adapters.training import checkpoints, distributed
 from adapters.training.config import TrainConfig, UpdateConfig
 from adapters.training.metrics import MetricsLogger, NullMetrics, truncate_file
 from adapters.training.run import Run, build_run
-from adapters.training.schedule import PipelineRollout, RolloutSchedule, lag_metrics, timed
+from adapters.training.schedule import lag_metrics, make_pipeline, make_schedule
 
 __all__ = ["RESUMABLE_OVERRIDES", "Trainer"]
 
@@ -118,19 +118,8 @@ class Trainer(Run):
         )
         if state is not None:
             self.metrics.truncate(int(state["metrics_bytes"]))
-        self.pipeline: PipelineRollout | None = None
-        if self.cfg.pipeline == "agent":
-            from adapters.rollout.segments import SegmentConfig
-
-            segments = None
-            if self.cfg.segment_tokens:
-                segments = SegmentConfig(self.cfg.segment_tokens, self.cfg.max_segments)
-            self.pipeline = PipelineRollout(self.engine, segments, seed=self.cfg.seed)
-        self.schedule = RolloutSchedule(
-            lambda s: timed(lambda: self.rollout(s), self.backend.timer),
-            self.cfg.max_staleness,
-            last_step=self.loop.steps,
-        )
+        self.pipeline = make_pipeline(self.cfg, self.engine)  # None: whole trajectories
+        self.schedule = make_schedule(self.cfg, self.rollout, self.backend.timer, self.pipeline)
         if state is not None and (self.pipeline is not None or self.cfg.max_staleness):
             self.log(
                 "resumed: the rollouts produced ahead are regenerated with the restored policy "
@@ -271,8 +260,7 @@ class Trainer(Run):
         m["prompt_tokens"] = float(sum(len(s.prompt_ids) for s in result.samples))
         m.update(stats)
         m.update(lag_metrics(result.samples, self.step))  # every trained sample's lag
-        if self.pipeline is not None:
-            m.update(self.pipeline.last)
+        m.update(got.stats)  # the pipeline's in-flight count and ages, when it produced it
         m["lr"] = cfg.lr
         m["time/generation"] = t_gen
         m["time/env"] = max(0.0, t_rollout - t_gen)

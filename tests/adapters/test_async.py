@@ -152,3 +152,48 @@ def test_pipeline_config():
         TrainConfig(pipeline="agent", segment_tokens=8)
     with pytest.raises(ConfigError, match="pipeline agent"):
         TrainConfig(pipeline="none", segment_tokens=8, max_segments=2)
+
+
+def test_segments_in_the_pipeline_lag_by_the_steps_a_completion_spans(tmp_path):
+    """UloRL 2.3 segments of 2 tokens, at most 2: a completion longer than 2 tokens is decoded
+    over two steps and trains one version after its first token was sampled."""
+    kw = dict(env="marsrl", env_config={}, pipeline="agent", instances_per_step=1, steps=3)
+    c = cfg(tmp_path, "seg", max_new_tokens=4, segment_tokens=2, max_segments=2, **kw)
+    tr = Trainer(c, models=char_models(), log=str)
+    lines = [tr.train_step() for _ in range(3)]
+    tr.close()
+    traj = [json.loads(x) for x in (tmp_path / "seg" / "trajectories.jsonl").read_text().split(
+        "\n") if x]  # fmt: skip
+    assert traj and all(len(t["completion_ids"]) <= 4 for t in traj)
+    lags = [t["train_step"] - 1 - t["policy_version"] for t in traj]
+    assert set(lags) <= {0, 1}
+    long = [lag for t, lag in zip(traj, lags) if len(t["completion_ids"]) > 2]
+    assert long and all(lag == 1 for lag in long)
+    assert max(m.get("lag/max", 0.0) for m in lines) == 1.0
+
+
+def test_resume_regenerates_the_rollouts_produced_ahead_without_loss(tmp_path):
+    a = ShapedTrainer(cfg(tmp_path, "a", steps=3, max_staleness=1), models=char_models(), log=str)
+    for _ in range(3):
+        a.train_step()
+    a.close()
+    b = ShapedTrainer(cfg(tmp_path, "b", steps=3, max_staleness=1), models=char_models(), log=str)
+    b.train_step()
+    b.train_step()  # step 3's rollout was produced (with version 1) and is lost with the process
+    b.close()
+    c = ShapedTrainer.resume(tmp_path / "b", models=char_models())
+    assert c.schedule.queued == []
+    c.train_step()
+    c.close()
+
+    def read(name):
+        rows = (tmp_path / name / "trajectories.jsonl").read_text().split("\n")
+        return [json.loads(x) for x in rows if x]
+
+    ta, tb = read("a"), read("b")
+    first = [(t["train_step"], t["instance_id"], t["prompt"]) for t in ta if t["turn"] == 0]
+    assert first == [(t["train_step"], t["instance_id"], t["prompt"]) for t in tb if t["turn"] == 0]
+    assert [t for t in ta if t["train_step"] < 3] == [t for t in tb if t["train_step"] < 3]
+    # step 3 regenerated with the restored policy (version 2): lag 0 instead of 1
+    assert {t["policy_version"] for t in ta if t["train_step"] == 3} == {1}
+    assert {t["policy_version"] for t in tb if t["train_step"] == 3} == {2}
