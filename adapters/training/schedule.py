@@ -30,24 +30,26 @@ The per-sample lag (``version at training - Sample.policy_version``) is logged i
 ``metrics.jsonl`` (``lag/mean``, ``lag/max``, ``lag/N``: how many trained samples lag by N) and
 can be recomputed from ``trajectories.jsonl`` (``train_step - 1 - policy_version``).
 
-Resume: neither the queue of rollouts produced ahead nor the pipeline's in-flight trajectories
-are checkpointed. A resumed asynchronous run regenerates the queued steps' rollouts (the same
-instances and seeds, nothing lost or duplicated) with the restored policy, so they lag less than
-in the uninterrupted run; a resumed pipeline starts empty: the trajectories that were in flight
-are dropped (their finished stages were trained and logged), and new problems are admitted as
-usual. The trainer says so when it resumes such a run.
+Resume: a single-process run checkpoints both the queue of rollouts produced ahead and the
+pipeline's in-flight trajectories (their env states, pickled, and the pipeline's counters and
+random states; :meth:`RolloutSchedule.state_dict`), so a resumed run continues them without losing
+or repeating any. What is not kept, and restarts: the partial completions of segment rollouts (a
+resumed pipeline re-decodes those stages from their start), and, under torchrun or with Ray env
+actors, all of it (each rank's queue regenerates its steps with the restored weights, the same
+instances and seeds; the pipeline starts empty). The trainer says so when it resumes such a run.
 """
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from adapters.rollout import RolloutEngine, RolloutResult, Sample
-from adapters.rollout.envpool import EpisodeSpec
+from adapters.rollout.envpool import EpisodeSpec, LocalEnvPool, view_of
 from adapters.rollout.pipeline import AgentPipeline
 from adapters.rollout.segments import SegmentConfig
 
@@ -111,6 +113,28 @@ class RolloutSchedule:
         """Steps whose rollouts are produced and not yet trained."""
         return sorted(self._queue)
 
+    def checkpointable(self) -> bool:
+        """Whether :meth:`state_dict` holds everything in flight: envs in this process (a local
+        env pool), no partial completions of segments counted on."""
+        if self.pipeline is None:
+            return True
+        return isinstance(self.pipeline.pipeline.engine.pool, LocalEnvPool)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rollouts produced ahead, and the pipeline's in-flight state (see the module
+        docstring); :meth:`load_state_dict` restores them."""
+        return {"queue": dict(self._queue), "pipeline": self.pipeline_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._queue = dict(state.get("queue", {}))
+        if state.get("pipeline") is not None and self.pipeline is not None:
+            self.pipeline.load_state_dict(state["pipeline"])
+
+    pipeline: PipelineRollout | None = None  # set by make_schedule
+
+    def pipeline_state(self) -> dict[str, Any] | None:
+        return self.pipeline.state_dict() if self.pipeline is not None else None
+
     def take(self, step: int, version: int) -> Produced:
         """The rollout step ``step`` trains on; first produce, with the current policy (version
         ``version``), every rollout up to step ``step + max_staleness`` not produced yet."""
@@ -159,6 +183,36 @@ class PipelineRollout:
         }
         return batch.result
 
+    def state_dict(self) -> dict[str, Any]:
+        """The pipeline's counters, random states and in-flight branches with their envs
+        (pickled from a local env pool). Partial completions of segments are left out: their
+        branches go back to waiting for their stage, which is decoded again from its start."""
+        p = self.pipeline
+        pool = p.engine.pool
+        branches = list(p._ready) + [d.branch for d in p._decoding.values()]
+        return {
+            "steps": p.steps,
+            "next_instance": p._next_instance,
+            "rng": p._rng.getstate(),
+            "sibling_rng": p._sibling_rng.getstate(),
+            "admitted": dict(p._admitted),
+            "ready": [(b, pickle.dumps(pool.raw(b.view.branch_id))) for b in branches],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        p = self.pipeline
+        pool = p.engine.pool
+        p.steps = int(state["steps"])
+        p._next_instance = int(state["next_instance"])
+        p._rng.setstate(state["rng"])
+        p._sibling_rng.setstate(state["sibling_rng"])
+        p._admitted = dict(state["admitted"])
+        p._ready = []
+        p._decoding = {}
+        for branch, env in state["ready"]:
+            raw = pickle.loads(env)
+            p._ready.append(replace(branch, view=view_of(pool._register(raw), raw)))
+
 
 def make_pipeline(cfg: Any, engine: RolloutEngine) -> PipelineRollout | None:
     """The agent pipeline a resolved config asks for (``pipeline: agent``), else None."""
@@ -179,11 +233,13 @@ def make_schedule(
     """The schedule of a resolved config: ``rollout(step)`` produces, timed, up to
     ``max_staleness`` steps ahead, until the run's last step."""
     stats = (lambda: pipeline.last) if pipeline is not None else None
-    return RolloutSchedule(
+    schedule = RolloutSchedule(
         lambda step: timed(lambda: rollout(step), timer, stats),
         cfg.max_staleness,
         last_step=cfg.steps,
     )
+    schedule.pipeline = pipeline
+    return schedule
 
 
 def lag_metrics(samples: Sequence[Sample], version: int) -> dict[str, float]:

@@ -75,6 +75,8 @@ from adapters.training.schedule import lag_metrics, make_pipeline, make_schedule
 
 __all__ = ["RESUMABLE_OVERRIDES", "Trainer"]
 
+SCHEDULE_KEY = "_rollout_schedule"  # in shared.pt: the rollouts produced ahead, the pipeline
+
 # fields that may change on --resume without breaking exactness
 RESUMABLE_OVERRIDES = frozenset(
     {"steps", "progress", "plot_every", "eval_episodes", "eval_every", "save_final", "threads"}
@@ -120,12 +122,17 @@ class Trainer(Run):
             self.metrics.truncate(int(state["metrics_bytes"]))
         self.pipeline = make_pipeline(self.cfg, self.engine)  # None: whole trajectories
         self.schedule = make_schedule(self.cfg, self.rollout, self.backend.timer, self.pipeline)
+        self._keep_schedule = not self.dist.enabled and self.schedule.checkpointable()
         if state is not None and (self.pipeline is not None or self.cfg.max_staleness):
-            self.log(
-                "resumed: the rollouts produced ahead are regenerated with the restored policy "
-                "and the pipeline starts empty (in-flight trajectories are not checkpointed; "
-                "see adapters.training.schedule)"
-            )
+            saved = checkpoints.load_extra(self.out, SCHEDULE_KEY)
+            if saved is not None:
+                self.schedule.load_state_dict(saved)
+            else:
+                self.log(
+                    "resumed without the rollouts produced ahead and the pipeline's in-flight "
+                    "trajectories (not checkpointed under torchrun or with Ray env actors): they "
+                    "are regenerated / dropped (see adapters.training.schedule)"
+                )
         if self.dist.enabled:  # every rank's engines hold the (restored) weights before step 1
             self.backend.sync(sorted(self.models))
             self.dist.barrier()
@@ -431,7 +438,7 @@ class Trainer(Run):
             self.out,
             self.step,
             self.models,
-            self.shared,
+            {**self.shared, SCHEDULE_KEY: self.schedule} if self._keep_schedule else self.shared,
             trajectories_bytes=self.traj_path.stat().st_size if self.traj_path.exists() else 0,
             metrics_bytes=self.metrics.offset,
             keep=self.cfg.keep_checkpoints,
