@@ -38,10 +38,9 @@ trajectory, never the step.
 How a trainer drives it (:mod:`adapters.training.schedule` does, for ``--pipeline agent``):
 replace ``engine.run(specs, seed)`` by ``pipeline.step(specs, seed)``, admit
 ``instances_per_step`` new problems each step, record ``batch.lags`` as the staleness metric.
-The pipeline's state is not checkpointed: its in-flight branches live in the engine's env pool
-(and, with segments, as partial completions in memory), so a resumed run starts with an empty
-pipeline and the trajectories in flight are dropped; keeping them would need their env clones
-and partials in the checkpoint. Requirements: rewards known at each step (no
+Its in-flight branches live in the engine's env pool (and, with segments, as partial
+completions in memory); :class:`adapters.training.schedule.PipelineRollout` checkpoints the
+branches with their envs (not the partials) so that a resumed run continues them. Requirements: rewards known at each step (no
 ``env.award`` lookahead) and token-level backends for segments
 (:meth:`~adapters.policies.base.Policy.extend`).
 """
