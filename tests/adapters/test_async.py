@@ -64,6 +64,9 @@ def test_staleness_one_trains_samples_at_most_one_version_old(tmp_path):
     assert [m["lag/max"] for m in lines] == [0.0, 1.0, 1.0]
     assert lines[1]["lag/1"] == lines[1]["samples"]
     assert all(0 < m["is_weight_mean"] <= 2.0 for m in lines if m["samples_trained"])
+    # step 1 trained on-policy (pi_old = pi_behav); step 2's samples predate that update
+    assert lines[0]["is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert abs(lines[1]["is_weight_mean"] - 1.0) > 1e-3
     # the same instances as the synchronous run, in the same steps: none lost or repeated
     _, sync, _ = _run(tmp_path, "sync", steps=3)
     first = {(t["train_step"], t["instance_id"]) for t in traj if t["turn"] == 0}
