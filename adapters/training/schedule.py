@@ -24,7 +24,10 @@ with the policy of version ``t - 1``, i.e. after ``t - 1`` updates, then updates
   stage of every trajectory in flight plus the Solver stage of the step's new problems, and trains
   on all those outputs together; with ``--segment-tokens L --max-segments M`` (UloRL section 2.3)
   a step decodes at most ``L`` tokens of each unfinished completion. Its samples' lag is the age
-  of their oldest token (0 without segments: a stage is decoded and trained in the same step).
+  of their oldest token (0 without segments: a stage is decoded and trained in the same step; up
+  to ``M - 1`` with segments, so ``N + M - 1`` with both mechanisms). Without ``--max-staleness``
+  the sampler's log-probs are the PPO ratio's denominator, i.e. the ratio is already taken
+  against the behaviour policy of each token.
 
 The per-sample lag (``version at training - Sample.policy_version``) is logged in
 ``metrics.jsonl`` (``lag/mean``, ``lag/max``, ``lag/N``: how many trained samples lag by N) and
