@@ -733,12 +733,19 @@ class UpdateConfig:
     share_prompt_forward: bool = True
     old_logprobs: Literal["auto", "rollout", "recompute"] = "rollout"
     max_staleness: int = 0
+    segment_tokens: int = 0
     rollout_is_cap: float = 2.0
 
     @classmethod
     def of(cls, cfg: UpdateConfig | TrainConfig) -> UpdateConfig:
         """The update settings of ``cfg`` (resolved first when it is not)."""
         return cfg if isinstance(cfg, UpdateConfig) else cfg.view(cls)
+
+    @property
+    def off_policy(self) -> bool:
+        """Whether samples may come from older policies (asynchronous rollouts, or segments whose
+        tokens span several versions): the update then corrects with the behaviour log-probs."""
+        return self.max_staleness > 0 or self.segment_tokens > 0
 
     @property
     def needs_ref(self) -> bool:

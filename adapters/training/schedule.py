@@ -25,9 +25,9 @@ with the policy of version ``t - 1``, i.e. after ``t - 1`` updates, then updates
   on all those outputs together; with ``--segment-tokens L --max-segments M`` (UloRL section 2.3)
   a step decodes at most ``L`` tokens of each unfinished completion. Its samples' lag is the age
   of their oldest token (0 without segments: a stage is decoded and trained in the same step; up
-  to ``M - 1`` with segments, so ``N + M - 1`` with both mechanisms). Without ``--max-staleness``
-  the sampler's log-probs are the PPO ratio's denominator, i.e. the ratio is already taken
-  against the behaviour policy of each token.
+  to ``M - 1`` with segments, so ``N + M - 1`` with both mechanisms). Segments turn on the same
+  off-policy correction as ``--max-staleness`` (the behaviour log-probs of each token are kept
+  across its segments).
 
 The per-sample lag (``version at training - Sample.policy_version``) is logged in
 ``metrics.jsonl`` (``lag/mean``, ``lag/max``, ``lag/N``: how many trained samples lag by N) and

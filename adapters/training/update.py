@@ -21,13 +21,14 @@ Eq. 10; :func:`~adapters.training.masking.without_mastered_positives`). Each epo
 only its own optimizer; minibatches and micro-batches come from :mod:`adapters.training.batch`,
 log-probs from :mod:`adapters.training.logprobs`.
 
-Asynchronous rollouts (``max_staleness > 0``, :mod:`adapters.training.schedule`): the samples
-may come from a policy up to N versions old. :func:`prepare_logprobs` then keeps the sampler's
+Asynchronous rollouts (``max_staleness > 0``) and segment rollouts (``segment_tokens > 0``,
+:mod:`adapters.training.schedule`): the samples' tokens may come from policies several versions
+old (:attr:`UpdateConfig.off_policy`). :func:`prepare_logprobs` then keeps the sampler's
 log-probs as the behaviour log-probs and recomputes the old log-probs with the policy as it is
 before this update; the PPO ratio is taken against those, and each token's clipped surrogate is
 weighted by ``min(pi_old / pi_behav, rollout_is_cap)``
 (:func:`~adapters.training.losses.truncated_is_weights`, verl's decoupled rollout correction).
-With ``max_staleness = 0`` nothing of this runs.
+Without either nothing of this runs.
 
 Samples whose advantages are all zero (e.g. a group whose K rewards are equal) carry no policy
 gradient; with ``skip_zero_advantage`` (default) and no KL loss they are left out of the update,
@@ -75,7 +76,7 @@ def prepare_logprobs(cfg: UpdateConfig, pm: Any, items: Sequence[TrainItem], pad
     recompute``) and score them under the reference model when the update needs it
     (:attr:`UpdateConfig.needs_ref`)."""
     pm.activate()
-    stale = cfg.max_staleness > 0  # keep the behaviour log-probs, recompute pi_old
+    stale = cfg.off_policy  # keep the behaviour log-probs, recompute pi_old
     if cfg.old_logprobs == "recompute" or stale:
         for it, lp in zip(items, batch_logprobs(pm.model, items, cfg, pad_id)):
             if stale:
@@ -199,7 +200,7 @@ def update_policy(
                         masked_frac = float(dropped.sum() / mask.sum())
                     wts = torch.tensor([eq3[id(it)] for it in micro], device=dev)
                     is_w = None
-                    if cfg.max_staleness > 0:  # off-policy correction (module docstring)
+                    if cfg.off_policy:  # the off-policy correction (module docstring)
                         behav = [_behaviour(it) for it in micro]
                         is_w = truncated_is_weights(
                             old, pad_rows(behav, width).to(dev), mask, cfg.rollout_is_cap
@@ -267,7 +268,7 @@ def update_policy(
 
 def _behaviour(it: TrainItem) -> torch.Tensor:
     if it.behav_logprobs is None:
-        raise ValueError("max_staleness > 0 needs the behaviour log-probs (prepare_logprobs)")
+        raise ValueError("off-policy samples need their behaviour log-probs (prepare_logprobs)")
     return it.behav_logprobs
 
 

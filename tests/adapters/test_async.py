@@ -173,6 +173,8 @@ def test_segments_in_the_pipeline_lag_by_the_steps_a_completion_spans(tmp_path):
     long = [lag for t, lag in zip(traj, lags) if len(t["completion_ids"]) > 2]
     assert long and all(lag == 1 for lag in long)
     assert max(m.get("lag/max", 0.0) for m in lines) == 1.0
+    # segments switch on the off-policy correction (behaviour log-probs kept across segments)
+    assert all("is_weight_mean" in m for m in lines if m.get("samples_trained"))
 
 
 def _read(tmp_path, name):
