@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from adapters.policies.base import Completion, Policy, SamplingParams
+from adapters.policies.base import Completion, PartialCompletion, Policy, SamplingParams
 from adapters.policies.chat import ChatPrompt, check_prompts
 
 __all__ = ["GenerationTimer", "ManagedPolicy"]
@@ -65,3 +65,25 @@ class ManagedPolicy(Policy):
         finally:
             if self.timer is not None:
                 self.timer.seconds += time.perf_counter() - t0
+
+    # segment rollouts: the same prefix, adapter and timer around the inner policy's
+    def start_partials(
+        self, prompts: Sequence[ChatPrompt], params: SamplingParams
+    ) -> list[list[PartialCompletion]]:
+        messages = [self.prefix + m for m in check_prompts(prompts)]
+        return self.inner.start_partials(messages, params)
+
+    def extend(
+        self, partials: Sequence[PartialCompletion], params: SamplingParams, max_tokens: int
+    ) -> list[PartialCompletion]:
+        if self.activate is not None:
+            self.activate()
+        t0 = time.perf_counter()
+        try:
+            return self.inner.extend(partials, params, max_tokens)
+        finally:
+            if self.timer is not None:
+                self.timer.seconds += time.perf_counter() - t0
+
+    def finish_partial(self, partial: PartialCompletion, params: SamplingParams) -> Completion:
+        return self.inner.finish_partial(partial, params)

@@ -35,13 +35,12 @@ each agent's decoding): a step then decodes at most ``L`` tokens of every in-fli
 completions of every branch of its instance have finished; a long completion holds only its own
 trajectory, never the step.
 
-How a trainer drives it (the asynchronous trainer of the same issue will call this, one
-``step`` per policy version): replace ``engine.run(specs, seed)`` by ``pipeline.step(specs,
-seed)``, admit ``instances_per_step`` new problems each step, record ``batch.lags`` as the
-staleness metric. The pipeline's state is not checkpointed yet: its in-flight branches live in
-the engine's env pool (and, with segments, as partial completions in memory), so a resumed run
-would start with an empty pipeline; the trainer must save them (env clones and partials) to
-resume without losing trajectories. Requirements: rewards known at each step (no
+How a trainer drives it (:mod:`adapters.training.schedule` does, for ``--pipeline agent``):
+replace ``engine.run(specs, seed)`` by ``pipeline.step(specs, seed)``, admit
+``instances_per_step`` new problems each step, record ``batch.lags`` as the staleness metric.
+Its in-flight branches live in the engine's env pool (and, with segments, as partial
+completions in memory); :class:`adapters.training.schedule.PipelineRollout` checkpoints the
+branches with their envs (not the partials) so that a resumed run continues them. Requirements: rewards known at each step (no
 ``env.award`` lookahead) and token-level backends for segments
 (:meth:`~adapters.policies.base.Policy.extend`).
 """

@@ -45,6 +45,7 @@ class Sample:
     finish_reason: str = "stop"
     trainable: bool = True  # False: the env marked this step as not for training (info)
     advantage: float | None = None
+    policy_version: int = 0  # updates the generating policy had made (its oldest token's)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

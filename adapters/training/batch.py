@@ -37,6 +37,7 @@ class TrainItem:
     ref_logprobs: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     temperature: float = 1.0  # the sampling temperature its log-probs are scored at
+    behav_logprobs: torch.Tensor | None = None  # the sampler's, when old_logprobs are not
 
     @property
     def prompt_key(self) -> tuple[int, ...]:

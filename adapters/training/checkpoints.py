@@ -13,7 +13,8 @@ file                        content
                             ``torch.distributed.checkpoint`` (loadable by any number of ranks)
 ``rng.pt``                  Python, NumPy, torch (and CUDA) generator states
 ``shared.pt``               the setting's shared objects (``state_dict()`` of the MAE/SAGE
-                            question pools)
+                            question pools) and, single-process, the rollout schedule's state
+                            (rollouts produced ahead, the agent pipeline's in-flight work)
 ``state.json``              format version, the step, the policy ids, the wall-clock time and the
                             byte offsets of ``trajectories.jsonl`` and ``metrics.jsonl`` at the
                             moment of the checkpoint
@@ -55,6 +56,7 @@ __all__ = [
     "CKPT_FORMAT",
     "export_policies",
     "latest_checkpoint",
+    "load_extra",
     "load_checkpoint",
     "save_checkpoint",
 ]
@@ -199,6 +201,16 @@ def load_checkpoint(
         if name in saved_shared:
             obj.load_state_dict(saved_shared[name])
     return state
+
+
+def load_extra(run_dir: Path, name: str) -> Any:
+    """The state saved under ``name`` in the newest checkpoint's ``shared.pt`` (None: none)."""
+    import torch
+
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None or not (ckpt / "shared.pt").exists():
+        return None
+    return torch.load(ckpt / "shared.pt", weights_only=False).get(name)
 
 
 def export_policies(

@@ -86,6 +86,7 @@ AUTO_FIELDS = (
     "gen_batch_size",
     "micro_batch_size",
     "micro_batch_tokens",
+    "pipeline",
 )
 # dict fields merged key by key over the recipe's value
 MERGED_FIELDS = ("chat_template_kwargs", "role_sampling")
@@ -265,6 +266,24 @@ class TrainConfig:
         "(samples_prompt_over_limit, as verl's filter_overlong_prompts); 0 = no cap",
     )
     gen_batch_size: int | None = opt(None, "sequences per generate call")
+    # ---- rollout scheduling (adapters.training.schedule)
+    pipeline: Literal["none", "agent"] | None = opt(
+        None,
+        "none (whole trajectories per step) | agent (MarsRL 3.3: one agent stage of every "
+        "in-flight trajectory per step; default on CUDA for the marsrl recipe)",
+    )
+    segment_tokens: int = opt(
+        0, "--pipeline agent: decode at most this many tokens per completion per step (0 = off)"
+    )
+    max_segments: int = opt(0, "--pipeline agent: segments a completion may take (0 = off)")
+    max_staleness: int = opt(
+        0,
+        "generation runs ahead of the update by at most N policy versions (0 = synchronous); "
+        "the loss then weights tokens by min(pi_old / pi_behaviour, --rollout-is-cap)",
+    )
+    rollout_is_cap: float = opt(
+        2.0, "truncation C of the importance weight of stale tokens (verl's rollout_is_threshold)"
+    )
     # ---- evaluation
     eval_episodes: int | None = opt(
         None, "validation episodes before and after training (0: no evaluation)"
@@ -395,6 +414,17 @@ class TrainConfig:
             "save_every": self.save_every,
             "keep_checkpoints": self.keep_checkpoints,
         }
+        if self.pipeline not in (None, "none", "agent"):
+            raise ConfigError(f"pipeline must be 'none' or 'agent', got {self.pipeline!r}")
+        for name in ("segment_tokens", "max_segments", "max_staleness"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if (self.segment_tokens > 0) != (self.max_segments > 0):
+            raise ConfigError("segment_tokens and max_segments are set together (0 = off)")
+        if self.segment_tokens and self.pipeline == "none":
+            raise ConfigError("segment rollouts run inside the agent pipeline: --pipeline agent")
+        if self.rollout_is_cap < 1:
+            raise ConfigError(f"rollout_is_cap must be >= 1, got {self.rollout_is_cap}")
         for name, value in positive.items():
             if value is not None and value < 1:
                 raise ConfigError(f"{name} must be >= 1, got {value}")
@@ -485,6 +515,8 @@ class TrainConfig:
             sources=dict(self.sources),
         )
         if self.sources:  # already resolved (e.g. loaded from a run directory)
+            if c.pipeline is None:  # a run directory written before the field existed
+                c.pipeline = "none"
             return c._frozen_copy()
         recipe = c.recipe_obj()
         c.recipe = recipe.name
@@ -700,11 +732,20 @@ class UpdateConfig:
     max_grad_norm: float = 1.0
     share_prompt_forward: bool = True
     old_logprobs: Literal["auto", "rollout", "recompute"] = "rollout"
+    max_staleness: int = 0
+    segment_tokens: int = 0
+    rollout_is_cap: float = 2.0
 
     @classmethod
     def of(cls, cfg: UpdateConfig | TrainConfig) -> UpdateConfig:
         """The update settings of ``cfg`` (resolved first when it is not)."""
         return cfg if isinstance(cfg, UpdateConfig) else cfg.view(cls)
+
+    @property
+    def off_policy(self) -> bool:
+        """Whether samples may come from older policies (asynchronous rollouts, or segments whose
+        tokens span several versions): the update then corrects with the behaviour log-probs."""
+        return self.max_staleness > 0 or self.segment_tokens > 0
 
     @property
     def needs_ref(self) -> bool:

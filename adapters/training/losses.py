@@ -18,6 +18,16 @@
   (``"token-mean"`` with ``skip_zero_advantage``, the earlier default) by ``A/4``. The authors'
   code trains with verl's token mean (PettingLLMs ``pettingllms/config/ppo_trainer/base.yaml``,
   ``actor.loss_agg_mode: token-mean``); ``loss_agg="token-mean"`` reproduces that.
+* :func:`truncated_is_weights`: the off-policy correction of asynchronous rollouts
+  (``--max-staleness``). A token sampled by a behaviour policy several versions old gets the
+  weight ``min(pi_old / pi_behav, C)`` on its clipped surrogate, where ``pi_old`` is the policy at
+  the start of this update (the PPO ratio's denominator, recomputed) and ``pi_behav`` the sampler's
+  log-probs recorded at generation. This is verl's decoupled token-level rollout correction
+  (``verl/trainer/ppo/core_algos.py``, ``compute_policy_loss_vanilla``: ``pg_losses *
+  rollout_is_weights``; the weights from ``verl/trainer/ppo/rollout_corr_helper.py`` with
+  ``rollout_is="token"`` and ``rollout_is_threshold``, default 2.0): the PPO ratio keeps its trust
+  region around the current policy, the detached weight carries the sample back from the
+  behaviour policy, truncated so that a stale token cannot dominate the batch.
 * :func:`token_kl` (k1, k2, k3 estimators) and :func:`kl_loss` (masked token mean), the KL term
   of MarsRL's Eq. 2 and of verl's ``use_kl_loss``.
 
@@ -46,6 +56,7 @@ __all__ = [
     "kl_loss",
     "ppo_clip_loss",
     "token_kl",
+    "truncated_is_weights",
 ]
 
 
@@ -132,6 +143,23 @@ def aggregate_loss(
     return (per_seq * has).sum() / has.sum().clamp(min=1)
 
 
+def truncated_is_weights(
+    old_logprobs: torch.Tensor, behav_logprobs: torch.Tensor, mask: torch.Tensor, cap: float
+) -> torch.Tensor:
+    """Per-token ``min(exp(old - behav), cap)`` (detached; 0 off the mask): the importance weight
+    from the behaviour policy that sampled a token to the policy being updated (module docstring).
+
+    >>> w = truncated_is_weights(
+    ...     torch.tensor([[-1.0, -0.5, -2.0]]), torch.tensor([[-1.0, -2.0, -1.0]]),
+    ...     torch.tensor([[1, 1, 0]]), cap=2.0)
+    >>> [round(x, 4) for x in w[0].tolist()]  # 1, min(e^1.5, 2), off the mask
+    [1.0, 2.0, 0.0]
+    """
+    check_token_shapes(mask, old_logprobs, behav_logprobs)
+    w = torch.exp(old_logprobs.detach() - behav_logprobs.detach()).clamp(max=cap)
+    return w * mask.to(w.dtype)
+
+
 def ppo_clip_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -142,8 +170,13 @@ def ppo_clip_loss(
     clip_eps_high: float | None = None,
     loss_agg: LossAgg = "token-mean",
     weights: torch.Tensor | None = None,
+    is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate loss (to minimise).
+
+    ``is_weights`` (B, T), optional: per-token importance weights of stale samples
+    (:func:`truncated_is_weights`) multiplying each token's clipped surrogate before the
+    aggregation.
 
     ``ratio = exp(logprobs - old_logprobs)``; per token
     ``max(-A * ratio, -A * clip(ratio, 1 - clip_eps, 1 + clip_eps_high))``, reduced with
@@ -165,6 +198,9 @@ def ppo_clip_loss(
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + eps_high)
     per_token = torch.maximum(unclipped, clipped)
+    if is_weights is not None:
+        check_token_shapes(mask, is_weights)
+        per_token = per_token * is_weights.detach()
     loss = aggregate_loss(per_token, mask, loss_agg, weights)
     with torch.no_grad():
         m = mask.to(ratio.dtype)

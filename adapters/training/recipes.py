@@ -328,9 +328,14 @@ RECIPES: dict[str, Recipe] = {
             "max_prompt_tokens": (32768, "MarsRL §4: maximum input length 32k"),
             "lora_rank": (0, "full fine-tuning (MarsRL §4)"),
             "per_role": (False, "MarsRL §4: all agents share the same model and hyperparameters"),
+            "pipeline": ("agent", "MarsRL §3.3: agentic pipeline parallelism"),
         },
         env_config={"max_steps": (5, "MarsRL §3.2: Solver, V1, C1, V2, C2 at most")},
-        cpu={**_CPU_COMMON, "candidates": (4, "CPU scale-down: group size 4 (still keeps 2)")},
+        cpu={
+            **_CPU_COMMON,
+            "candidates": (4, "CPU scale-down: group size 4 (still keeps 2)"),
+            "pipeline": ("none", "CPU scale-down: whole trajectories per step"),
+        },
     ),
 }
 
@@ -383,6 +388,7 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "mpt_mask_tau": (0.0, 0.0, "suite default: no masking of well-mastered tokens"),
     "mpt_target_entropy": (0.2, 0.2, "suite default (UloRL's sigma; used when masking is on)"),
     "role_sampling": ({}, {}, "suite default: the same sampling for every role"),
+    "pipeline": ("none", "none", "suite default: whole trajectories per step"),
 }
 
 

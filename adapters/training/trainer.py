@@ -9,7 +9,10 @@ One training step (AT-GRPO, Algorithm 1):
    ``tr-reinforce++``). Generation runs through the rollout backend
    (:mod:`adapters.training.backends`) on the policies built by
    :mod:`adapters.training.policy_models`; its seeds derive from ``(seed, step)`` too, so a
-   resumed run needs no hidden random state.
+   resumed run needs no hidden random state. With ``--pipeline agent`` a step decodes one agent
+   stage of every trajectory in flight instead (MarsRL section 3.3), and with ``--max-staleness
+   N`` the rollouts are produced up to N policy versions ahead of the update
+   (:mod:`adapters.training.schedule`: both, the per-sample lag, what a resume keeps).
 2. **Update** (:mod:`adapters.training.update`): advantages per group key or per role, then
    PPO-clip epochs for each policy (one shared, or one per role) on its own samples
    (``Sample.policy_id``) with its own optimizer.
@@ -68,8 +71,11 @@ from adapters.training import checkpoints, distributed
 from adapters.training.config import TrainConfig, UpdateConfig
 from adapters.training.metrics import MetricsLogger, NullMetrics, truncate_file
 from adapters.training.run import Run, build_run
+from adapters.training.schedule import lag_metrics, make_pipeline, make_schedule
 
 __all__ = ["RESUMABLE_OVERRIDES", "Trainer"]
+
+SCHEDULE_KEY = "_rollout_schedule"  # in shared.pt: the rollouts produced ahead, the pipeline
 
 # fields that may change on --resume without breaking exactness
 RESUMABLE_OVERRIDES = frozenset(
@@ -114,6 +120,19 @@ class Trainer(Run):
         )
         if state is not None:
             self.metrics.truncate(int(state["metrics_bytes"]))
+        self.pipeline = make_pipeline(self.cfg, self.engine)  # None: whole trajectories
+        self.schedule = make_schedule(self.cfg, self.rollout, self.backend.timer, self.pipeline)
+        self._keep_schedule = not self.dist.enabled and self.schedule.checkpointable()
+        if state is not None and (self.pipeline is not None or self.cfg.max_staleness):
+            saved = checkpoints.load_extra(self.out, SCHEDULE_KEY)
+            if saved is not None:
+                self.schedule.load_state_dict(saved)
+            else:
+                self.log(
+                    "resumed without the rollouts produced ahead and the pipeline's in-flight "
+                    "trajectories (not checkpointed under torchrun or with Ray env actors): they "
+                    "are regenerated / dropped (see adapters.training.schedule)"
+                )
         if self.dist.enabled:  # every rank's engines hold the (restored) weights before step 1
             self.backend.sync(sorted(self.models))
             self.dist.barrier()
@@ -163,11 +182,18 @@ class Trainer(Run):
             instance=cfg.instance,
         )
         mine = self.dist.shard(len(specs))  # this rank's block of the global batch
-        result = self.engine.run(
-            specs[mine.start : mine.stop],
-            seed=derive_seed(cfg.seed, "rollout", step),
-            instance_offset=mine.start,
-        )
+        seed = derive_seed(cfg.seed, "rollout", step)
+        if self.pipeline is not None:  # instances numbered across steps: several are in flight
+            first = (step - 1) * len(specs) + mine.start
+            result = self.pipeline.run(
+                specs[mine.start : mine.stop], seed, instance_offset=first, version=self.step
+            )
+        else:
+            result = self.engine.run(
+                specs[mine.start : mine.stop], seed=seed, instance_offset=mine.start
+            )
+            for s in result.samples:
+                s.policy_version = self.step  # generated after self.step updates
         for s in result.samples:  # rollout ids ("shared/tool") -> the trained policy
             s.policy_id = self.backend.train_pid.get(s.policy_id, s.policy_id)
         return result
@@ -225,10 +251,8 @@ class Trainer(Run):
         cfg = self.cfg
         step = self.step + 1
         t0 = time.perf_counter()
-        self.backend.timer.reset()
-        result = self.rollout(step)
-        t_rollout = time.perf_counter() - t0
-        t_gen = self.backend.timer.reset()
+        got = self.schedule.take(step, version=self.step)  # produced now, or ahead (staleness)
+        result, t_rollout, t_gen = got.result, got.t_rollout, got.t_gen
         t1 = time.perf_counter()
         stats = self.update(result.samples, step)
         t_update = time.perf_counter() - t1
@@ -242,6 +266,8 @@ class Trainer(Run):
         m["groups"] = float(len({s.group for s in result.samples}))
         m["prompt_tokens"] = float(sum(len(s.prompt_ids) for s in result.samples))
         m.update(stats)
+        m.update(lag_metrics(result.samples, self.step))  # every trained sample's lag
+        m.update(got.stats)  # the pipeline's in-flight count and ages, when it produced it
         m["lr"] = cfg.lr
         m["time/generation"] = t_gen
         m["time/env"] = max(0.0, t_rollout - t_gen)
@@ -412,7 +438,7 @@ class Trainer(Run):
             self.out,
             self.step,
             self.models,
-            self.shared,
+            {**self.shared, SCHEDULE_KEY: self.schedule} if self._keep_schedule else self.shared,
             trajectories_bytes=self.traj_path.stat().st_size if self.traj_path.exists() else 0,
             metrics_bytes=self.metrics.offset,
             keep=self.cfg.keep_checkpoints,

@@ -21,6 +21,15 @@ Eq. 10; :func:`~adapters.training.masking.without_mastered_positives`). Each epo
 only its own optimizer; minibatches and micro-batches come from :mod:`adapters.training.batch`,
 log-probs from :mod:`adapters.training.logprobs`.
 
+Asynchronous rollouts (``max_staleness > 0``) and segment rollouts (``segment_tokens > 0``,
+:mod:`adapters.training.schedule`): the samples' tokens may come from policies several versions
+old (:attr:`UpdateConfig.off_policy`). :func:`prepare_logprobs` then keeps the sampler's
+log-probs as the behaviour log-probs and recomputes the old log-probs with the policy as it is
+before this update; the PPO ratio is taken against those, and each token's clipped surrogate is
+weighted by ``min(pi_old / pi_behav, rollout_is_cap)``
+(:func:`~adapters.training.losses.truncated_is_weights`, verl's decoupled rollout correction).
+Without either nothing of this runs.
+
 Samples whose advantages are all zero (e.g. a group whose K rewards are equal) carry no policy
 gradient; with ``skip_zero_advantage`` (default) and no KL loss they are left out of the update,
 so the token mean runs over the informative samples only (like DAPO's filtering of
@@ -55,8 +64,9 @@ from adapters.training.losses import (
     kl_loss,
     ppo_clip_loss,
     token_kl,
+    truncated_is_weights,
 )
-from adapters.training.masking import length_mask, pad_rows, without_mastered_positives
+from adapters.training.masking import length_mask, masked_mean, pad_rows, without_mastered_positives
 
 __all__ = ["compute_advantages", "mean_kl_to_ref", "prepare_logprobs", "update_policy"]
 
@@ -66,8 +76,11 @@ def prepare_logprobs(cfg: UpdateConfig, pm: Any, items: Sequence[TrainItem], pad
     recompute``) and score them under the reference model when the update needs it
     (:attr:`UpdateConfig.needs_ref`)."""
     pm.activate()
-    if cfg.old_logprobs == "recompute":
+    stale = cfg.off_policy  # keep the behaviour log-probs, recompute pi_old
+    if cfg.old_logprobs == "recompute" or stale:
         for it, lp in zip(items, batch_logprobs(pm.model, items, cfg, pad_id)):
+            if stale:
+                it.behav_logprobs = torch.tensor(it.sample.logprobs, dtype=torch.float32)
             it.old_logprobs = lp
     if cfg.needs_ref:
         with pm.reference():
@@ -186,6 +199,12 @@ def update_policy(
                         )
                         masked_frac = float(dropped.sum() / mask.sum())
                     wts = torch.tensor([eq3[id(it)] for it in micro], device=dev)
+                    is_w = None
+                    if cfg.off_policy:  # the off-policy correction (module docstring)
+                        behav = [_behaviour(it) for it in micro]
+                        is_w = truncated_is_weights(
+                            old, pad_rows(behav, width).to(dev), mask, cfg.rollout_is_cap
+                        )
                     loss, st = ppo_clip_loss(
                         lp,
                         old,
@@ -195,11 +214,14 @@ def update_policy(
                         clip_eps_high=cfg.clip_eps_high,
                         loss_agg=loss_agg,
                         weights=wts,
+                        is_weights=is_w,
                     )
                     w = (float(mask.sum()) if token_mean else len(micro)) / denom
                     if group_mean:  # Eq. 3's sum, not a mean: the KL and entropy keep shares w
                         loss = loss * (gm_scale / w)
                     stats["pg_loss"] += float(loss.detach()) * w
+                    if is_w is not None:
+                        stats["is_weight_mean"] += float(masked_mean(is_w, mask)) * w
                     if masked_frac is not None:
                         stats["mpt_masked_frac"] += masked_frac * w
                     if use_kl:
@@ -235,12 +257,19 @@ def update_policy(
         "approx_kl",
         "grad_norm",
         "mpt_masked_frac",
+        "is_weight_mean",
     ):
         if key in stats:
             stats[key] /= max(weight_sum, 1.0)
     stats["optimizer_steps"] = float(n_updates)
     stats["tokens_trained"] = float(sum(len(it.completion_ids) for it in items))
     return dict(stats)
+
+
+def _behaviour(it: TrainItem) -> torch.Tensor:
+    if it.behav_logprobs is None:
+        raise ValueError("off-policy samples need their behaviour log-probs (prepare_logprobs)")
+    return it.behav_logprobs
 
 
 def mean_kl_to_ref(items: Sequence[TrainItem]) -> float | None:

@@ -71,6 +71,7 @@ CASES = {
         "micro_batch_size": 2,
     },
     "lora_fsdp": {"dp_mode": "fsdp"},
+    "lora_stale": {"max_staleness": 1},  # step 2 trains a rollout of version 0, corrected
 }
 NOT_COMPARED = ("time/", "throughput/", "world_size")
 SHAPED_CLI = ("-m", "tests.adapters.dist_worker", "cli")  # adapters.train with shaped rewards

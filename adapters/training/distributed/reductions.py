@@ -24,8 +24,8 @@ __all__ = [
 
 # how the step's statistics combine the policies' (update_policy's) ones
 AVERAGED = ("loss", "pg_loss", "clip_frac", "approx_kl", "grad_norm")  # over trained policies
-AVERAGED_IF_PRESENT = ("kl_loss", "entropy", "mpt_masked_frac")  # with a KL loss, an entropy
-# bonus, or the masking of well-mastered positive tokens
+AVERAGED_IF_PRESENT = ("kl_loss", "entropy", "mpt_masked_frac", "is_weight_mean")  # with a KL
+# loss, an entropy bonus, the masking of well-mastered positive tokens, or stale rollouts
 COUNTED = ("samples_trained", "tokens_trained", "optimizer_steps")  # summed over policies
 PER_POLICY = ("loss", "grad_norm")  # also logged as KEY/POLICY when there are several
 
@@ -36,6 +36,7 @@ _SUMMED = (  # weighted by the global denominators, so the ranks' parts add up
     "loss",
     "clip_frac",
     "approx_kl",
+    "is_weight_mean",
     "samples_trained",
     "tokens_trained",
 )

@@ -1,0 +1,275 @@
+"""Rollout scheduling: which rollout a training step trains on, and which policy generated it.
+
+Two mechanisms, each optional, both off by default (the synchronous loop: step ``t`` rolls out
+with the policy of version ``t - 1``, i.e. after ``t - 1`` updates, then updates):
+
+* **Asynchronous rollouts with bounded staleness** (``--max-staleness N``,
+  :class:`RolloutSchedule`). Generation runs ahead of the update by at most ``N`` policy
+  versions: before step ``t`` trains, the rollouts of steps ``t .. t + N`` exist, each generated
+  with the policy current when it was produced, so step ``t`` trains on a rollout generated with
+  version ``max(0, t - 1 - N)`` and every trained sample lags by at most ``N`` versions. On one
+  process this is an interleaved schedule (produce ahead, then update), the same data flow as
+  verl's fully-async trainer, SkyRL or prime-rl, where a rollout producer and the trainer run
+  concurrently and the producer may not get more than ``N`` versions ahead; here the producer and
+  the trainer take turns, so the schedule (and its staleness) is exact and reproducible, and the
+  overlap in time is what a separate generation process (vLLM servers, ``docs/scaling.md``) adds.
+  Each sample records the version of the policy that generated it (``Sample.policy_version``;
+  its oldest token's with segments), and the sampler's log-probs stay its behaviour log-probs;
+  the update corrects for the lag (:mod:`adapters.training.update`: PPO ratio against the
+  recomputed ``pi_old``, token weight ``min(pi_old / pi_behav, C)``, verl's decoupled rollout
+  correction). ``N = 0`` is the synchronous loop, bit for bit: nothing is produced ahead and the
+  update takes its usual path.
+* **MarsRL's agentic pipeline** (``--pipeline agent``, :class:`PipelineRollout` over
+  :class:`~adapters.rollout.pipeline.AgentPipeline`, MarsRL section 3.3): a step decodes one agent
+  stage of every trajectory in flight plus the Solver stage of the step's new problems, and trains
+  on all those outputs together; with ``--segment-tokens L --max-segments M`` (UloRL section 2.3)
+  a step decodes at most ``L`` tokens of each unfinished completion. Its samples' lag is the age
+  of their oldest token (0 without segments: a stage is decoded and trained in the same step; up
+  to ``M - 1`` with segments, so ``N + M - 1`` with both mechanisms). Segments turn on the same
+  off-policy correction as ``--max-staleness`` (the behaviour log-probs of each token are kept
+  across its segments).
+
+The per-sample lag (``version at training - Sample.policy_version``) is logged in
+``metrics.jsonl`` (``lag/mean``, ``lag/max``, ``lag/N``: how many trained samples lag by N) and
+can be recomputed from ``trajectories.jsonl`` (``train_step - 1 - policy_version``).
+
+Resume: a single-process run checkpoints both the queue of rollouts produced ahead and the
+pipeline's in-flight trajectories (their env states, pickled, and the pipeline's counters and
+random states; :meth:`RolloutSchedule.state_dict`), so a resumed run continues them without losing
+or repeating any. What is not kept, and restarts: the partial completions of segment rollouts (a
+resumed pipeline re-decodes those stages from their start), and, under torchrun or with Ray env
+actors, all of it (each rank's queue regenerates its steps with the restored weights, the same
+instances and seeds; the pipeline starts empty). The trainer says so when it resumes such a run.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from adapters.rollout import RolloutEngine, RolloutResult, Sample
+from adapters.rollout.envpool import EpisodeSpec, LocalEnvPool, view_of
+from adapters.rollout.pipeline import AgentPipeline
+from adapters.rollout.segments import SegmentConfig
+
+__all__ = [
+    "PipelineRollout",
+    "Produced",
+    "RolloutSchedule",
+    "lag_metrics",
+    "make_pipeline",
+    "make_schedule",
+    "timed",
+]
+
+
+@dataclass
+class Produced:
+    """One step's rollout: for which step, with which policy version, and what it took."""
+
+    step: int
+    version: int  # policy updates made when it was generated
+    result: RolloutResult
+    t_rollout: float  # seconds: generation and env steps
+    t_gen: float  # seconds of it in generation
+    stats: dict[str, float]  # what the producer reports (the pipeline's in-flight count, ages)
+
+
+class RolloutSchedule:
+    """Produces rollouts ahead of the update by at most ``max_staleness`` versions.
+
+    ``produce(step)`` rolls out step ``step`` with the current policy and returns
+    ``(result, t_rollout, t_gen, stats)``; :meth:`take` returns the rollout a step trains on.
+
+    >>> calls = []
+    >>> def produce(step):
+    ...     calls.append((step, version[0]))
+    ...     return RolloutResult([], []), 0.0, 0.0, {}
+    >>> version = [0]
+    >>> sched = RolloutSchedule(produce, max_staleness=1, last_step=3)
+    >>> [sched.take(1, version=0).version, calls]  # step 2's rollout made ahead, with version 0
+    [0, [(1, 0), (2, 0)]]
+    >>> version[0] = 1
+    >>> sched.take(2, version=1).version, calls[-1]  # trained one version late; 3 made with v1
+    (0, (3, 1))
+    """
+
+    def __init__(
+        self,
+        produce: Callable[[int], tuple[RolloutResult, float, float, dict[str, float]]],
+        max_staleness: int = 0,
+        last_step: int | None = None,
+    ) -> None:
+        if max_staleness < 0:
+            raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+        self.produce = produce
+        self.max_staleness = max_staleness
+        self.last_step = last_step
+        self._queue: dict[int, Produced] = {}
+
+    @property
+    def queued(self) -> list[int]:
+        """Steps whose rollouts are produced and not yet trained."""
+        return sorted(self._queue)
+
+    def checkpointable(self) -> bool:
+        """Whether :meth:`state_dict` holds everything in flight: envs in this process (a local
+        env pool), no partial completions of segments counted on."""
+        if self.pipeline is None:
+            return True
+        return isinstance(self.pipeline.pipeline.engine.pool, LocalEnvPool)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rollouts produced ahead, and the pipeline's in-flight state (see the module
+        docstring); :meth:`load_state_dict` restores them."""
+        return {"queue": dict(self._queue), "pipeline": self.pipeline_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._queue = dict(state.get("queue", {}))
+        if state.get("pipeline") is not None and self.pipeline is not None:
+            self.pipeline.load_state_dict(state["pipeline"])
+
+    pipeline: PipelineRollout | None = None  # set by make_schedule
+
+    def pipeline_state(self) -> dict[str, Any] | None:
+        return self.pipeline.state_dict() if self.pipeline is not None else None
+
+    def take(self, step: int, version: int) -> Produced:
+        """The rollout step ``step`` trains on; first produce, with the current policy (version
+        ``version``), every rollout up to step ``step + max_staleness`` not produced yet."""
+        stale = [s for s in self._queue if s < step]
+        if stale:
+            raise ValueError(f"rollouts of steps {sorted(stale)} were never trained")
+        end = step + self.max_staleness
+        if self.last_step is not None:
+            end = max(step, min(end, self.last_step))
+        for s in range(step, end + 1):
+            if s not in self._queue:
+                self._queue[s] = Produced(s, version, *self.produce(s))
+        got = self._queue.pop(step)
+        lag = version - got.version
+        if lag > self.max_staleness:  # cannot happen: the queue holds N steps ahead at most
+            raise AssertionError(
+                f"step {step}: rollout {lag} versions old (> {self.max_staleness})"
+            )
+        return got
+
+
+class PipelineRollout:
+    """MarsRL's agentic pipeline (:class:`~adapters.rollout.pipeline.AgentPipeline`) behind the
+    interface of :meth:`RolloutEngine.run`: each call is one pipeline step; its samples carry
+    the policy version of their oldest token, and :attr:`last` keeps the pipeline's statistics
+    of the step (in flight, ages)."""
+
+    def __init__(
+        self, engine: RolloutEngine, segments: SegmentConfig | None = None, seed: int = 0
+    ) -> None:
+        self.pipeline = AgentPipeline(engine, segments=segments, seed=seed)
+        self.last: dict[str, float] = {}
+
+    def run(
+        self, specs: Sequence[EpisodeSpec], seed: int, instance_offset: int, version: int
+    ) -> RolloutResult:
+        batch = self.pipeline.step(specs, seed=seed, instance_offset=instance_offset)
+        for s, lag in zip(batch.samples, batch.lags):
+            s.policy_version = max(0, version - lag)
+        n = max(1, len(batch.ages))
+        self.last = {
+            "pipeline/in_flight": float(batch.in_flight),
+            "pipeline/age_mean": sum(batch.ages) / n,
+            "pipeline/age_max": float(max(batch.ages, default=0)),
+            "pipeline/wait_mean": sum(batch.waits) / max(1, len(batch.waits)),
+        }
+        return batch.result
+
+    def state_dict(self) -> dict[str, Any]:
+        """The pipeline's counters, random states and in-flight branches with their envs
+        (pickled from a local env pool). Partial completions of segments are left out: their
+        branches go back to waiting for their stage, which is decoded again from its start."""
+        p = self.pipeline
+        pool = p.engine.pool
+        branches = list(p._ready) + [d.branch for d in p._decoding.values()]
+        return {
+            "steps": p.steps,
+            "next_instance": p._next_instance,
+            "rng": p._rng.getstate(),
+            "sibling_rng": p._sibling_rng.getstate(),
+            "admitted": dict(p._admitted),
+            "ready": [(b, pickle.dumps(pool.raw(b.view.branch_id))) for b in branches],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        p = self.pipeline
+        pool = p.engine.pool
+        p.steps = int(state["steps"])
+        p._next_instance = int(state["next_instance"])
+        p._rng.setstate(state["rng"])
+        p._sibling_rng.setstate(state["sibling_rng"])
+        p._admitted = dict(state["admitted"])
+        p._ready = []
+        p._decoding = {}
+        for branch, env in state["ready"]:
+            raw = pickle.loads(env)
+            p._ready.append(replace(branch, view=view_of(pool._register(raw), raw)))
+
+
+def make_pipeline(cfg: Any, engine: RolloutEngine) -> PipelineRollout | None:
+    """The agent pipeline a resolved config asks for (``pipeline: agent``), else None."""
+    if cfg.pipeline != "agent":
+        return None
+    segments = None
+    if cfg.segment_tokens:
+        segments = SegmentConfig(cfg.segment_tokens, cfg.max_segments)
+    return PipelineRollout(engine, segments, seed=cfg.seed)
+
+
+def make_schedule(
+    cfg: Any,
+    rollout: Callable[[int], RolloutResult],
+    timer: Any,
+    pipeline: PipelineRollout | None = None,
+) -> RolloutSchedule:
+    """The schedule of a resolved config: ``rollout(step)`` produces, timed, up to
+    ``max_staleness`` steps ahead, until the run's last step."""
+    stats = (lambda: pipeline.last) if pipeline is not None else None
+    schedule = RolloutSchedule(
+        lambda step: timed(lambda: rollout(step), timer, stats),
+        cfg.max_staleness,
+        last_step=cfg.steps,
+    )
+    schedule.pipeline = pipeline
+    return schedule
+
+
+def lag_metrics(samples: Sequence[Sample], version: int) -> dict[str, float]:
+    """The lag of every trained sample in versions (``version - policy_version``): mean, max and
+    a count per lag value.
+
+    >>> s = [Sample("g", 0, "", "", "r", "p", 0, 0, 0, True, "", "", [], [], [], 0.0, {}, False,
+    ...      False, policy_version=v) for v in (3, 3, 2)]
+    >>> lag_metrics(s, version=3)
+    {'lag/mean': 0.3333333333333333, 'lag/max': 1.0, 'lag/0': 2.0, 'lag/1': 1.0}
+    """
+    lags = [version - s.policy_version for s in samples]
+    if not lags:
+        return {}
+    out = {"lag/mean": sum(lags) / len(lags), "lag/max": float(max(lags))}
+    for lag, count in sorted(Counter(lags).items()):
+        out[f"lag/{lag}"] = float(count)
+    return out
+
+
+def timed(
+    fn: Callable[[], RolloutResult], timer: Any, stats: Callable[[], dict[str, float]] | None = None
+) -> tuple[RolloutResult, float, float, dict[str, float]]:
+    """``fn()`` with its wall time, the generation time ``timer`` (a
+    :class:`~adapters.policies.wrappers.GenerationTimer`) counted meanwhile, and ``stats()``
+    read right after it (a producer's statistics of this rollout)."""
+    timer.reset()
+    t0 = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - t0, float(timer.reset()), dict(stats() if stats else {})

@@ -1,0 +1,263 @@
+"""Rollout scheduling in the trainer (adapters.training.schedule): MarsRL's agent pipeline
+(section 3.3) as ``--pipeline agent``, and asynchronous rollouts with bounded staleness
+(``--max-staleness``) with the off-policy correction of the loss."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from adapters.rollout import Sample  # noqa: E402
+from adapters.training.batch import TrainItem  # noqa: E402
+from adapters.training.config import ConfigError, TrainConfig, UpdateConfig  # noqa: E402
+from adapters.training.losses import ppo_clip_loss, truncated_is_weights  # noqa: E402
+from adapters.training.trainer import Trainer  # noqa: E402
+from adapters.training.update import prepare_logprobs, update_policy  # noqa: E402
+
+from .conftest import char_models  # noqa: E402
+from .conftest import tiny_train_config as cfg  # noqa: E402
+
+
+class ShapedTrainer(Trainer):
+    """Rewards from the completion text, so that every step really updates the weights."""
+
+    def rollout(self, step):
+        result = super().rollout(step)
+        for s in result.samples:
+            s.reward = (sum(map(ord, s.completion)) % 5) / 5
+        return result
+
+
+def _run(tmp_path, name, steps=2, **kw):
+    tr = ShapedTrainer(cfg(tmp_path, name, steps=steps, **kw), models=char_models(), log=str)
+    lines = [tr.train_step() for _ in range(steps)]
+    params = {k: v.detach().clone() for k, v in tr.models["shared"].model.named_parameters()}
+    tr.close()
+    traj = [json.loads(x) for x in (tmp_path / name / "trajectories.jsonl").read_text().split("\n")
+            if x]  # fmt: skip
+    return lines, traj, params
+
+
+def test_staleness_zero_is_the_synchronous_loop(tmp_path):
+    _, traj_a, params_a = _run(tmp_path, "sync")
+    _, traj_b, params_b = _run(tmp_path, "n0", max_staleness=0)
+    assert traj_a == traj_b  # the same completions, rewards and advantages
+    assert all(t["advantage"] is not None for t in traj_a)
+    assert any(t["advantage"] != 0 for t in traj_a)
+    assert params_a.keys() == params_b.keys()
+    assert all(torch.equal(params_a[k], params_b[k]) for k in params_a)
+    # synchronous: step t generates with the policy after t - 1 updates
+    assert all(t["policy_version"] == t["train_step"] - 1 for t in traj_a)
+
+
+def test_staleness_one_trains_samples_at_most_one_version_old(tmp_path):
+    lines, traj, _ = _run(tmp_path, "n1", steps=3, max_staleness=1)
+    lags = {t["train_step"]: t["train_step"] - 1 - t["policy_version"] for t in traj}
+    # steps 1 and 2 are both generated before the first update, step 3 after it
+    assert lags == {1: 0, 2: 1, 3: 1}
+    assert [m["lag/max"] for m in lines] == [0.0, 1.0, 1.0]
+    assert lines[1]["lag/1"] == lines[1]["samples"]
+    assert all(0 < m["is_weight_mean"] <= 2.0 for m in lines if m["samples_trained"])
+    # step 1 trained on-policy (pi_old = pi_behav); step 2's samples predate that update
+    assert lines[0]["is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert abs(lines[1]["is_weight_mean"] - 1.0) > 1e-3
+    # the same instances as the synchronous run, in the same steps: none lost or repeated
+    _, sync, _ = _run(tmp_path, "sync", steps=3)
+    first = {(t["train_step"], t["instance_id"]) for t in traj if t["turn"] == 0}
+    assert first == {(t["train_step"], t["instance_id"]) for t in sync if t["turn"] == 0}
+
+
+def test_truncated_importance_weight_hand_case():
+    # ratio 1 (pi = pi_old), A = 1: the surrogate is -w per token; behaviour log-probs recorded
+    # at generation 1 below, equal, and 0.5 below pi_old -> w = min(e^1, 2), 1, e^0.5
+    old = torch.tensor([[-1.0, -2.0, -0.5]])
+    behav = torch.tensor([[-2.0, -2.0, -1.0]])
+    mask = torch.ones(1, 3)
+    w = truncated_is_weights(old, behav, mask, cap=2.0)
+    assert torch.allclose(w, torch.tensor([[2.0, 1.0, math.exp(0.5)]]))
+    loss, _ = ppo_clip_loss(old.clone(), old, torch.ones(1, 3), mask, is_weights=w)
+    assert loss.item() == pytest.approx(-(2.0 + 1.0 + math.exp(0.5)) / 3)
+
+
+def _items(model_pair, shift):
+    from adapters.training.logprobs import completion_logprobs
+
+    model, tok = model_pair
+    out = []
+    for i, (p, c, r) in enumerate([("ab", "cd", 1.0), ("ab", "ef", 0.0)]):
+        pids, cids = tok(p)["input_ids"], tok(c)["input_ids"]
+        with torch.no_grad():
+            lp = completion_logprobs(model, [pids], [cids], pad_id=tok.pad_token_id)[0]
+        behav = (lp - shift).tolist()  # as if a policy `shift` nats less sure had sampled them
+        s = Sample("g", 0, "0", "0", "r", "shared", 0, 0, i, True, p, c, pids, cids, behav, r, {},
+                   False, True)  # fmt: skip
+        it = TrainItem(s, pids, cids, torch.tensor(behav))
+        it.advantages = torch.full((len(cids),), 1.0 if r else 0.5)
+        out.append(it)
+    return out
+
+
+@pytest.mark.parametrize("cap, weight", [(2.0, 2.0), (1.5, 1.5), (10.0, math.e)])
+def test_the_update_weights_tokens_by_the_recorded_behaviour_logprobs(tmp_path, cap, weight):
+    """pi_old / pi_behav = e on every token (the sampler's log-probs 1 nat lower): the first
+    step's policy loss is the synchronous one times min(e, cap)."""
+    from adapters.training.policy_models import build_policy_models
+
+    tr_cfg = cfg(tmp_path, "x").resolved()
+    pair = char_models()
+    losses = {}
+    for n in (0, 1):
+        models = build_policy_models(tr_cfg, ["r"], pair[0])
+        pm = models["shared"]
+        items = _items((pm.model, pair[1]), shift=1.0)
+        ucfg = UpdateConfig(lr=1e-9, max_staleness=n, rollout_is_cap=cap, old_logprobs="rollout")
+        prepare_logprobs(ucfg, pm, items, pair[1].pad_token_id)
+        if n:
+            for it in items:  # kept as generated; pi_old recomputed
+                assert it.behav_logprobs.tolist() == it.sample.logprobs
+                assert torch.allclose(it.old_logprobs, it.behav_logprobs + 1.0, atol=1e-5)
+        else:
+            for it in items:
+                it.old_logprobs = it.old_logprobs + 1.0  # the same ratio 1 as the stale case
+        st = update_policy(ucfg, pm, items, 1, pair[1].pad_token_id)
+        losses[n] = st["pg_loss"]
+        if n:
+            assert st["is_weight_mean"] == pytest.approx(weight, rel=1e-4)
+    assert losses[1] == pytest.approx(weight * losses[0], rel=1e-4)
+
+
+def test_pipeline_agent_trains_marsrl_in_stages_and_logs_lags(tmp_path):
+    kw = dict(env="marsrl", env_config={}, pipeline="agent", instances_per_step=1, steps=2)
+    tr = Trainer(cfg(tmp_path, "pipe", max_new_tokens=4, **kw), models=char_models(), log=str)
+    lines = [tr.train_step() for _ in range(2)]
+    tr.close()
+    traj = [json.loads(x) for x in (tmp_path / "pipe" / "trajectories.jsonl").read_text().split(
+        "\n") if x]  # fmt: skip
+    # step 1: the Solver of problem 0; step 2: its first verifier stage and problem 1's Solver
+    assert {(t["train_step"], t["instance"], t["role"]) for t in traj} == {
+        (1, 0, "solver"), (2, 0, "verifier"), (2, 1, "solver")}  # fmt: skip
+    assert all(m["samples_trained"] > 0 and m["optimizer_steps"] == 1 for m in lines)
+    assert [m["lag/max"] for m in lines] == [0.0, 0.0]  # a stage trains in the step it decodes
+    assert lines[1]["pipeline/age_max"] == 1.0 and lines[1]["pipeline/in_flight"] > 0
+
+
+def test_pipeline_config():
+    assert TrainConfig(env="marsrl").resolved(cuda=True).pipeline == "agent"  # MarsRL 3.3
+    assert TrainConfig(env="marsrl").resolved(cuda=False).pipeline == "none"
+    assert TrainConfig(env="sokoban").resolved(cuda=True).pipeline == "none"
+    with pytest.raises(ConfigError, match="together"):
+        TrainConfig(pipeline="agent", segment_tokens=8)
+    with pytest.raises(ConfigError, match="pipeline agent"):
+        TrainConfig(pipeline="none", segment_tokens=8, max_segments=2)
+
+
+def test_segments_in_the_pipeline_lag_by_the_steps_a_completion_spans(tmp_path):
+    """UloRL 2.3 segments of 2 tokens, at most 2: a completion longer than 2 tokens is decoded
+    over two steps and trains one version after its first token was sampled."""
+    kw = dict(env="marsrl", env_config={}, pipeline="agent", instances_per_step=1, steps=3)
+    c = cfg(tmp_path, "seg", max_new_tokens=4, segment_tokens=2, max_segments=2, **kw)
+    tr = Trainer(c, models=char_models(), log=str)
+    lines = [tr.train_step() for _ in range(3)]
+    tr.close()
+    traj = [json.loads(x) for x in (tmp_path / "seg" / "trajectories.jsonl").read_text().split(
+        "\n") if x]  # fmt: skip
+    assert traj and all(len(t["completion_ids"]) <= 4 for t in traj)
+    lags = [t["train_step"] - 1 - t["policy_version"] for t in traj]
+    assert set(lags) <= {0, 1}
+    long = [lag for t, lag in zip(traj, lags) if len(t["completion_ids"]) > 2]
+    assert long and all(lag == 1 for lag in long)
+    assert max(m.get("lag/max", 0.0) for m in lines) == 1.0
+    # segments switch on the off-policy correction (behaviour log-probs kept across segments)
+    assert all("is_weight_mean" in m for m in lines if m.get("samples_trained"))
+
+
+def _read(tmp_path, name):
+    rows = (tmp_path / name / "trajectories.jsonl").read_text().split("\n")
+    return [json.loads(x) for x in rows if x]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(max_staleness=1),  # the rollout of step 3 was produced before the kill
+        dict(env="marsrl", env_config={}, pipeline="agent", instances_per_step=1),
+    ],
+    ids=["staleness", "pipeline"],
+)
+def test_resume_continues_the_work_in_flight_exactly(tmp_path, kw):
+    """A run stopped after step 2 (its checkpoint written, the process gone) and resumed trains
+    step 3 on exactly what the uninterrupted run trains: the rollout produced ahead, or the
+    pipeline's in-flight trajectories (their next stage), none lost or repeated."""
+    kw = dict(steps=3, max_new_tokens=4, **kw)
+    a = ShapedTrainer(cfg(tmp_path, "a", **kw), models=char_models(), log=str)
+    for _ in range(3):
+        a.train_step()
+    a.close()
+    b = ShapedTrainer(cfg(tmp_path, "b", **kw), models=char_models(), log=str)
+    b.train_step()
+    b.train_step()
+    in_flight = b.schedule.queued, b.pipeline.pipeline.in_flight if b.pipeline else 0
+    b.close()
+    assert in_flight[0] or in_flight[1]  # something was in flight at the stop
+    c = ShapedTrainer.resume(tmp_path / "b", models=char_models())
+    assert (c.schedule.queued, c.pipeline.pipeline.in_flight if c.pipeline else 0) == in_flight
+    c.train_step()
+    c.close()
+    ta, tb = _read(tmp_path, "a"), _read(tmp_path, "b")
+    assert ta == tb
+    if "pipeline" in kw:  # step 3 continues problem 1 (admitted at step 2) with its verifier
+        assert (3, 1, "verifier") in {(t["train_step"], t["instance"], t["role"]) for t in tb}
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_continues_the_pipeline_and_the_queue(tmp_path):
+    """``python -m adapters.train`` (tiny model, MarsRL, --pipeline agent --max-staleness 1)
+    killed with SIGKILL after its first step, then ``--resume``: the trajectories equal those of
+    the uninterrupted run line by line (nothing in flight lost or trained twice)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    from .test_distributed import ROOT, _env
+
+    fields = dict(env="marsrl", model="tiny", lora_rank=4, steps=4, instances_per_step=1,
+                  candidates=2, max_new_tokens=4, eval_episodes=0, demos=0, progress=False,
+                  plot_every=0, save_final=False, lr=1e-2, ppo_minibatches=1, device="cpu",
+                  pipeline="agent", max_staleness=1)  # fmt: skip
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(fields))
+    cli = [sys.executable, "-m", "tests.adapters.dist_worker", "cli"]
+
+    def train(*args):
+        return subprocess.Popen([*cli, *args], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    ref = train("--config", str(tmp_path / "run.yaml"), "--output-dir", str(full))
+    out, _ = ref.communicate(timeout=600)
+    assert ref.returncode == 0, out[-3000:]
+    victim = train("--config", str(tmp_path / "run.yaml"), "--output-dir", str(killed))
+    metrics, deadline = killed / "metrics.jsonl", time.time() + 300
+    first = killed / "checkpoints" / "step_000001" / "state.json"  # holds the queue, pipeline
+    while not first.exists():
+        assert victim.poll() is None and time.time() < deadline, "ended before the kill"
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=60)
+    assert metrics.read_text().count("\n") < 4  # killed mid-run
+    resumed = train("--resume", str(killed))
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out[-3000:]
+    assert "resumed without" not in out
+    t_full = (full / "trajectories.jsonl").read_text().splitlines()
+    assert (killed / "trajectories.jsonl").read_text().splitlines() == t_full
+    steps = {json.loads(x)["train_step"] for x in t_full}
+    assert steps == {1, 2, 3, 4}
