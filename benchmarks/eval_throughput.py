@@ -29,6 +29,13 @@ defaults (48 new tokens, one demonstration per role, ``gen_batch_size`` 16):
 * ``--model smollm2 --episodes 8 --sequential-episodes 1 --threads 2``: sequential 0.00067
   episodes/s (one episode, 1483.5 s), batched 0.0061 (8 episodes, 1310.8 s): 9.1x; the load fell
   during the later chunked run, so its time is not comparable and is left out.
+
+These ratios are confounded: the modes ran in the order given, under a load that changed, and the
+first mode pays the warm-up. A later run on the quieter machine (load 2-5), ``--model smollm2
+--episodes 4 --modes batched,chunked``, measured batched 0.034 episodes/s (116.6 s, first) and
+chunked 0.048 (83.7 s): at 4 episodes (one chunk either way, so only the prefix cache differs)
+batched was not faster. Repeat with the modes in both orders on an idle machine, and with 32-64
+episodes (where whole-wave batches differ from chunks of 16), before quoting a speed-up.
 """
 
 from __future__ import annotations
