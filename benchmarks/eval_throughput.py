@@ -16,8 +16,26 @@ instances are then evaluated three ways, in one run, on the same machine:
   one batch, and the KV cache of the prompt prefixes kept from one wave to the next
   (:meth:`~adapters.policies.TransformersPolicy.evaluation_scope`).
 
-It prints episodes/s and wall time per mode, and whether the three modes gave the same mean
-reward (greedy decoding: they should, up to float ties between batch layouts).
+It prints episodes/s, wall time and mean shaped reward per mode (greedy decoding: modes that play
+the same episodes agree up to float ties between batch layouts; a shorter sequential run plays
+only the first episodes, so its mean differs).
+
+Measured on the project's 2-core machine while six other jobs loaded it (load average 10-15, so
+absolute times are several times an idle machine's; compare the ratios), Sokoban with the CPU
+defaults (48 new tokens, one demonstration per role, ``gen_batch_size`` 16):
+
+* ``--model tiny --episodes 8 --threads 2``: sequential 0.024 episodes/s (334.7 s), chunked 0.043
+  (185.0 s), batched 0.128 (62.3 s): 5.4x the sequential rate, 3.0x the chunked one;
+* ``--model smollm2 --episodes 8 --sequential-episodes 1 --threads 2``: sequential 0.00067
+  episodes/s (one episode, 1483.5 s), batched 0.0061 (8 episodes, 1310.8 s): 9.1x; the load fell
+  during the later chunked run, so its time is not comparable and is left out.
+
+These ratios are confounded: the modes ran in the order given, under a load that changed, and the
+first mode pays the warm-up. A later run on the quieter machine (load 2-5), ``--model smollm2
+--episodes 4 --modes batched,chunked``, measured batched 0.034 episodes/s (116.6 s, first) and
+chunked 0.048 (83.7 s): at 4 episodes (one chunk either way, so only the prefix cache differs)
+batched was not faster. Repeat with the modes in both orders on an idle machine, and with 32-64
+episodes (where whole-wave batches differ from chunks of 16), before quoting a speed-up.
 """
 
 from __future__ import annotations
