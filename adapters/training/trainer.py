@@ -44,7 +44,7 @@ about 1.6 GB), role sharing, the paper's protocol (AT-GRPO tree sampling with K 
 the paper's rewards) on 1 instance per step for 6 steps, 48 new tokens at temperature 1.0, lr 1e-3
 in 4 PPO mini-batches per step, one oracle demonstration per role (the tool's is a one-line program
 that prints the answer, ``oracle_tool="answer"``, so that it fits in 48 tokens; the run header
-shows it), and 64 greedy validation episodes before and after training on the same seeds, compared
+shows it), and 32 greedy validation episodes (64 on CUDA) before and after training on the same seeds, compared
 instance by instance (:func:`~adapters.evaluation.compare_reports`, last lines of the output:
 success rate, the setting's progress measure and the final team reward first, the shaped reward
 after them, and the no-op, demonstration-answer and oracle references on the same instances).

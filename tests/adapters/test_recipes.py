@@ -96,7 +96,7 @@ def test_cpu_scale_down_keeps_every_protocol():
 def test_run_header_names_every_cpu_scaled_value():
     """The run header's CPU line lists what a CPU-only run shrinks, and nothing on CUDA."""
     scaled = TrainConfig(env="sokoban").resolved(cuda=False).cpu_scale_down()
-    want = {"steps": 6, "lora_rank": 8, "max_new_tokens": 48, "demos": 1}
+    want = {"steps": 6, "lora_rank": 8, "max_new_tokens": 48, "eval_episodes": 32, "demos": 1}
     assert want.items() <= scaled.items(), scaled
     assert scaled["env_config.oracle_tool"] == "answer"
     assert TrainConfig(env="sokoban").resolved(cuda=True).cpu_scale_down() == {}
