@@ -369,8 +369,8 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "eval_episodes": (
         32,
         64,
-        "suite default: validation instances before/after training (32 on CPU: the batched "
-        "evaluation's speed-up is not yet established there, benchmarks/eval_throughput.py)",
+        "suite default: validation instances before/after training (fewer without a GPU, where "
+        "the batched evaluation's speed-up is not yet established: benchmarks/eval_throughput.py)",
     ),
     "gen_batch_size": (16, 128, "suite default: sequences per generate call"),
     "micro_batch_size": (8, 16, "suite default: sequences per forward/backward"),
