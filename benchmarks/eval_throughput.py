@@ -34,8 +34,14 @@ These ratios are confounded: the modes ran in the order given, under a load that
 first mode pays the warm-up. A later run on the quieter machine (load 2-5), ``--model smollm2
 --episodes 4 --modes batched,chunked``, measured batched 0.034 episodes/s (116.6 s, first) and
 chunked 0.048 (83.7 s): at 4 episodes (one chunk either way, so only the prefix cache differs)
-batched was not faster. Repeat with the modes in both orders on an idle machine, and with 32-64
-episodes (where whole-wave batches differ from chunks of 16), before quoting a speed-up.
+batched was not faster.
+
+On the idle machine (2 torch threads), ``--model smollm2 --episodes 8``, both orders:
+``--modes batched,chunked``: batched 0.066 episodes/s (121.7 s), chunked 0.063 (126.9 s), 1.04x;
+``--modes chunked,batched``: chunked 0.062 (128.7 s), batched 0.076 (105.6 s), 1.22x. So on the
+embedded model the gain is small (13-16 s per episode either way): 64 batched episodes still take
+longer than 32 chunked ones, which is why the CPU default stays at 32 validation episodes. Runs
+with 32-64 episodes (where whole-wave batches differ from chunks of 16) are still to be measured.
 """
 
 from __future__ import annotations
