@@ -11,24 +11,23 @@ amount of CPU and memory on any input, and one hostile test never holds the host
 long: other threads (a server's other sessions) keep running while a worker computes.
 
 Workers are started lazily, shared by every thread (a caller checks one out), talk JSON lines
-over pipes, and die with this process (their stdin closes). They import only this project's
-``verifiers`` and ``sandboxes.plain`` / ``sandboxes.calls``.
+over pipes with a deadline on every write and read, and die with this process (their stdin
+closes); the pool (``VERIFIERS_CHECK_WORKERS`` workers, default min(2, CPUs)) is
+:mod:`verifiers._worker_pool`'s. Workers import only this project's ``verifiers`` and
+``sandboxes.plain`` / ``sandboxes.calls``.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import json
 import os
-import queue
-import select
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from verifiers._worker_pool import PipeWorker, SharedPool, WorkerPool
 
 __all__ = ["DEADLINE_S", "WORKER_MB", "BoundedError", "call"]
 
@@ -54,14 +53,14 @@ class BoundedError(Exception):
         self.reported = reported
 
 
-class _Worker:
+class _Worker(PipeWorker):
     def __init__(self) -> None:
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "LANG": "C.UTF-8",
             "OMP_NUM_THREADS": "1",
         }
-        self.proc = subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-I", "-B", "-c", _BOOT, _ROOT, str(WORKER_MB)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -69,119 +68,50 @@ class _Worker:
             env=env,
             close_fds=True,
         )
-        self._buf = b""
+        super().__init__(proc)
         self._next = 0
         self.ready = False
 
-    def ask(self, fn: str, args: list, timeout_s: float) -> Any:
-        """One request; raises BoundedError (the worker is then unusable) on a deadline or a
-        dead worker, or with the worker's own error message."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+    def ask(self, fn: str, args: list, timeout_s: float) -> dict:
+        """One request's answer (``ok`` and ``r``, or ``e``); BoundedError (the worker's stream
+        is then out of step: drop it) on a deadline, a dead worker or a garbled answer."""
         if not self.ready:
-            self.ready = bool(self._read(STARTUP_S).get("ready"))
+            hello = self.recv(STARTUP_S)
+            if hello is None or not hello.get("ready"):
+                raise self._lost(STARTUP_S, starting=True)
+            self.ready = True
         self._next += 1
         line = json.dumps({"i": self._next, "f": fn, "a": args}) + "\n"
         deadline = time.monotonic() + timeout_s
-        try:
-            self.proc.stdin.write(line.encode("utf-8"))
-            self.proc.stdin.flush()
-        except (OSError, ValueError):
-            raise BoundedError("the checking process died") from None
-        msg = self._read(deadline - time.monotonic())
+        if not self.write(line.encode("utf-8"), timeout_s):
+            self.failure = "deadline" if self.alive() else "exited"
+            raise self._lost(timeout_s)
+        msg = self.recv(deadline - time.monotonic())
+        if msg is None:
+            raise self._lost(timeout_s)
         if msg.get("i") != self._next:
             raise BoundedError("the checking process answered out of turn")
-        if not msg.get("ok"):
-            raise BoundedError(str(msg.get("e", "failed"))[:300], reported=True)
-        return msg.get("r")
-
-    def _read(self, timeout_s: float) -> dict:
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout_s
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BoundedError(f"checking took more than {timeout_s:g} s")
-            readable, _, _ = select.select([fd], [], [], left)
-            if not readable:
-                continue
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                raise BoundedError("the checking process died (out of memory?)")
-            self._buf += chunk
-        raw, self._buf = self._buf.split(b"\n", 1)
-        msg = json.loads(raw)
-        if not isinstance(msg, dict):
-            raise BoundedError("the checking process answered nonsense")
         return msg
 
-    def kill(self) -> None:
-        with contextlib.suppress(OSError):
-            self.proc.kill()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            with contextlib.suppress(OSError):
-                if stream is not None:
-                    stream.close()
-        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
-            self.proc.wait(timeout=5)
+    def _lost(self, timeout_s: float, starting: bool = False) -> BoundedError:
+        if self.failure == "deadline":
+            if starting:
+                return BoundedError(f"the checking process took more than {timeout_s:g} s to start")
+            return BoundedError(f"checking took more than {timeout_s:g} s")
+        if self.failure == "garbled":
+            return BoundedError("the checking process answered nonsense")
+        return BoundedError("the checking process died (out of memory?)")
 
 
-class _Pool:
-    def __init__(self, n: int) -> None:
-        self._slots: queue.Queue[_Worker | None] = queue.Queue()
-        for _ in range(n):
-            self._slots.put(None)
-        self._all: set[_Worker] = set()
-        self._lock = threading.Lock()
-        self.pid = os.getpid()
-        self.restarts = 0
-
-    def call(self, fn: str, args: list, timeout_s: float) -> Any:
-        w = self._slots.get()
-        try:
-            if w is None or w.proc.poll() is not None:
-                if w is not None:
-                    self._drop(w)
-                w = _Worker()
-                with self._lock:
-                    self._all.add(w)
-            return w.ask(fn, args, timeout_s)
-        except BaseException as exc:
-            # a deadline, a death or an interruption leaves the stream out of step: replace
-            # the worker (an error the worker reported leaves it usable)
-            if w is not None and not (isinstance(exc, BoundedError) and exc.reported):
-                self._drop(w)
-                w = None
-            raise
-        finally:
-            self._slots.put(w)
-
-    def _drop(self, w: _Worker) -> None:
-        w.kill()
-        with self._lock:
-            self._all.discard(w)
-            self.restarts += 1
-
-    def close(self) -> None:
-        with self._lock:
-            workers = list(self._all)
-            self._all.clear()
-        for w in workers:
-            w.kill()
+def _call(pool: WorkerPool[_Worker], fn: str, args: list, timeout_s: float) -> Any:
+    with pool.checkout() as lease:  # (a BoundedError here drops the worker)
+        msg = lease.get().ask(fn, args, timeout_s)
+    if not msg.get("ok"):  # the worker's own error: it stays in the pool
+        raise BoundedError(str(msg.get("e", "failed"))[:300], reported=True)
+    return msg.get("r")
 
 
-_POOL: _Pool | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _pool() -> _Pool:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None or _POOL.pid != os.getpid():
-            n = int(os.environ.get("VERIFIERS_CHECK_WORKERS", "0")) or min(2, os.cpu_count() or 1)
-            _POOL = _Pool(n)
-            atexit.register(_POOL.close)
-        return _POOL
+_POOL = SharedPool(lambda n: WorkerPool(n, _Worker), "VERIFIERS_CHECK_WORKERS")
 
 
 IN_WORKER = False
@@ -195,4 +125,4 @@ def call(fn: str, *args: Any, timeout_s: float = DEADLINE_S) -> Any:
     BoundedError when it overran its deadline or memory limit or raised."""
     if IN_WORKER:
         return LOCAL[fn](*args)
-    return _pool().call(fn, list(args), timeout_s)
+    return _call(_POOL.get(), fn, list(args), timeout_s)

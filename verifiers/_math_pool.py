@@ -10,23 +10,21 @@ Both directions are deadline-driven: a request that the worker does not take in 
 deadline (it is stuck on an earlier one) counts as timed out too. Results that say the grader
 failed rather than the answer (timeouts, crashes) carry ``"transient": True`` and are never
 cached. Any thread may call :meth:`MathPool.grade`: a caller checks a worker out of a queue, so
-one worker serves one caller at a time, and waiting uses ``select`` on the pipes, never signals.
+one worker serves one caller at a time, and waiting uses ``select`` on the pipes, never signals
+(the pipes and the pool are :mod:`verifiers._worker_pool`'s, shared with :mod:`verifiers._bounded`).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
-import queue
-import select
 import subprocess
 import sys
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+from verifiers._worker_pool import PipeWorker, SharedPool, WorkerPool
 
 __all__ = ["MathPool", "Task", "default_pool"]
 
@@ -57,7 +55,7 @@ def _worker_source() -> str:
         return head + "\n\n" + f.read()
 
 
-class _Worker:
+class _Worker(PipeWorker):
     def __init__(self) -> None:
         from sandboxes.local import spawn_isolated
 
@@ -69,7 +67,7 @@ class _Worker:
             "VERIFIERS_MATH_WORKER_MB": os.environ.get("VERIFIERS_MATH_WORKER_MB", "1536"),
         }
         source = _worker_source().encode("utf-8")
-        self.proc, self.uid = spawn_isolated(
+        proc, self.uid = spawn_isolated(
             [sys.executable, "-I", "-B", "-c", _BOOT, str(len(source))],
             extra_ro=[sys.prefix] if sys.prefix != sys.base_prefix else [],
             env=env,
@@ -77,71 +75,19 @@ class _Worker:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
-        assert self.proc.stdin is not None
-        os.set_blocking(self.proc.stdin.fileno(), False)
-        self._buf = b""
+        super().__init__(proc)
         self.ready = False
         self._boot = source
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
     def send(self, lines: list[str], timeout_s: float) -> bool:
         """Write the requests; False if the worker is gone or does not take them in time."""
-        return self._write("".join(lines).encode("utf-8"), timeout_s)
-
-    def _write(self, raw: bytes, timeout_s: float) -> bool:
-        assert self.proc.stdin is not None
-        fd = self.proc.stdin.fileno()
-        data = memoryview(raw)
-        deadline = time.monotonic() + timeout_s
-        while data:
-            try:
-                data = data[os.write(fd, data) :]
-                continue
-            except BlockingIOError:
-                pass
-            except (OSError, ValueError):
-                return False
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            try:
-                select.select([], [fd], [], left)
-            except (OSError, ValueError):
-                return False
-        return True
-
-    def recv(self, timeout_s: float) -> dict | None:
-        """Next message, or None on deadline / worker exit."""
-        deadline = time.monotonic() + timeout_s
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            try:
-                readable, _, _ = select.select([fd], [], [], left)
-            except (OSError, ValueError):
-                return None
-            if not readable:
-                return None
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return None
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        try:
-            return json.loads(line)
-        except ValueError:
-            return None
+        return self.write("".join(lines).encode("utf-8"), timeout_s)
 
     def wait_ready(self) -> bool:
         if not self.ready:
             if self._boot:
                 boot, self._boot = self._boot, b""
-                if not self._write(boot, STARTUP_TIMEOUT_S):
+                if not self.write(boot, STARTUP_TIMEOUT_S):
                     return False
             msg = self.recv(STARTUP_TIMEOUT_S)
             self.ready = bool(msg and msg.get("ready"))
@@ -150,14 +96,7 @@ class _Worker:
     def kill(self) -> None:
         from sandboxes.base import release_uid
 
-        with contextlib.suppress(OSError):
-            self.proc.kill()  # bubblewrap takes the worker with it (--die-with-parent)
-        for stream in (self.proc.stdin, self.proc.stdout):
-            with contextlib.suppress(OSError):
-                if stream is not None:
-                    stream.close()
-        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
-            self.proc.wait(timeout=5)
+        super().kill()  # bubblewrap takes the worker with it (--die-with-parent)
         if self.proc.poll() is not None:
             release_uid(self.uid)
 
@@ -167,60 +106,29 @@ def _failed(reason: str) -> dict:
     return {"c": False, "r": reason, "transient": True}
 
 
-class MathPool:
+class MathPool(WorkerPool[_Worker]):
     """``n_workers`` grading processes shared by all threads of this process."""
 
     def __init__(self, n_workers: int = 2) -> None:
-        if n_workers < 1:
-            raise ValueError("n_workers must be >= 1")
-        self.n_workers = n_workers
-        self._slots: queue.Queue[_Worker | None] = queue.Queue()
-        for _ in range(n_workers):
-            self._slots.put(None)  # started on first use
-        self._closed = False
-        self._pid = os.getpid()
-        self._all: set[_Worker] = set()
-        self._lock = threading.Lock()
-        self.restarts = 0
-
-    def _spawn(self) -> _Worker:
-        w = _Worker()
-        with self._lock:
-            self._all.add(w)
-        return w
-
-    def _discard(self, w: _Worker) -> None:
-        w.kill()
-        with self._lock:
-            self._all.discard(w)
-            self.restarts += 1
+        super().__init__(n_workers, _Worker)
 
     def warmup(self) -> None:
         """Start every worker now and wait until each has imported math-verify."""
-        held = [self._slots.get() for _ in range(self.n_workers)]
-        try:
-            ready = [w if w is not None and w.alive() else self._spawn() for w in held]
-            held[:] = ready
-            for worker in ready:
+        with contextlib.ExitStack() as stack:
+            leases = [stack.enter_context(self.checkout()) for _ in range(self.n_workers)]
+            workers = [lease.get() for lease in leases]  # (they start side by side)
+            for worker in workers:
                 worker.wait_ready()
-        finally:
-            for w in held:
-                self._slots.put(w)
 
     def _run_chunk(self, tasks: list[Task], timeout_s: float, inner: int) -> list[dict]:
         """Grade ``tasks`` on one checked-out worker, restarting it after a timeout or crash."""
         results: list[dict] = []
-        w = self._slots.get()
-        try:
+        with self.checkout() as lease:
             pending = list(tasks)
             while pending:
-                if w is None or not w.alive():
-                    if w is not None:
-                        self._discard(w)
-                    w = self._spawn()
+                w = lease.get()
                 if not w.wait_ready():
-                    self._discard(w)
-                    w = None
+                    lease.drop()
                     results.append(_failed("grader process failed to start"))
                     pending.pop(0)
                     continue
@@ -231,8 +139,7 @@ class MathPool:
                 ]
                 if not w.send(lines, timeout_s):
                     why = "grading timed out" if w.alive() else "grader process died"
-                    self._discard(w)
-                    w = None
+                    lease.drop()
                     results.append(_failed(f"{why} after {timeout_s:g} s"))
                     pending.pop(0)
                     continue
@@ -245,20 +152,17 @@ class MathPool:
                             else "grader process died (e.g. out of memory)"
                         )
                         results.append(_failed(f"{why} after {timeout_s:g} s"))
-                        self._discard(w)
-                        w = None
+                        lease.drop()
                         pending = pending[k + 1 :]
                         break
                     results.append(msg)
                 else:
                     pending = pending[len(batch) :]
-        finally:
-            self._slots.put(w)
         return results
 
     def grade(self, tasks: list[Task], timeout_s: float = 3.0) -> list[dict]:
         """Grade tasks (in order); each may take at most ``timeout_s`` seconds."""
-        if self._closed:
+        if self.closed:
             raise RuntimeError("this MathPool has been closed")
         if not tasks:
             return []
@@ -271,25 +175,10 @@ class MathPool:
             parts = list(ex.map(lambda c: self._run_chunk(c, timeout_s, inner), chunks))
         return [r for part in parts for r in part]
 
-    def close(self) -> None:
-        self._closed = True
-        with self._lock:
-            workers = list(self._all)
-            self._all.clear()
-        for w in workers:
-            w.kill()
 
-
-_DEFAULT: MathPool | None = None
-_DEFAULT_LOCK = threading.Lock()
+_DEFAULT = SharedPool(MathPool, "VERIFIERS_MATH_WORKERS")
 
 
 def default_pool() -> MathPool:
     """The process-wide pool (``VERIFIERS_MATH_WORKERS`` workers, default min(2, CPUs))."""
-    global _DEFAULT
-    with _DEFAULT_LOCK:
-        if _DEFAULT is None or _DEFAULT._closed or _DEFAULT._pid != os.getpid():
-            n = int(os.environ.get("VERIFIERS_MATH_WORKERS", "0")) or min(2, os.cpu_count() or 1)
-            _DEFAULT = MathPool(n)
-            atexit.register(_DEFAULT.close)
-        return _DEFAULT
+    return _DEFAULT.get()
