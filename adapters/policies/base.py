@@ -28,7 +28,8 @@ Conventions shared by all backends
 
 Segment rollouts (UloRL section 2.3, used by MarsRL): a backend that can continue a completion
 from its own tokens implements :meth:`Policy.start_partials`, :meth:`Policy.extend` and
-:meth:`Policy.finish_partial`. A :class:`PartialCompletion` carries the prompt ids, the tokens and
+:meth:`Policy.finish_partial` (a :class:`TokenLevelPolicy` has ``start_partials`` from its
+chat-template encoding). A :class:`PartialCompletion` carries the prompt ids, the tokens and
 behaviour log-probs generated so far and the sampler's state; ``extend`` decodes at most ``L``
 more tokens from exactly that prefix (no re-tokenisation), so a completion decoded in segments is
 the completion an unsegmented call would have produced. :mod:`adapters.rollout.segments` drives
@@ -45,7 +46,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from adapters.policies.chat import ChatPrompt
+from adapters.policies.chat import ChatPrompt, ChatTemplatePrompts
 
 logger = logging.getLogger(__name__)
 
@@ -232,6 +233,18 @@ class Policy(abc.ABC):
     def finish_partial(self, partial: PartialCompletion, params: SamplingParams) -> Completion:
         """The :class:`Completion` of a finished partial (text decoded as ``generate`` does)."""
         raise NotImplementedError(f"{type(self).__name__} cannot decode in segments")
+
+
+class TokenLevelPolicy(ChatTemplatePrompts, Policy):
+    """A backend that holds its tokenizer and decodes from token ids (transformers, in-process
+    vLLM): prompts are encoded by :class:`~adapters.policies.chat.ChatTemplatePrompts`, and a
+    segment rollout starts from those ids. Subclasses implement :meth:`Policy.extend` and
+    :meth:`Policy.finish_partial`."""
+
+    def start_partials(
+        self, prompts: Sequence[ChatPrompt], params: SamplingParams
+    ) -> list[list[PartialCompletion]]:
+        return empty_partials(self.encode_prompts(prompts, params.max_new_tokens), params)
 
 
 def empty_partials(

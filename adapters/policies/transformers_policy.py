@@ -50,13 +50,12 @@ from typing import Any
 from adapters.policies.base import (
     Completion,
     PartialCompletion,
-    Policy,
     SamplingParams,
+    TokenLevelPolicy,
     decoded_completion,
-    empty_partials,
     row_seed,  # noqa: F401  (re-exported: it lived here before)
 )
-from adapters.policies.chat import ChatPrompt, ChatTemplatePrompts
+from adapters.policies.chat import ChatPrompt
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +279,7 @@ def sample_next(logits: Any, noise: Any, params: SamplingParams) -> tuple[Any, A
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-class TransformersPolicy(ChatTemplatePrompts, Policy):
+class TransformersPolicy(TokenLevelPolicy):
     """A :class:`Policy` over a transformers causal LM (see the module docstring).
 
     Args:
@@ -425,11 +424,6 @@ class TransformersPolicy(ChatTemplatePrompts, Policy):
 
     # ----------------------------------------------------------------------------------------
     # segment rollouts (see adapters.policies.base)
-
-    def start_partials(
-        self, prompts: Sequence[ChatPrompt], params: SamplingParams
-    ) -> list[list[PartialCompletion]]:
-        return empty_partials(self.encode_prompts(prompts, params.max_new_tokens), params)
 
     def extend(
         self, partials: Sequence[PartialCompletion], params: SamplingParams, max_tokens: int

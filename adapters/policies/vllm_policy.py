@@ -79,11 +79,11 @@ from adapters.policies.base import (
     PartialCompletion,
     Policy,
     SamplingParams,
+    TokenLevelPolicy,
     decoded_completion,
-    empty_partials,
     row_seed,
 )
-from adapters.policies.chat import ChatPrompt, ChatTemplatePrompts
+from adapters.policies.chat import ChatPrompt
 
 logger = logging.getLogger(__name__)
 
@@ -232,7 +232,7 @@ def weight_chunks(
         yield chunk
 
 
-class VLLMPolicy(ChatTemplatePrompts, Policy):
+class VLLMPolicy(TokenLevelPolicy):
     """A :class:`Policy` on a ``vllm.LLM`` engine (see the module docstring).
 
     Args:
@@ -411,11 +411,6 @@ class VLLMPolicy(ChatTemplatePrompts, Policy):
 
     # ----------------------------------------------------------------------------------------
     # segment rollouts (adapters.rollout.segments)
-
-    def start_partials(
-        self, prompts: Sequence[ChatPrompt], params: SamplingParams
-    ) -> list[list[PartialCompletion]]:
-        return empty_partials(self.encode_prompts(prompts, params.max_new_tokens), params)
 
     def extend(
         self, partials: Sequence[PartialCompletion], params: SamplingParams, max_tokens: int
