@@ -16,6 +16,7 @@ pytest.importorskip("peft")
 from adapters.rollout import Sample  # noqa: E402
 from adapters.training.batch import TrainItem  # noqa: E402
 from adapters.training.config import ConfigError, TrainConfig, UpdateConfig  # noqa: E402
+from adapters.training.logprobs import completion_logprobs  # noqa: E402
 from adapters.training.losses import ppo_clip_loss, truncated_is_weights  # noqa: E402
 from adapters.training.trainer import Trainer  # noqa: E402
 from adapters.training.update import prepare_logprobs, update_policy  # noqa: E402
@@ -44,16 +45,49 @@ def _run(tmp_path, name, steps=2, **kw):
     return lines, traj, params
 
 
+def _params(tr):
+    return {k: v.detach().clone() for k, v in tr.models["shared"].model.named_parameters()}
+
+
+def _rows(tmp_path, name, step):
+    lines = (tmp_path / name / "trajectories.jsonl").read_text().split("\n")
+    return [r for r in map(json.loads, filter(None, lines)) if r["train_step"] == step]
+
+
 def test_staleness_zero_is_the_synchronous_loop(tmp_path):
-    _, traj_a, params_a = _run(tmp_path, "sync")
-    _, traj_b, params_b = _run(tmp_path, "n0", max_staleness=0)
-    assert traj_a == traj_b  # the same completions, rewards and advantages
-    assert all(t["advantage"] is not None for t in traj_a)
-    assert any(t["advantage"] != 0 for t in traj_a)
-    assert params_a.keys() == params_b.keys()
-    assert all(torch.equal(params_a[k], params_b[k]) for k in params_a)
-    # synchronous: step t generates with the policy after t - 1 updates
-    assert all(t["policy_version"] == t["train_step"] - 1 for t in traj_a)
+    """``--max-staleness 0`` (the trainer's step, through the rollout schedule) against the
+    synchronous loop written out here without any schedule: roll out with the weights of the
+    moment, then update. The same trajectories (completions, behaviour log-probs, rewards,
+    advantages, versions) and the same weights after every step; and, computed independently,
+    every sample's log-probs are those of the weights it trained against (it was generated
+    after the previous update, not ahead of it), its lag is 0, and no importance weight
+    enters the loss."""
+    n0 = ShapedTrainer(cfg(tmp_path, "n0", max_staleness=0), models=char_models(), log=str)
+    plain = ShapedTrainer(cfg(tmp_path, "plain", max_staleness=0), models=char_models(), log=str)
+    model, pad = plain.models["shared"].model, plain.pad_id
+    try:
+        for step in (1, 2):
+            line = n0.train_step()
+            assert line["lag/max"] == 0.0 and "is_weight_mean" not in line
+            rows = _rows(tmp_path, "n0", step)
+            assert rows and all(r["policy_version"] == step - 1 for r in rows)
+            result = plain.rollout(step)  # plain's weights: n0's before this step's update
+            with torch.no_grad():
+                for r in rows:
+                    temp = plain.cfg.sampling_temperature(r["role"])
+                    lp = completion_logprobs(model, [r["prompt_ids"]], [r["completion_ids"]],
+                                             pad_id=pad, temperature=temp)[0]  # fmt: skip
+                    assert torch.allclose(lp, torch.tensor(r["logprobs"]), atol=1e-4), step
+            plain.update(result.samples, step)
+            plain.step = step
+            assert rows == [{"train_step": step, **s.to_dict()} for s in result.samples]
+            assert any(r["advantage"] not in (None, 0) for r in rows)
+            after, expected = _params(n0), _params(plain)
+            assert after.keys() == expected.keys()
+            assert all(torch.equal(after[k], expected[k]) for k in after)
+    finally:
+        n0.close()
+        plain.close()
 
 
 def test_staleness_one_trains_samples_at_most_one_version_old(tmp_path):
@@ -86,8 +120,6 @@ def test_truncated_importance_weight_hand_case():
 
 
 def _items(model_pair, shift):
-    from adapters.training.logprobs import completion_logprobs
-
     model, tok = model_pair
     out = []
     for i, (p, c, r) in enumerate([("ab", "cd", 1.0), ("ab", "ef", 0.0)]):
