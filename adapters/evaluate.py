@@ -33,7 +33,7 @@ numbers plus one record per episode.
 Suites (:mod:`adapters.evaluation.suite`):
 
 * ``default``: the nine settings in multi-agent mode and the five AT-GRPO settings (sudoku,
-  sokoban, plan_path, code, math) in single-agent mode, on CPU-sized instances (5 x 5 Sokoban
+  sokoban, plan_path, code, math) in single-agent mode, on CPU-sized instances (6 x 6 Sokoban
   with one box, 6 x 6 path planning, 4 x 4 Sudoku, 2 answers for MAE's and SAGE's difficulty, 2
   CoMAS agents), 8 episodes per entry and policy, at most 128 new tokens;
 * ``all``: the same 14 entries at every setting's default size, 32 episodes, 256 tokens;

@@ -38,7 +38,7 @@ register(
     recipe="at-grpo",
     team_reward=True,
     award_lookahead=1,  # the tool's team term is the turn's value, paid at the planner's step
-    cpu_options={"height": 5, "width": 5, "num_boxes": 1},
+    cpu_options={"height": 6, "width": 6, "num_boxes": 1},
     cpu_train_options=_ONE_LINE_TOOL,
 )
 register(

@@ -162,6 +162,7 @@ def evaluate(
         split=split,
         instance=instance,
         start=first,
+        distinct=True,  # n episodes are n different instances (a small split can repeat levels)
     )
     rcfg = RolloutConfig(
         candidates=1,

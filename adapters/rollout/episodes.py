@@ -10,7 +10,8 @@ integrations) without stepping it:
 * :func:`create_shared_objects` - its run-wide shared objects (``create_shared``: the MAE/SAGE
   question pools), created once per run and handed to every env instance;
 * :func:`episode_specs` - ``n`` :class:`~adapters.rollout.envpool.EpisodeSpec` with seeds derived
-  from ``(seed, tag, i)`` (or one explicit instance);
+  from ``(seed, tag, i)`` (or one explicit instance); ``distinct=True`` (evaluations) skips seeds
+  whose instance repeats an earlier one, so ``n`` episodes are ``n`` different instances;
 * :func:`derive_seed` - every random choice of a run (env instances, generation, minibatch
   order) uses a seed derived from the run seed and where it happens, so a resumed run needs no
   hidden RNG state;
@@ -117,20 +118,79 @@ def episode_specs(
     split: str | None = None,
     instance: Any = None,
     start: int = 0,
+    distinct: bool = False,
 ) -> list[EpisodeSpec]:
     """``n`` specs with seeds derived from ``(seed, tag, i)`` for ``i`` in ``start .. start + n - 1``
-    (so episodes ``start ..`` of a longer run); an explicit instance wins."""
+    (so episodes ``start ..`` of a longer run); an explicit instance wins.
+
+    ``distinct=True`` numbers instances instead of seeds: the seeds ``(seed, tag, 0), (seed, tag,
+    1), ...`` are reset in turn and a seed whose instance (``instance_id``) repeats an earlier one
+    is skipped, so the specs are instances ``start .. start + n - 1`` of that sequence of distinct
+    instances. A small split can hold few distinct instances (a 5x5 one-box Sokoban validation
+    split has about 50): an evaluation of 64 episodes there would count some levels two or three
+    times and its intervals would claim more evidence than it has. When the split runs out (no new
+    instance in :data:`DISTINCT_PATIENCE` draws in a row) fewer specs are returned and a warning
+    says how many. Settings with run-wide shared objects (question pools), or whose instances
+    have no id, are not checked (their resets may consume the pools).
+    """
     options: dict[str, Any] | None
     if instance is not None:
         options = {"instance": instance}
     else:
         options = {"split": split} if split else None
-    return [
-        EpisodeSpec(
-            env_id, seed=derive_seed(seed, tag, i), config=dict(env_config), options=options
+    if not distinct or instance is not None:
+        seeds = [derive_seed(seed, tag, i) for i in range(start, start + n)]
+    else:
+        seeds = _distinct_seeds(env_id, env_config, options, seed, tag, start + n)[start:]
+    return [EpisodeSpec(env_id, seed=s, config=dict(env_config), options=options) for s in seeds]
+
+
+DISTINCT_PATIENCE = 500  # draws without a new instance before a split counts as exhausted
+
+
+def _distinct_seeds(
+    env_id: str,
+    env_config: Mapping[str, Any],
+    options: dict[str, Any] | None,
+    seed: int,
+    tag: str,
+    want: int,
+) -> list[int]:
+    """The seeds of the first ``want`` distinct instances (see :func:`episode_specs`)."""
+    from envs.core.base import TurnBasedEnv
+
+    raw = _raw_env(env_id, env_config)
+    if getattr(type(raw).create_shared, "__func__", None) is not getattr(
+        TurnBasedEnv.create_shared, "__func__", None
+    ):  # question pools: resets would draw from them
+        return [derive_seed(seed, tag, i) for i in range(want)]
+    seen: set[str] = set()
+    seeds: list[int] = []
+    i = misses = 0
+    while len(seeds) < want and misses < DISTINCT_PATIENCE:
+        s = derive_seed(seed, tag, i)
+        i += 1
+        raw.reset(seed=s, options=options)
+        key = str(getattr(raw, "instance_id", "") or "")
+        if not key:  # no instance ids: nothing to compare
+            return [derive_seed(seed, tag, j) for j in range(want)]
+        if key in seen:
+            misses += 1
+            continue
+        seen.add(key)
+        seeds.append(s)
+        misses = 0
+    if len(seeds) < want:
+        logger.warning(
+            "%s: the %s split gave only %d distinct instances in %d draws (%d asked for); "
+            "evaluating those",
+            env_id,
+            (options or {}).get("split", "default"),
+            len(seeds),
+            i,
+            want,
         )
-        for i in range(start, start + n)
-    ]
+    return seeds
 
 
 def oracle_demos(

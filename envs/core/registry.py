@@ -8,7 +8,7 @@ or a server must know without building an env::
         "envs.sokoban:env",
         modes=("multi", "single"),
         recipe="at-grpo",
-        cpu_options={"height": 5, "width": 5, "num_boxes": 1},
+        cpu_options={"height": 6, "width": 6, "num_boxes": 1},
         cpu_train_options={"oracle_tool": ("answer", "CPU: a one-line tool demonstration")},
     )
 
