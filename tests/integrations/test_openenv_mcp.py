@@ -150,3 +150,20 @@ def test_plain_json_rpc_over_http_sessions(servers):
         timeout=60,
     ).json()
     assert plain["error"]["message"] == "Environment does not support MCP"
+
+
+@pytest.mark.parametrize("name", ["math", "plain"])
+def test_openenv_validate_passes_with_and_without_mcp(servers, name):
+    """OpenEnv's own runtime validator (``openenv validate --url``): health, metadata, schema,
+    the ``/mcp`` endpoint and mode consistency, for a server with and one without ``--mcp``."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "openenv.cli", "validate", "--url", servers[name].url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0 and "Verdict: PASS" in out.stdout, out.stdout + out.stderr
+    assert "PASS  mcp_endpoint" in out.stdout
