@@ -2,6 +2,7 @@
 
 python -m adapters.serve_env --env sokoban                       # 127.0.0.1:8000
 python -m adapters.serve_env --env code --port 0 --env-config dataset=mbpp+ --share-pools
+python -m adapters.serve_env --env math --mcp          # also the MCP tool answer(completion)
 """
 
 from __future__ import annotations
@@ -57,18 +58,25 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="one run-wide question pool (MAE/SAGE) for all sessions instead of one per session",
     )
+    p.add_argument(
+        "--mcp",
+        action="store_true",
+        help="MCP mode: the acting role's turn is also the MCP tool answer(completion) "
+        "(adapters/integrations/openenv_mcp.py)",
+    )
     add_guard_flags(p)
     args = p.parse_args(argv)
 
     from adapters.integrations._server import guard_config, serve
     from adapters.integrations.openenv import create_app
+    from adapters.integrations.openenv_mcp import create_mcp_app
     from adapters.training.flags import ConfigError, parse_key_values
 
     try:
         env_config = parse_key_values(args.env_config, "--env-config")
     except ConfigError as exc:
         p.error(str(exc))
-    app = create_app(
+    app = (create_mcp_app if args.mcp else create_app)(
         args.env,
         env_config,
         max_sessions=args.max_sessions,

@@ -84,11 +84,9 @@ def main(argv: list[str] | None = None) -> None:
         sandbox = sandboxes.LocalSandbox(
             workers=args.workers, limits=ceiling, site_packages=args.site_packages
         )
-    from adapters.integrations.languages import available
-
-    # the docker image's toolchains are those of its Dockerfile; the local backend's the host's
-    langs = available(args.site_packages) if args.backend == "local" else ["python"]
-    app = create_app(sandbox, bounds, admission=admission, languages=langs)
+    # the languages are those whose toolchains the jobs find (the host's /usr for the local
+    # backend, the image's for Docker): create_app asks a job of the sandbox
+    app = create_app(sandbox, bounds, admission=admission)
     serve(app, args.host, args.port, what=f"sandbox ({args.backend})", guard=guard)
 
 

@@ -5,7 +5,8 @@ Every worker slot is one long-lived container started from the sandbox image (de
 ``bash scripts/build_sandbox_image.sh`` or ``docker build -t IMAGE sandboxes/``) with:
 
 * ``--network none``, a read-only root filesystem, a size-limited tmpfs at ``/tmp`` (the job
-  directory lives there) and a small ``/dev/shm``;
+  directory lives there; ``exec``, as the local backend's, so compiled programs run from it,
+  ``nosuid``) and a small ``/dev/shm``;
 * memory (RAM + swap), pids and CPU limits on the container, ``--cap-drop ALL``,
   ``no-new-privileges``, and a non-root uid of its own (so RLIMIT_NPROC counts only that
   container's processes); a clean environment. The memory and pids limits follow the jobs:
@@ -125,7 +126,9 @@ class _DockerWorker(Worker):
         host_config = api.create_host_config(
             network_mode="none",
             read_only=True,
-            tmpfs={"/tmp": f"rw,nosuid,nodev,size={sb.tmpfs_mb}m,mode=1777"},
+            # exec: compiled programs of the service's languages run from the job directory
+            # (Docker's tmpfs default is noexec); nosuid and no-new-privileges still hold
+            tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={sb.tmpfs_mb}m,mode=1777"},
             shm_size=16 << 20,
             mem_limit=sb.container_memory_mb << 20,
             memswap_limit=sb.container_memory_mb << 20,

@@ -13,7 +13,8 @@ The server is openenv-core's own (:class:`openenv.core.env_server.http_server.HT
 FastAPI + uvicorn): ``/ws`` holds one session per WebSocket connection (one env instance each,
 isolated from the others, up to ``max_sessions`` at once), plus ``/health``, ``/metadata``,
 ``/mcp`` and ``/docs``; ``/reset`` ``/step`` ``/state`` ``/close`` and ``/schema`` are this
-module's (below). The client is a subclass of openenv-core's :class:`~openenv.core.EnvClient`::
+module's (below). ``/mcp`` has tools only in MCP mode (``--mcp``, below). The client is a
+subclass of openenv-core's :class:`~openenv.core.EnvClient`::
 
     from adapters.integrations.openenv import MasAction, MasEnvClient
 
@@ -64,6 +65,14 @@ takes ``{"session_id": ..., "action": {"completion": ...}}``, ``GET /state?sessi
 state, ``POST /close`` ``{"session_id": ...}`` ends the session. ``/schema``'s state is
 :class:`MasState`'s.
 
+MCP mode (``--mcp``, :mod:`adapters.integrations.openenv_mcp`): each session is also an
+OpenEnv ``MCPEnvironment`` whose tool ``answer(completion, agent=None)`` plays the acting role's
+turn and returns ``{"observation", "reward", "done"}`` as ``/step`` does (and ``observe()`` the
+current turn), for OpenEnv's ``MCPToolClient`` and plain JSON-RPC ``tools/call`` on ``/mcp``;
+episodes still start with ``reset`` (a name OpenEnv reserves for the control plane), and
+everything above keeps working on the same server. Without ``--mcp``, ``/mcp`` answers
+openenv's "Environment does not support MCP".
+
 Errors: a bad request (step before reset or after the end, wrong agent, unknown option, invalid
 instance or config) gets a clear message: on the WebSocket an OpenEnv error frame
 (``EXECUTION_ERROR``/``VALIDATION_ERROR``, which the client raises as ``RuntimeError``), over
@@ -96,7 +105,7 @@ import functools
 import json
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -391,6 +400,12 @@ class MasEnvironment(Environment[MasAction, MasObservation, MasState]):
             **extra,
         )
 
+    def current(self) -> MasObservation:
+        """The current turn without acting: whose turn, its prompt, the returns so far."""
+        if self.raw is None or self.raw.instance is None:
+            raise RequestError("no episode: call reset() first")
+        return self._observation()
+
     # -- OpenEnv API ---------------------------------------------------------------------------
     def reset(
         self,
@@ -526,8 +541,13 @@ def create_app(
     allow_reset_config: bool = True,
     share_pools: bool = False,
     reward: str = "step-sum",
+    session_cls: Callable[[ServeSettings], Environment] = MasEnvironment,
+    action_cls: type[MasAction] = MasAction,
 ) -> Any:
     """The FastAPI app of openenv-core's server for ``env_id`` (config checked now).
+
+    ``session_cls`` and ``action_cls``: what each session is and the action type it takes
+    (:func:`adapters.integrations.openenv_mcp.create_mcp_app` passes its MCP ones).
 
     ``max_http_sessions`` (default a quarter of ``max_sessions``, at least 1) caps the sessions
     made over plain HTTP (``POST /reset`` without a ``session_id``, MCP ``openenv/session/create``)
@@ -556,11 +576,11 @@ def create_app(
     settings = ServeSettings(
         canonical, config, allow_reset_config, shared or None, ceilings, reward
     )
-    factory = functools.partial(MasEnvironment, settings)
+    factory = functools.partial(session_cls, settings)
     app = FastAPI(title=f"mas-rl-envs: {canonical} (OpenEnv)")
     server = HTTPEnvServer(
         factory,
-        MasAction,
+        action_cls,
         MasObservation,
         concurrency_config=ConcurrencyConfig(
             max_concurrent_envs=max_sessions, session_timeout=session_timeout_s

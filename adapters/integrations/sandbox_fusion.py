@@ -20,10 +20,11 @@ Request (SandboxFusion's ``RunCodeRequest``; unknown fields are ignored, as ther
 =================  ============================================================================
 ``code``           the program (required)
 ``language``       required; one of ``GET /v1/languages`` (``python`` always; ``cpp``, ``c``,
-                   ``nodejs``/``javascript``, ``bash``, ``go``, ``pytest`` where the toolchain
-                   is there: :mod:`adapters.integrations.languages`); another of SandboxFusion's
-                   names gets ``status: "SandboxError"`` and that list; a name outside them is
-                   a 422 validation error, as there
+                   ``java``, ``nodejs``/``javascript``, ``bash``, ``go``, ``pytest`` where the
+                   jobs find the toolchain: on the host for the local backend, all of them in
+                   the Docker image; :mod:`adapters.integrations.languages`); another of
+                   SandboxFusion's names gets ``status: "SandboxError"`` and that list; a name
+                   outside them is a 422 validation error, as there
 ``stdin``          text fed to standard input (``null``: none)
 ``run_timeout``    wall-clock limit of the run in seconds (<= 0: the default, 10; capped at the
                    server's ``--max-run-timeout``); the CPU-time limit is the same
@@ -444,7 +445,8 @@ def create_app(
     """The FastAPI app serving ``/run_code``, ``/v1/ping`` and ``/v1/languages`` with ``sandbox``
     (closed when the app shuts down if ``owns_sandbox``). ``admission`` defaults to one slot per
     sandbox worker, a queue as long again and an 8 s queue timeout; ``languages`` to those whose
-    toolchain this host has (:func:`.languages.available`)."""
+    toolchain the sandbox's jobs find (:func:`.languages.in_sandbox`: the host's for the local
+    backend, the image's for Docker)."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
     from contextlib import asynccontextmanager
@@ -452,10 +454,10 @@ def create_app(
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
-    from adapters.integrations.languages import available
+    from adapters.integrations.languages import in_sandbox
 
     bounds = bounds or ServiceLimits()
-    langs = tuple(languages if languages is not None else available())
+    langs = tuple(languages if languages is not None else in_sandbox(sandbox))
     workers = int(getattr(sandbox, "workers", 1) or 1)
     gate = admission or Admission(slots=workers, max_queue=workers, queue_timeout_s=8.0)
     # one thread per admitted request: the sandbox call blocks its thread for the job's length

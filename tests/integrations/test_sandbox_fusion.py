@@ -36,9 +36,11 @@ RUN_RESULT_KEYS = {"status", "execution_time", "return_code", "stdout", "stderr"
 
 @pytest.fixture(scope="module")
 def local_service(server_factory):
-    return server_factory({"local": ("adapters.serve_sandbox", "--workers", "2", "--queue", "64")})[
-        "local"
-    ]
+    server = server_factory(
+        {"local": ("adapters.serve_sandbox", "--workers", "2", "--queue", "64")}
+    )["local"]
+    server.backend = "local"
+    return server
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,9 @@ def docker_service(server_factory):
             pytest.fail(f"MAS_REQUIRE_DOCKER=1 but the Docker sandbox is unavailable: {exc}")
         pytest.skip(f"Docker sandbox unavailable: {exc}")
     spec = ("adapters.serve_sandbox", "--backend", "docker", "--workers", "2", "--queue", "64")
-    return server_factory({"docker": spec})["docker"]
+    server = server_factory({"docker": spec})["docker"]
+    server.backend = "docker"
+    return server
 
 
 @pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
@@ -119,7 +123,20 @@ def test_unavailable_languages_are_refused_clearly(service):
         assert resp["status"] == "Success" and resp["run_result"]["stdout"] == "1\n"
 
 
-def test_files_in_and_out(local_service):
+def require_language(service, language: str) -> None:
+    """Skip where the local host has no toolchain for ``language``; on Docker, the image built by
+    ``scripts/build_sandbox_image.sh`` carries every toolchain, so a missing one fails."""
+    if language in requests.get(service.url + "/v1/languages").json():
+        return
+    if service.backend == "docker":
+        pytest.fail(
+            f"the sandbox image has no {language} toolchain: rebuild it "
+            "(MAS_SANDBOX_FORCE=1 bash scripts/build_sandbox_image.sh)"
+        )
+    pytest.skip(f"no {language} toolchain on this host")
+
+
+def test_files_in_and_out(service):
     """SandboxFusion's ``files`` (base64, written before the run) and ``fetch_files`` (returned
     base64), as its runner tests use them."""
     body = {
@@ -128,7 +145,7 @@ def test_files_in_and_out(local_service):
         "files": {"data/in.txt": base64.b64encode(b"hello").decode(), "unused": None},
         "fetch_files": ["out.txt", "missing.txt"],
     }
-    r = requests.post(local_service.url + "/run_code", json=body, timeout=60).json()
+    r = requests.post(service.url + "/run_code", json=body, timeout=60).json()
     assert r["status"] == "Success" and r["run_result"]["stdout"] == "HELLO\n"
     assert r["files"] == {"out.txt": base64.b64encode(b"done").decode()}
 
@@ -151,6 +168,11 @@ CPP_SUM = '#include <cstdio>\nint main(){int a,b;scanf("%d %d",&a,&b);printf("%d
         ),
         ("bash", "read a b\necho $((a + b))"),
         (
+            "go",
+            'package main\nimport "fmt"\nfunc main() {\n  var a, b int\n  fmt.Scan(&a, &b)\n'
+            "  fmt.Println(a + b)\n}\n",
+        ),
+        (
             "java",
             "import java.util.*;\npublic class Solution {\n  public static void main(String[] x) {\n"
             "    Scanner s = new Scanner(System.in);\n"
@@ -158,20 +180,19 @@ CPP_SUM = '#include <cstdio>\nint main(){int a,b;scanf("%d %d",&a,&b);printf("%d
         ),
     ],
 )
-def test_compiled_and_other_languages(local_service, language, code):
+def test_compiled_and_other_languages(service, language, code):
     """The compile/run split of SandboxFusion: ``compile_result`` filled for compiled languages;
-    the program reads stdin and its output is the run's."""
-    if language not in requests.get(local_service.url + "/v1/languages").json():
-        pytest.skip(f"no {language} toolchain on this host")
+    the program reads stdin and its output is the run's. Both backends, one code path."""
+    require_language(service, language)
     body = {"code": code, "language": language, "stdin": "20 22"}
     if language in ("c", "javascript"):  # not in the sandbox-fusion client's language list
-        raw = requests.post(local_service.url + "/run_code", json=body, timeout=60)
+        raw = requests.post(service.url + "/run_code", json=body, timeout=60)
         r = RunCodeResponse(**raw.json())
     else:
-        r = run_code(RunCodeRequest(**body), local_service.url, 1)
+        r = run_code(RunCodeRequest(**body), service.url, 1)
     assert r.status == RunStatus.Success, r
     assert r.run_result.stdout == "42\n" and r.run_result.return_code == 0
-    compiled = language in ("cpp", "c", "java")
+    compiled = language in ("cpp", "c", "java", "go")
     assert (r.compile_result is not None) == compiled
     if compiled:
         assert r.compile_result.status == CommandRunStatus.Finished
@@ -191,13 +212,12 @@ def test_localhost_resolves_and_loopback_works_inside_a_job(service):
     assert r.status == RunStatus.Success and r.run_result.stdout == "ping\n", r
 
 
-def test_cpp_compile_error_and_run_outcomes_as_verl_reads_them(local_service):
+def test_cpp_compile_error_and_run_outcomes_as_verl_reads_them(service):
     """verl's compile-error case scores -4: status Failed, compile_result Finished with a
     non-zero return code and the compiler's stderr, no run_result; a runtime error and a time-out
     come back in run_result as for Python."""
-    if "cpp" not in requests.get(local_service.url + "/v1/languages").json():
-        pytest.skip("no g++ on this host")
-    url = local_service.url + "/run_code"
+    require_language(service, "cpp")
+    url = service.url + "/run_code"
     body = {"code": "int main( { return 0; }", "language": "cpp", "compile_timeout": 10}
     r = requests.post(url, json=body, timeout=60).json()
     assert r["status"] == "Failed" and r["run_result"] is None and r["message"] == ""
@@ -337,19 +357,42 @@ def test_hostile_program_is_contained_like_through_the_library(
     assert follow.status == RunStatus.Success and follow.run_result.stdout == "42\n"
 
 
-def test_pytest_language_with_site_packages():
+def test_languages_are_what_the_jobs_find(service):
+    """``/v1/languages`` is asked of a job: locally it matches the host's toolchains, on Docker
+    the image's, which carries them all (``pytest`` needs ``--site-packages``)."""
+    from adapters.integrations.languages import TOOLCHAINS, available, languages
+
+    listed = requests.get(service.url + "/v1/languages").json()
+    if service.backend == "docker":
+        every = {c.needs for c in TOOLCHAINS.values() if c.needs}
+        assert listed == languages(every, pytest=False)
+        assert {"cpp", "c", "java", "nodejs", "javascript", "go", "bash"} <= set(listed)
+    else:
+        assert listed == available(site_packages=False)
+
+
+@pytest.mark.parametrize("kind", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+def test_pytest_language_with_site_packages(request, kind):
     """SandboxFusion's ``pytest`` runner: the code is a test module; pytest's exit code decides
-    the status. It needs pytest where the jobs' interpreter finds it (``--site-packages``)."""
-    from adapters.integrations.languages import available
+    the status. It needs pytest where the jobs' interpreter finds it (``--site-packages``): the
+    host's base interpreter, or the image's ``python3-pytest``."""
+    from adapters.integrations.languages import in_sandbox
     from adapters.integrations.sandbox_fusion import RunCodeRequest as Request
     from adapters.integrations.sandbox_fusion import ServiceLimits
     from adapters.integrations.sandbox_fusion import run_code as serve_one
 
-    if "pytest" not in available(site_packages=True):
-        pytest.skip("pytest is not installed for the jobs' (base) interpreter")
     bounds = ServiceLimits()
-    with sandboxes.LocalSandbox(workers=1, limits=bounds.ceiling(), site_packages=True) as sb:
-        langs = ["python", "pytest"]
+    if kind == "docker":
+        request.getfixturevalue("docker_service")  # fails or skips if Docker is unavailable
+        make = sandboxes.DockerSandbox
+    else:
+        make = sandboxes.LocalSandbox
+    with make(workers=1, limits=bounds.ceiling(), site_packages=True) as sb:
+        langs = in_sandbox(sb)
+        if "pytest" not in langs:
+            if kind == "docker":
+                pytest.fail("the sandbox image has no python3-pytest: rebuild it")
+            pytest.skip("pytest is not installed for the jobs' (base) interpreter")
         ok = serve_one(
             sb,
             Request(language="pytest", code="def test_ok():\n    assert 2 == 2\n"),
