@@ -20,6 +20,17 @@ what an importance-ratio correction needs.
     gen.submit(prompts, keys)          # new prompts join the next stage
     for key, sample, completion, partial in gen.stage(version=v):
         ...                            # finished completions, ready to train
+    state = gen.state_dict()           # the completions in flight, for a checkpoint
+
+A checkpoint keeps the in-flight completions with :meth:`SegmentedGenerator.state_dict`: every
+partial as it stands (prompt ids, the tokens and behaviour log-probs so far, the sampler's random
+state, the policy version of each segment) with its key, sample index and submission stage, in
+order, and the generator's sampling parameters and stage count.
+:meth:`SegmentedGenerator.load_state_dict` puts them back, so a resumed run decodes the next
+segment of each from exactly where the killed run stopped: the same tokens, log-probs and
+versions as an uninterrupted run (the transformers backend restores the saved random stream; vLLM
+seeds a segment from the partial's seed and length, both saved). The trainer saves them with the
+agent pipeline's state (:mod:`adapters.training.schedule`).
 
 :func:`generate_in_segments` runs stages until every completion has finished and returns what
 ``policy.generate`` returns (used by tests and benchmarks).
@@ -27,7 +38,7 @@ what an importance-ratio correction needs.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -133,6 +144,29 @@ class SegmentedGenerator:
         self._pending = pending
         self.stages += 1
         return finished
+
+    def state_dict(self) -> dict[str, Any]:
+        """What continues the in-flight completions exactly (see the module docstring): the
+        call's sampling parameters, the stage count and, in order, every unfinished
+        completion's key, sample index, submission stage and partial (its prefix ids, behaviour
+        log-probs, sampler state and per-segment policy versions). The policy is not in it."""
+        return {
+            "params": self.params,
+            "stages": self.stages,
+            "pending": list(self._pending),
+        }
+
+    def load_state_dict(
+        self, state: dict[str, Any], keys: Mapping[Hashable, Hashable] | None = None
+    ) -> None:
+        """Restore :meth:`state_dict`; ``keys`` maps every saved key to its new name (e.g. env
+        branch ids, which a restored env pool numbers anew)."""
+        self.params = state["params"]
+        self.stages = int(state["stages"])
+        pending = state["pending"]
+        if keys is not None:
+            pending = [(keys[key], s, at, p) for key, s, at, p in pending]
+        self._pending = list(pending)
 
 
 def generate_in_segments(

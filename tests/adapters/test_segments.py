@@ -88,3 +88,41 @@ def test_extend_leaves_finished_partials_alone(char_policy):
     assert p2.token_ids == p1.token_ids and p2.logprobs == p1.logprobs
     with pytest.raises(ValueError):
         char_policy.extend([p], params, 0)
+
+
+def test_state_dict_continues_the_completions_in_flight(early_eos_policy, tmp_path):
+    """A generator stopped after one stage, saved with ``torch.save`` (as a checkpoint does) and
+    restored into a new generator under new keys, finishes every completion as the one that was
+    never stopped: same tokens, log-probs, policy versions and stages, none lost or repeated."""
+    import torch
+
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=20, seed=11)
+
+    def fresh():
+        gen = SegmentedGenerator(early_eos_policy, params, segment_tokens=4, max_segments=5)
+        gen.submit(PROMPTS, ["p0", "p1"])
+        return gen
+
+    def drain(gen, first, rename=lambda k: k):
+        out = {}
+        stage = first
+        while gen.in_flight:
+            for f in gen.stage(version=stage):
+                c = f.completion
+                key = (rename(f.key), f.sample)
+                assert key not in out  # nothing finishes twice
+                out[key] = (c.token_ids, c.logprobs, f.partial.versions, f.finished_stage)
+            stage += 1
+        return out
+
+    ref = drain(fresh(), 0)
+    stopped = fresh()
+    early = {(f.key, f.sample): f for f in stopped.stage(version=0)}
+    assert stopped.in_flight and any(p.token_ids for *_, p in stopped._pending)
+    torch.save(stopped.state_dict(), tmp_path / "gen.pt")
+    resumed = SegmentedGenerator(early_eos_policy, params, segment_tokens=4, max_segments=5)
+    state = torch.load(tmp_path / "gen.pt", weights_only=False)
+    resumed.load_state_dict(state, keys={"p0": "q0", "p1": "q1"})
+    got = drain(resumed, 1, rename=lambda k: {"q0": "p0", "q1": "p1"}[k])
+    assert len(early) + len(got) == len(ref) == 6
+    assert got == {k: v for k, v in ref.items() if k not in early}
