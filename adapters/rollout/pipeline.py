@@ -40,9 +40,10 @@ replace ``engine.run(specs, seed)`` by ``pipeline.step(specs, seed)``, admit
 ``instances_per_step`` new problems each step, record ``batch.lags`` as the staleness metric.
 Its in-flight branches live in the engine's env pool (and, with segments, as partial
 completions in memory); :class:`adapters.training.schedule.PipelineRollout` checkpoints the
-branches with their envs (not the partials) so that a resumed run continues them. Requirements: rewards known at each step (no
-``env.award`` lookahead) and token-level backends for segments
-(:meth:`~adapters.policies.base.Policy.extend`).
+branches with their envs and, with segments, the partial completions and the finished
+completions of stages still being decoded, so that a resumed run continues them exactly.
+Requirements: rewards known at each step (no ``env.award`` lookahead) and token-level backends
+for segments (:meth:`~adapters.policies.base.Policy.extend`).
 """
 
 from __future__ import annotations

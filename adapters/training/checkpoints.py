@@ -14,7 +14,9 @@ file                        content
 ``rng.pt``                  Python, NumPy, torch (and CUDA) generator states
 ``shared.pt``               the setting's shared objects (``state_dict()`` of the MAE/SAGE
                             question pools) and, single-process, the rollout schedule's state
-                            (rollouts produced ahead, the agent pipeline's in-flight work)
+                            (rollouts produced ahead, the agent pipeline's in-flight work: env
+                            states and, with segments, the partial completions with their
+                            prefixes, behaviour log-probs, sampler states and policy versions)
 ``state.json``              format version, the step, the policy ids, the wall-clock time and the
                             byte offsets of ``trajectories.jsonl`` and ``metrics.jsonl`` at the
                             moment of the checkpoint

@@ -36,10 +36,17 @@ can be recomputed from ``trajectories.jsonl`` (``train_step - 1 - policy_version
 Resume: a single-process run checkpoints both the queue of rollouts produced ahead and the
 pipeline's in-flight trajectories (their env states, pickled, and the pipeline's counters and
 random states; :meth:`RolloutSchedule.state_dict`), so a resumed run continues them without losing
-or repeating any. What is not kept, and restarts: the partial completions of segment rollouts (a
-resumed pipeline re-decodes those stages from their start), and, under torchrun or with Ray env
-actors, all of it (each rank's queue regenerates its steps with the restored weights, the same
-instances and seeds; the pipeline starts empty). The trainer says so when it resumes such a run.
+or repeating any. With segments that includes the partial completions in flight
+(:meth:`~adapters.rollout.segments.SegmentedGenerator.state_dict`: each one's prefix token ids,
+the behaviour log-probs recorded so far, the sampler's random state and the policy version of each
+segment) and the completions of a stage that already finished while their siblings are still
+being decoded; a resumed run decodes the next segment of each from where the killed one stopped,
+so its trajectories and weights equal an uninterrupted run's (``tests/adapters/test_async.py``
+kills a segmented run with SIGKILL while partials are in flight). What is not kept, and restarts:
+under torchrun or with Ray env actors, all of it (each rank's queue regenerates its steps with the
+restored weights, the same instances and seeds; the pipeline starts empty). The trainer says so
+when it resumes such a run. A checkpoint written before partials were kept still loads: its
+partially decoded stages restart from their beginning.
 """
 
 from __future__ import annotations
@@ -47,14 +54,14 @@ from __future__ import annotations
 import pickle
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from adapters.rollout import RolloutEngine, RolloutResult, Sample
 from adapters.rollout.envpool import EpisodeSpec, LocalEnvPool, view_of
 from adapters.rollout.pipeline import AgentPipeline
-from adapters.rollout.segments import SegmentConfig
+from adapters.rollout.segments import SegmentConfig, SegmentedGenerator
 
 __all__ = [
     "PipelineRollout",
@@ -117,8 +124,8 @@ class RolloutSchedule:
         return sorted(self._queue)
 
     def checkpointable(self) -> bool:
-        """Whether :meth:`state_dict` holds everything in flight: envs in this process (a local
-        env pool), no partial completions of segments counted on."""
+        """Whether :meth:`state_dict` holds everything in flight: the envs of the pipeline's
+        branches live in this process (a local env pool; partial completions always do)."""
         if self.pipeline is None:
             return True
         return isinstance(self.pipeline.pipeline.engine.pool, LocalEnvPool)
@@ -188,21 +195,30 @@ class PipelineRollout:
 
     def state_dict(self) -> dict[str, Any]:
         """The pipeline's counters, random states and in-flight branches with their envs
-        (pickled from a local env pool). Partial completions of segments are left out: their
-        branches go back to waiting for their stage, which is decoded again from its start."""
+        (pickled from a local env pool), in order: those waiting for their next stage, those
+        being decoded in segments (with the completions of their stage that finished) and the
+        segment generators' partial completions (:meth:`SegmentedGenerator.state_dict`)."""
         p = self.pipeline
         pool = p.engine.pool
-        branches = list(p._ready) + [d.branch for d in p._decoding.values()]
+
+        def env(b: Any) -> bytes:  # an engine branch
+            return pickle.dumps(pool.raw(b.view.branch_id))
+
         return {
             "steps": p.steps,
             "next_instance": p._next_instance,
             "rng": p._rng.getstate(),
             "sibling_rng": p._sibling_rng.getstate(),
             "admitted": dict(p._admitted),
-            "ready": [(b, pickle.dumps(pool.raw(b.view.branch_id))) for b in branches],
+            "ready": [(b, env(b)) for b in p._ready],
+            "decoding": [(bid, d, env(d.branch)) for bid, d in p._decoding.items()],
+            "generators": [(key, g.state_dict()) for key, g in p._generators.items()],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`. The envs get new branch ids in this process's pool; the
+        partial completions follow their branches. (A checkpoint written before partials were
+        kept lists its decoding branches under ``ready``: their stage restarts.)"""
         p = self.pipeline
         pool = p.engine.pool
         p.steps = int(state["steps"])
@@ -210,11 +226,30 @@ class PipelineRollout:
         p._rng.setstate(state["rng"])
         p._sibling_rng.setstate(state["sibling_rng"])
         p._admitted = dict(state["admitted"])
-        p._ready = []
-        p._decoding = {}
-        for branch, env in state["ready"]:
+
+        def restored(branch: Any, env: bytes) -> Any:
             raw = pickle.loads(env)
-            p._ready.append(replace(branch, view=view_of(pool._register(raw), raw)))
+            return replace(branch, view=view_of(pool._register(raw), raw))
+
+        p._ready = [restored(b, env) for b, env in state["ready"]]
+        p._decoding = {}
+        ids: dict[Hashable, Hashable] = {}
+        for old_id, d, env in state.get("decoding", []):
+            branch = restored(d.branch, env)
+            ids[old_id] = branch.view.branch_id
+            p._decoding[branch.view.branch_id] = replace(d, branch=branch)
+        p._generators = {}
+        for (pid, role), gen_state in state.get("generators", []):
+            if p.segments is None:
+                raise ValueError("the checkpoint holds partial completions of segments")
+            gen = SegmentedGenerator(
+                p.engine.policies[pid],
+                gen_state["params"],
+                p.segments.segment_tokens,
+                p.segments.max_segments,
+            )
+            gen.load_state_dict(gen_state, keys=ids)
+            p._generators[(pid, role)] = gen
 
 
 def make_pipeline(cfg: Any, engine: RolloutEngine) -> PipelineRollout | None:

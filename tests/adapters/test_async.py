@@ -219,13 +219,22 @@ def _read(tmp_path, name):
     [
         dict(max_staleness=1),  # the rollout of step 3 was produced before the kill
         dict(env="marsrl", env_config={}, pipeline="agent", instances_per_step=1),
+        dict(
+            env="marsrl",
+            env_config={},
+            pipeline="agent",
+            instances_per_step=1,
+            segment_tokens=2,
+            max_segments=2,
+        ),
     ],
-    ids=["staleness", "pipeline"],
+    ids=["staleness", "pipeline", "segments"],
 )
 def test_resume_continues_the_work_in_flight_exactly(tmp_path, kw):
     """A run stopped after step 2 (its checkpoint written, the process gone) and resumed trains
     step 3 on exactly what the uninterrupted run trains: the rollout produced ahead, or the
-    pipeline's in-flight trajectories (their next stage), none lost or repeated."""
+    pipeline's in-flight trajectories (their next stage, or with segments their partial
+    completions: prefix, behaviour log-probs, sampler state), none lost or repeated."""
     kw = dict(steps=3, max_new_tokens=4, **kw)
     a = ShapedTrainer(cfg(tmp_path, "a", **kw), models=char_models(), log=str)
     for _ in range(3):
@@ -234,17 +243,32 @@ def test_resume_continues_the_work_in_flight_exactly(tmp_path, kw):
     b = ShapedTrainer(cfg(tmp_path, "b", **kw), models=char_models(), log=str)
     b.train_step()
     b.train_step()
-    in_flight = b.schedule.queued, b.pipeline.pipeline.in_flight if b.pipeline else 0
+    in_flight = b.schedule.queued, _in_flight(b)
     b.close()
-    assert in_flight[0] or in_flight[1]  # something was in flight at the stop
+    assert in_flight[0] or in_flight[1][0]  # something was in flight at the stop
+    if "segment_tokens" in kw:  # and partial completions with a prefix among it
+        assert any(tokens for _, _, tokens, *_ in in_flight[1][1])
     c = ShapedTrainer.resume(tmp_path / "b", models=char_models())
-    assert (c.schedule.queued, c.pipeline.pipeline.in_flight if c.pipeline else 0) == in_flight
+    assert (c.schedule.queued, _in_flight(c)) == in_flight
     c.train_step()
     c.close()
     ta, tb = _read(tmp_path, "a"), _read(tmp_path, "b")
     assert ta == tb
-    if "pipeline" in kw:  # step 3 continues problem 1 (admitted at step 2) with its verifier
+    if "pipeline" in kw and "segment_tokens" not in kw:
+        # step 3 continues problem 1 (admitted at step 2) with its verifier
         assert (3, 1, "verifier") in {(t["train_step"], t["instance"], t["role"]) for t in tb}
+
+
+def _in_flight(tr):
+    """The pipeline's branches in flight and its partial completions (segments), in order."""
+    if tr.pipeline is None:
+        return 0, []
+    pipe = tr.pipeline.pipeline
+    partials = [p for g in pipe._generators.values() for *_, p in g._pending]
+    return pipe.in_flight, [
+        (p.prompt_ids, p.seed, p.token_ids, p.logprobs, p.versions, p.sampler_state.tolist())
+        for p in partials
+    ]
 
 
 @pytest.mark.slow
@@ -293,3 +317,66 @@ def test_sigkill_then_resume_continues_the_pipeline_and_the_queue(tmp_path):
     assert (killed / "trajectories.jsonl").read_text().splitlines() == t_full
     steps = {json.loads(x)["train_step"] for x in t_full}
     assert steps == {1, 2, 3, 4}
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_continues_partial_segments(tmp_path):
+    """``python -m adapters.train`` (tiny model, MarsRL, --pipeline agent, --segment-tokens 2
+    --max-segments 2, so that a 4-token completion spans two steps) killed with SIGKILL after a
+    checkpoint that holds partial completions in flight, then ``--resume``: the trajectories and
+    the final weights equal those of the uninterrupted run (every partial continued from its
+    saved prefix, behaviour log-probs and policy versions; none lost, none decoded twice)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    from adapters.training import checkpoints
+    from adapters.training.trainer import SCHEDULE_KEY
+
+    from .test_distributed import ROOT, _env
+
+    fields = dict(env="marsrl", model="tiny", lora_rank=4, steps=4, instances_per_step=1,
+                  candidates=2, max_new_tokens=4, eval_episodes=0, demos=0, progress=False,
+                  plot_every=0, save_final=False, lr=1e-2, ppo_minibatches=1, device="cpu",
+                  pipeline="agent", segment_tokens=2, max_segments=2)  # fmt: skip
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(fields))
+    cli = [sys.executable, "-m", "tests.adapters.dist_worker", "cli"]
+
+    def train(*args):
+        return subprocess.Popen([*cli, *args], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    ref = train("--config", str(tmp_path / "run.yaml"), "--output-dir", str(full))
+    out, _ = ref.communicate(timeout=600)
+    assert ref.returncode == 0, out[-3000:]
+    victim = train("--config", str(tmp_path / "run.yaml"), "--output-dir", str(killed))
+    deadline = time.time() + 300
+    first = killed / "checkpoints" / "step_000001" / "state.json"
+    while not first.exists():
+        assert victim.poll() is None and time.time() < deadline, "ended before the kill"
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=60)
+    ckpt = checkpoints.latest_checkpoint(killed)
+    assert ckpt is not None and ckpt.name != "step_000004"  # killed mid-run
+    pipe = checkpoints.load_extra(killed, SCHEDULE_KEY)["pipeline"]
+    partials = [p for _, gen in pipe["generators"] for *_, p in gen["pending"]]
+    assert any(p.token_ids for p in partials)  # a prefix in flight at the checkpoint
+    assert all(len(p.logprobs) == len(p.token_ids) and p.versions for p in partials)
+    resumed = train("--resume", str(killed))
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out[-3000:]
+    assert "resumed without" not in out
+    t_full = (full / "trajectories.jsonl").read_text().splitlines()
+    assert (killed / "trajectories.jsonl").read_text().splitlines() == t_full
+    rows = [json.loads(x) for x in t_full]
+    assert {r["train_step"] for r in rows} >= {2, 3, 4}  # step 1's completions span 2 steps
+    assert any(r["train_step"] - 1 > r["policy_version"] for r in rows)  # spans two steps
+    last = "checkpoints/step_000004/policy_shared.pt"
+    w_full, w_killed = torch.load(full / last), torch.load(killed / last)
+    assert w_full.keys() == w_killed.keys()
+    assert all(torch.equal(w_full[k], w_killed[k]) for k in w_full)
