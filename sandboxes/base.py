@@ -433,7 +433,9 @@ class Worker:
 
     def _before_job(self, limits: list[Limits]) -> None:
         """Backend hook before a request is sent (e.g. set the cgroup limits): ``limits`` are
-        those of every job sent and not yet answered, the new one last."""
+        those of every job sent and not yet answered, the new one last. ``OSError`` when the
+        limits cannot be set: the job is not sent but requeued (and, with nothing in flight,
+        the worker replaced)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -555,7 +557,9 @@ class Worker:
             last_reply = time.monotonic()
             if state == "ok":
                 if inflight:
-                    self._before_job([lim for _, lim, _, _ in inflight])
+                    # shrink to the jobs still running; a failure leaves them their limit
+                    with contextlib.suppress(OSError):
+                        self._before_job([lim for _, lim, _, _ in inflight])
                 continue
             # The server is gone or retiring (it exits by itself after an unclean job):
             # whatever was queued behind this job never started.

@@ -193,7 +193,12 @@ class _DockerWorker(Worker):
             )
             self._applied = (memory, pids)
         except Exception as exc:  # e.g. lowering memory below what the container uses now
-            log.debug("updating sandbox container %s: %s", self.container_id[:12], exc)
+            # Never run the job under the old limits: a container left at a previous job's
+            # larger memory would let this job's processes together use more than its limit.
+            # OSError makes the caller requeue the job and, with nothing in flight, replace the
+            # container (a fresh one starts at the default limits, which an update only raises).
+            log.info("updating sandbox container %s failed: %s", self.container_id[:12], exc)
+            raise OSError(f"could not set the sandbox container's limits: {exc}") from exc
 
     def _detach(self, graceful: bool) -> Callable[[], None]:
         cid, self.container_id = self.container_id, None

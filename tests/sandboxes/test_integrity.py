@@ -383,3 +383,49 @@ def test_helper_sees_a_read_only_path_under_tmp(tmp_path):
             release_uid(uid)
     assert out.decode().split() == ["visible", "read-only"]
     assert (tmp_path / "marker.txt").read_text() == "visible"
+
+
+@pytest.mark.docker
+def test_docker_job_never_runs_under_a_larger_limit_it_could_not_lower(monkeypatch):
+    """Lowering a container's memory can fail (e.g. while the previous job's memory is still
+    being reclaimed under load); the job must then not run in the container left at the earlier
+    job's larger limit, where three 200 MiB processes fit although the job's limit is 256 MiB."""
+    from .conftest import _docker_or_skip
+
+    sb = _docker_or_skip()
+    sb.close()
+    with sandboxes.DockerSandbox(workers=1, limits=sandboxes.Limits(memory_mb=64)) as sb:
+        big = sandboxes.Limits(wall_s=20, cpu_s=20, memory_mb=700)
+        assert sb.run("print(2)", limits=big).stdout == "2\n"
+        api = sb.client.api
+        real = api._post_json
+        refused: list[str] = []
+
+        def post_json(url, *args, **kwargs):
+            if url.endswith("/update") and not refused:
+                refused.append(url)
+                raise RuntimeError("cannot set memory limit below current usage (simulated)")
+            return real(url, *args, **kwargs)
+
+        monkeypatch.setattr(api, "_post_json", post_json)
+        hog = textwrap.dedent(
+            """
+            import os, time
+            kids = []
+            for _ in range(3):
+                pid = os.fork()
+                if pid == 0:
+                    x = bytearray(200 << 20)
+                    for i in range(0, len(x), 4096):
+                        x[i] = 1
+                    time.sleep(5)
+                    os._exit(0)
+                kids.append(pid)
+            for pid in kids:
+                os.waitpid(pid, 0)
+            """
+        )
+        r = sb.run(hog, limits=sandboxes.Limits(wall_s=20, cpu_s=20, memory_mb=256))
+        assert refused, "the limit update was never attempted"
+        assert r.memory_exceeded, r
+        assert sb.run("print(1)").stdout == "1\n"
