@@ -31,7 +31,8 @@ reports with replayable episode records) goes to ``--out``.
 
 The table below predates the task measures: it reports the shaped mean reward only, and a policy
 that copies the demonstration's answer reproduces its gains (with team reward and success
-unchanged), so it does not show task learning. Regenerate it with this script.
+unchanged), so it does not show task learning. Regenerate it with this script; the task-measure
+runs made since, and what they show, are in ``docs/learning.md``.
 
 Measured on a 2-core CPU machine, otherwise idle (``--budget-min 60 --max-steps 6 --episodes 16
 --eval-every 0 --threads 2``, 100 min wall; Sudoku's runs stopped at 5 steps when their 10 minutes

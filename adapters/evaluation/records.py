@@ -19,13 +19,13 @@ did on an instance without the model.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from adapters.rollout import Sample
 from adapters.rollout.envpool import EpisodeSpec, flush_dead_steps
 
-__all__ = ["jsonable_config", "replay", "reproduction", "transcript"]
+__all__ = ["jsonable_config", "play", "replay", "reproduction", "transcript"]
 
 
 def jsonable_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -76,6 +76,34 @@ def transcript(samples: Sequence[Sample]) -> list[dict[str, Any]]:
 def replay(record: Mapping[str, Any]) -> list[float]:
     """Step a fresh env through a record's transcript; the reward of each step, delayed awards
     added to the step they reward (as the rollout engine credits them)."""
+    entries = list(record["transcript"])
+
+    def recorded(agent: str, k: int, i: int) -> str:
+        if i >= len(entries):
+            raise ValueError(f"the record ends at step {i} while {agent!r} still acts")
+        entry = entries[i]
+        if agent != entry["role"]:
+            raise ValueError(
+                f"step {entry['step']}: {agent!r} acts, the record says {entry['role']!r}"
+            )
+        return str(entry["completion"])
+
+    rewards, _raw, _team = play(record, recorded, stop_after=len(entries))
+    if len(rewards) < len(entries):
+        raise ValueError(f"the episode ended before step {entries[len(rewards)]['step']}")
+    return rewards
+
+
+def play(
+    record: Mapping[str, Any],
+    answer: Callable[[str, int, int], str],
+    stop_after: int | None = None,
+) -> tuple[list[float], Any, float]:
+    """Reset a fresh env as ``record`` says and step it with ``answer(agent, k, i)`` (the
+    agent's ``k``-th turn, the episode's ``i``-th step) until it ends (or ``stop_after``
+    steps). Returns the reward of each step (delayed awards added to the step they reward), the
+    raw env at the end and the last team reward paid (the episode's final team reward, as the
+    rollout engine records it)."""
     import envs
     from adapters.rollout import create_shared_objects
 
@@ -87,21 +115,20 @@ def replay(record: Mapping[str, Any]) -> list[float]:
     flush_dead_steps(raw)
     rewards: list[float] = []
     at_step: dict[int, int] = {}
-    for entry in record["transcript"]:
-        if not raw.agents:
-            raise ValueError(f"the episode ended before step {entry['step']}")
+    turns: dict[str, int] = {}
+    team = 0.0
+    while raw.agents and (stop_after is None or len(rewards) < stop_after):
         agent = raw.agent_selection
-        if agent != entry["role"]:
-            raise ValueError(
-                f"step {entry['step']}: {agent!r} acts, the record says {entry['role']!r}"
-            )
+        completion = answer(agent, turns.get(agent, 0), len(rewards))
+        turns[agent] = turns.get(agent, 0) + 1
         at_step[int(raw.num_steps)] = len(rewards)
-        raw.step(entry["completion"])
+        raw.step(completion)
         parts = raw.infos.get(agent, {}).get("reward_parts") or {}
         rewards.append(float(parts.get("reward", 0.0)))
+        team = float(parts.get("team", team))
         for award in getattr(raw, "last_awards", []):
             idx = at_step.get(int(award["step"]))
             if idx is not None:
                 rewards[idx] = float(award["reward_parts"]["reward"])
         flush_dead_steps(raw)
-    return rewards
+    return rewards, raw, team

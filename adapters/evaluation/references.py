@@ -7,7 +7,14 @@ play land on the same validation instances:
 * ``no-op`` - every role answers nothing (``constant:``);
 * ``demo answer`` - every role repeats the answer of its in-context demonstration (when the run
   shows demonstrations: a team that only learned to copy it scores the same);
-* ``oracle`` - the setting's scripted correct answers (the ceiling).
+* ``oracle`` - the setting's scripted correct answers (the ceiling);
+* ``open loop`` (:func:`open_loop_reference`, after training) - the trained team's own most
+  frequent answer at each of a role's turns, replayed as a script that never looks at the
+  instance. A team that scores no more than it has not learned to read the instance: a
+  12-step CPU run on one-box Sokoban raised success from 0.125 to 0.234 over 64 unseen levels,
+  beating the no-op and the demonstration's answer, but its greedy planner answered ``[U,R,D,L]``
+  at the first turn and ``[D,D]`` at the next ones on every level, and that script alone scores
+  0.234 (``docs/learning.md``).
 
 None of them needs a model; :func:`evaluate_references` plays them with
 :func:`~adapters.evaluation.runner.evaluate` and the same seeds, so each is paired with the
@@ -16,6 +23,7 @@ team instance by instance (:func:`~adapters.evaluation.runner.compare_reports`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,7 +32,7 @@ from adapters.policies.base import Policy
 from adapters.policies.oracle import OraclePolicy
 from adapters.policies.specs import constant_policy
 
-__all__ = ["evaluate_references", "reference_policies"]
+__all__ = ["evaluate_references", "open_loop_reference", "reference_policies"]
 
 
 def reference_policies(
@@ -71,3 +79,59 @@ def evaluate_references(
         except NotImplementedError:  # a setting without an oracle
             continue
     return out
+
+
+def open_loop_reference(team: EvalReport | Mapping[str, Any]) -> EvalReport:
+    """The ``open loop`` reference of an evaluated team (see the module docstring): for each role
+    and each of its turns (its k-th step in an episode), the completion the team wrote most often
+    there over all episodes (ties: the first written), replayed on the same instances; a role's
+    turn the team never reached repeats its last modal answer. Played from the records'
+    reproduction fields (:func:`~adapters.evaluation.records.play`), no model."""
+    from adapters.evaluation.records import play
+
+    rep = team.to_dict() if isinstance(team, EvalReport) else dict(team)
+    counts: dict[tuple[str, int], Counter[str]] = {}
+    for rec in rep["per_episode"]:
+        seen: dict[str, int] = {}
+        for entry in rec["transcript"]:
+            k = seen.get(entry["role"], 0)
+            seen[entry["role"]] = k + 1
+            counts.setdefault((entry["role"], k), Counter())[entry["completion"]] += 1
+    modal = {key: c.most_common(1)[0][0] for key, c in counts.items()}
+
+    def answer(agent: str, k: int, i: int) -> str:
+        while k > 0 and (agent, k) not in modal:
+            k -= 1
+        return modal.get((agent, k), "")
+
+    episodes: list[dict[str, Any]] = []
+    for rec in rep["per_episode"]:
+        rewards, raw, final_team = play(rec, answer)
+        episodes.append(
+            {
+                "index": rec.get("index", len(episodes)),
+                "instance_id": rec["instance_id"],
+                "success": bool(raw.success),
+                "steps": len(rewards),
+                "team": final_team,
+                "progress": float(raw.progress()),
+                "reward": sum(rewards) / max(len(rewards), 1),
+            }
+        )
+    n = max(len(episodes), 1)
+    return EvalReport(
+        env=rep["env"],
+        split=rep["split"],
+        episodes=len(episodes),
+        success_rate=sum(e["success"] for e in episodes) / n,
+        team_reward=sum(e["team"] for e in episodes) / n,
+        mean_turns=float(rep.get("mean_turns", 0.0)),
+        mean_steps=sum(e["steps"] for e in episodes) / n,
+        reward_per_agent={},
+        return_per_agent={},
+        policies={r: "open loop" for r, _ in counts},
+        seconds=0.0,
+        per_episode=episodes,
+        progress=sum(e["progress"] for e in episodes) / n,
+        progress_label=str(rep.get("progress_label", "solved")),
+    )

@@ -317,6 +317,9 @@ def test_run_writes_logs_checkpoints_and_plot(tmp_path):
     lines = tr.comparison.splitlines()  # the task's measures lead, the shaped reward after
     assert [x.split()[0] for x in lines[2:6]] == ["success", "distance", "team", "mean"]
     assert any(x.split()[:1] == ["oracle"] for x in lines)
+    assert any(x.split()[:2] == ["open", "loop"] for x in lines)  # the team's answers as a script
+    open_loop = json.loads((out / "eval_open_loop.json").read_text())
+    assert open_loop["episodes"] == 1 and open_loop["policies"]
     assert (out / "final" / "shared" / "adapter_config.json").exists()
     ck = latest_checkpoint(out)
     assert ck is not None and ck.name == "step_000002"

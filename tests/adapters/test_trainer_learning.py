@@ -68,5 +68,9 @@ def test_default_cpu_recipe_improves_validation_reward(tmp_path):
     d = paired_difference(
         [e["reward"] for e in before["per_episode"]], [e["reward"] for e in after["per_episode"]]
     )
+    # the trained team's own answers replayed as a fixed script, beside the scripted references
+    open_loop = json.loads((tmp_path / "run" / "eval_open_loop.json").read_text())
+    assert [e["instance_id"] for e in open_loop["per_episode"]] == ids_before
+    assert "open loop" in trainer.comparison
     print(trainer.comparison)
     assert d.n == 8 and d.mean_diff > 0 and d.low > 0, d
