@@ -4,7 +4,9 @@
 module                      what lives there
 ==========================  =====================================================================
 ``base``                    :class:`Policy`, :class:`SamplingParams`, :class:`Completion` and
-                            the conventions every backend follows (EOS, stop strings, log-probs)
+                            the conventions every backend follows (EOS, stop strings, log-probs);
+                            ``TokenLevelPolicy``, the base of the backends that decode token by
+                            token (segments: ``start_partials``)
 ``chat``                    prompt validation and chat-template rendering
                             (``chat_template_kwargs``, e.g. Qwen3's ``enable_thinking``)
 ``transformers_policy``     :class:`TransformersPolicy` (CPU/GPU, trainable)
