@@ -271,11 +271,11 @@ def _in_flight(tr):
     ]
 
 
-@pytest.mark.slow
-def test_sigkill_then_resume_continues_the_pipeline_and_the_queue(tmp_path):
-    """``python -m adapters.train`` (tiny model, MarsRL, --pipeline agent --max-staleness 1)
-    killed with SIGKILL after its first step, then ``--resume``: the trajectories equal those of
-    the uninterrupted run line by line (nothing in flight lost or trained twice)."""
+def _kill_and_resume(tmp_path, fields, at_kill):
+    """Run the CLI (tests/adapters/dist_worker.py) on ``fields`` once uninterrupted and once
+    killed with SIGKILL as soon as its first checkpoint exists, call ``at_kill(run_dir)``, then
+    ``--resume`` the killed run; both runs must end cleanly with the same trajectories, line by
+    line. Returns ``(full, killed)`` run directories."""
     import signal
     import subprocess
     import sys
@@ -285,63 +285,6 @@ def test_sigkill_then_resume_continues_the_pipeline_and_the_queue(tmp_path):
 
     from .test_distributed import ROOT, _env
 
-    fields = dict(env="marsrl", model="tiny", lora_rank=4, steps=4, instances_per_step=1,
-                  candidates=2, max_new_tokens=4, eval_episodes=0, demos=0, progress=False,
-                  plot_every=0, save_final=False, lr=1e-2, ppo_minibatches=1, device="cpu",
-                  pipeline="agent", max_staleness=1)  # fmt: skip
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(fields))
-    cli = [sys.executable, "-m", "tests.adapters.dist_worker", "cli"]
-
-    def train(*args):
-        return subprocess.Popen([*cli, *args], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
-
-    full, killed = tmp_path / "full", tmp_path / "killed"
-    ref = train("--config", str(tmp_path / "run.yaml"), "--output-dir", str(full))
-    out, _ = ref.communicate(timeout=600)
-    assert ref.returncode == 0, out[-3000:]
-    victim = train("--config", str(tmp_path / "run.yaml"), "--output-dir", str(killed))
-    metrics, deadline = killed / "metrics.jsonl", time.time() + 300
-    first = killed / "checkpoints" / "step_000001" / "state.json"  # holds the queue, pipeline
-    while not first.exists():
-        assert victim.poll() is None and time.time() < deadline, "ended before the kill"
-        time.sleep(0.02)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=60)
-    assert metrics.read_text().count("\n") < 4  # killed mid-run
-    resumed = train("--resume", str(killed))
-    out, _ = resumed.communicate(timeout=600)
-    assert resumed.returncode == 0, out[-3000:]
-    assert "resumed without" not in out
-    t_full = (full / "trajectories.jsonl").read_text().splitlines()
-    assert (killed / "trajectories.jsonl").read_text().splitlines() == t_full
-    steps = {json.loads(x)["train_step"] for x in t_full}
-    assert steps == {1, 2, 3, 4}
-
-
-@pytest.mark.slow
-def test_sigkill_then_resume_continues_partial_segments(tmp_path):
-    """``python -m adapters.train`` (tiny model, MarsRL, --pipeline agent, --segment-tokens 2
-    --max-segments 2, so that a 4-token completion spans two steps) killed with SIGKILL after a
-    checkpoint that holds partial completions in flight, then ``--resume``: the trajectories and
-    the final weights equal those of the uninterrupted run (every partial continued from its
-    saved prefix, behaviour log-probs and policy versions; none lost, none decoded twice)."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import yaml
-
-    from adapters.training import checkpoints
-    from adapters.training.trainer import SCHEDULE_KEY
-
-    from .test_distributed import ROOT, _env
-
-    fields = dict(env="marsrl", model="tiny", lora_rank=4, steps=4, instances_per_step=1,
-                  candidates=2, max_new_tokens=4, eval_episodes=0, demos=0, progress=False,
-                  plot_every=0, save_final=False, lr=1e-2, ppo_minibatches=1, device="cpu",
-                  pipeline="agent", segment_tokens=2, max_segments=2)  # fmt: skip
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(fields))
     cli = [sys.executable, "-m", "tests.adapters.dist_worker", "cli"]
 
@@ -355,25 +298,63 @@ def test_sigkill_then_resume_continues_partial_segments(tmp_path):
     assert ref.returncode == 0, out[-3000:]
     victim = train("--config", str(tmp_path / "run.yaml"), "--output-dir", str(killed))
     deadline = time.time() + 300
-    first = killed / "checkpoints" / "step_000001" / "state.json"
+    first = killed / "checkpoints" / "step_000001" / "state.json"  # holds the queue, pipeline
     while not first.exists():
         assert victim.poll() is None and time.time() < deadline, "ended before the kill"
         time.sleep(0.02)
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=60)
-    ckpt = checkpoints.latest_checkpoint(killed)
-    assert ckpt is not None and ckpt.name != "step_000004"  # killed mid-run
-    pipe = checkpoints.load_extra(killed, SCHEDULE_KEY)["pipeline"]
-    partials = [p for _, gen in pipe["generators"] for *_, p in gen["pending"]]
-    assert any(p.token_ids for p in partials)  # a prefix in flight at the checkpoint
-    assert all(len(p.logprobs) == len(p.token_ids) and p.versions for p in partials)
+    at_kill(killed)
     resumed = train("--resume", str(killed))
     out, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, out[-3000:]
     assert "resumed without" not in out
     t_full = (full / "trajectories.jsonl").read_text().splitlines()
     assert (killed / "trajectories.jsonl").read_text().splitlines() == t_full
-    rows = [json.loads(x) for x in t_full]
+    return full, killed
+
+
+_MARSRL_TINY = dict(env="marsrl", model="tiny", lora_rank=4, steps=4, instances_per_step=1,
+                    candidates=2, max_new_tokens=4, eval_episodes=0, demos=0, progress=False,
+                    plot_every=0, save_final=False, lr=1e-2, ppo_minibatches=1, device="cpu",
+                    pipeline="agent")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_continues_the_pipeline_and_the_queue(tmp_path):
+    """``python -m adapters.train`` (tiny model, MarsRL, --pipeline agent --max-staleness 1)
+    killed with SIGKILL after its first step, then ``--resume``: the trajectories equal those of
+    the uninterrupted run line by line (nothing in flight lost or trained twice)."""
+
+    def killed_mid_run(run):
+        assert (run / "metrics.jsonl").read_text().count("\n") < 4
+
+    full, _ = _kill_and_resume(tmp_path, {**_MARSRL_TINY, "max_staleness": 1}, killed_mid_run)
+    steps = {json.loads(x)["train_step"] for x in (full / "trajectories.jsonl").open()}
+    assert steps == {1, 2, 3, 4}
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_continues_partial_segments(tmp_path):
+    """``python -m adapters.train`` (tiny model, MarsRL, --pipeline agent, --segment-tokens 2
+    --max-segments 2, so that a 4-token completion spans two steps) killed with SIGKILL after a
+    checkpoint that holds partial completions in flight, then ``--resume``: the trajectories and
+    the final weights equal those of the uninterrupted run (every partial continued from its
+    saved prefix, behaviour log-probs and policy versions; none lost, none decoded twice)."""
+    from adapters.training import checkpoints
+    from adapters.training.trainer import SCHEDULE_KEY
+
+    def partials_in_flight(run):
+        ckpt = checkpoints.latest_checkpoint(run)
+        assert ckpt is not None and ckpt.name != "step_000004"  # killed mid-run
+        pipe = checkpoints.load_extra(run, SCHEDULE_KEY)["pipeline"]
+        partials = [p for _, gen in pipe["generators"] for *_, p in gen["pending"]]
+        assert any(p.token_ids for p in partials)  # a prefix in flight at the checkpoint
+        assert all(len(p.logprobs) == len(p.token_ids) and p.versions for p in partials)
+
+    fields = {**_MARSRL_TINY, "segment_tokens": 2, "max_segments": 2}
+    full, killed = _kill_and_resume(tmp_path, fields, partials_in_flight)
+    rows = [json.loads(x) for x in (full / "trajectories.jsonl").open()]
     assert {r["train_step"] for r in rows} >= {2, 3, 4}  # step 1's completions span 2 steps
     assert any(r["train_step"] - 1 > r["policy_version"] for r in rows)  # spans two steps
     last = "checkpoints/step_000004/policy_shared.pt"

@@ -319,6 +319,26 @@ def test_non_root_mode_warns_and_keeps_the_root_read_only():
 
 # ---------------------------------------------------------------- Docker: limits follow the jobs
 
+# three processes of 200 MiB each: every one passes the rlimits of a 256 MiB job, together they
+# exceed it, so only the container's own memory limit stops them
+_THREE_HOGS = textwrap.dedent(
+    """
+    import os, time
+    kids = []
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            x = bytearray(200 << 20)
+            for i in range(0, len(x), 4096):
+                x[i] = 1
+            time.sleep(5)
+            os._exit(0)
+        kids.append(pid)
+    for pid in kids:
+        os.waitpid(pid, 0)
+    """
+)
+
 
 @pytest.mark.docker
 def test_docker_container_limits_follow_the_job():
@@ -330,25 +350,7 @@ def test_docker_container_limits_follow_the_job():
         big = sandboxes.Limits(wall_s=20, cpu_s=20, memory_mb=700)
         r = sb.run("x = bytearray(450 << 20)\nprint(len(x) >> 20)", limits=big)
         assert r.ok and r.stdout == "450\n", r
-        # three processes of 200 MiB each pass every rlimit of a 256 MiB job, not the container
-        hog = textwrap.dedent(
-            """
-            import os, time
-            kids = []
-            for _ in range(3):
-                pid = os.fork()
-                if pid == 0:
-                    x = bytearray(200 << 20)
-                    for i in range(0, len(x), 4096):
-                        x[i] = 1
-                    time.sleep(5)
-                    os._exit(0)
-                kids.append(pid)
-            for pid in kids:
-                os.waitpid(pid, 0)
-            """
-        )
-        r = sb.run(hog, limits=sandboxes.Limits(wall_s=20, cpu_s=20, memory_mb=256))
+        r = sb.run(_THREE_HOGS, limits=sandboxes.Limits(wall_s=20, cpu_s=20, memory_mb=256))
         assert r.memory_exceeded, r
         assert sb.run("print(1)").stdout == "1\n"
 
@@ -408,24 +410,7 @@ def test_docker_job_never_runs_under_a_larger_limit_it_could_not_lower(monkeypat
             return real(url, *args, **kwargs)
 
         monkeypatch.setattr(api, "_post_json", post_json)
-        hog = textwrap.dedent(
-            """
-            import os, time
-            kids = []
-            for _ in range(3):
-                pid = os.fork()
-                if pid == 0:
-                    x = bytearray(200 << 20)
-                    for i in range(0, len(x), 4096):
-                        x[i] = 1
-                    time.sleep(5)
-                    os._exit(0)
-                kids.append(pid)
-            for pid in kids:
-                os.waitpid(pid, 0)
-            """
-        )
-        r = sb.run(hog, limits=sandboxes.Limits(wall_s=20, cpu_s=20, memory_mb=256))
+        r = sb.run(_THREE_HOGS, limits=sandboxes.Limits(wall_s=20, cpu_s=20, memory_mb=256))
         assert refused, "the limit update was never attempted"
         assert r.memory_exceeded, r
         assert sb.run("print(1)").stdout == "1\n"

@@ -179,6 +179,23 @@ def test_server_with_other_weights_is_refused(server, tmp_path):
         VLLMServerBackend(cfg, models, tok, "cpu", ["alpha"])
 
 
+def _train_on_server(server, run, *args, via=()):
+    """The CLI with token-shaped rewards (tests/adapters/dist_worker.py) on 3 x 3 one-turn path
+    planning, the embedded model with LoRA, generating on ``server``; ``via``: a launcher
+    (torchrun) before ``-m tests.adapters.dist_worker``."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, *via, "-m", "tests.adapters.dist_worker", "cli", "--env", "plan_path"]
+    for kv in ("height=3", "width=3", "min_distance=2", "wall_density=0.0", "max_turns=1"):
+        cmd += ["--env-config", kv]
+    cmd += ["--model", "smollm2", "--dtype", "float32", "--lora-rank", "8"]
+    cmd += ["--backend", "vllm-server", "--vllm-servers", server]
+    cmd += ["--instances-per-step", "2", "--candidates", "2", "--max-new-tokens", "8"]
+    cmd += ["--eval-episodes", "0", "--demos", "0", "--lr", "1e-2", "--no-progress"]
+    cmd += [*args, "--output-dir", str(run)]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+
+
 def test_two_rank_training_on_the_server_leaves_the_trained_adapters_there(server, hf, tmp_path):
     """``torchrun --nproc-per-node 2`` with ``--backend vllm-server``: per-role LoRA adapters,
     rewards shaped from the tokens (tests/adapters/dist_worker.py) so that both steps update;
@@ -196,20 +213,11 @@ def test_two_rank_training_on_the_server_leaves_the_trained_adapters_there(serve
     from adapters.policies.vllm_server import VLLMServerPolicy
 
     run = tmp_path / "run"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    cmd += ["-m", "tests.adapters.dist_worker", "cli", "--env", "plan_path"]
-    for kv in ("height=3", "width=3", "min_distance=2", "wall_density=0.0", "max_turns=1"):
-        cmd += ["--env-config", kv]
-    cmd += ["--model", "smollm2", "--dtype", "float32", "--per-role", "--lora-rank", "8"]
-    cmd += ["--backend", "vllm-server", "--vllm-servers", server, "--steps", "2"]
-    cmd += ["--instances-per-step", "2", "--candidates", "2", "--max-new-tokens", "8"]
-    cmd += ["--eval-episodes", "0", "--demos", "0", "--lr", "1e-2", "--no-progress"]
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     # one optimizer step: approx_kl compares the server's log-probs with the not-yet-updated policy
-    cmd += ["--ppo-minibatches", "1"]
-    cmd += ["--output-dir", str(run)]
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    _train_on_server(
+        server, run, "--per-role", "--steps", "2", "--ppo-minibatches", "1", via=torchrun
+    )
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["world_size"] for r in rows] == [2.0, 2.0]
     assert all(r["optimizer_steps"] >= 1 for r in rows)
@@ -243,17 +251,7 @@ def test_bounded_staleness_on_the_server(server, tmp_path):
         "bash scripts/setup_vllm.sh --train",
     )
     run = tmp_path / "run"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "tests.adapters.dist_worker", "cli", "--env", "plan_path"]
-    for kv in ("height=3", "width=3", "min_distance=2", "wall_density=0.0", "max_turns=1"):
-        cmd += ["--env-config", kv]
-    cmd += ["--model", "smollm2", "--dtype", "float32", "--lora-rank", "8"]
-    cmd += ["--backend", "vllm-server", "--vllm-servers", server, "--steps", "3"]
-    cmd += ["--max-staleness", "1", "--instances-per-step", "2", "--candidates", "2"]
-    cmd += ["--max-new-tokens", "8", "--eval-episodes", "0", "--demos", "0", "--lr", "1e-2"]
-    cmd += ["--no-progress", "--output-dir", str(run)]
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    _train_on_server(server, run, "--steps", "3", "--max-staleness", "1")
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["lag/max"] for r in rows] == [0.0, 1.0, 1.0]
     assert all("is_weight_mean" in r for r in rows[1:])
