@@ -25,7 +25,14 @@ from typing import Any
 from adapters.rollout import Sample
 from adapters.rollout.envpool import EpisodeSpec, flush_dead_steps
 
-__all__ = ["jsonable_config", "play", "replay", "reproduction", "transcript"]
+__all__ = [
+    "REPRODUCTION_FIELDS",
+    "jsonable_config",
+    "play",
+    "replay",
+    "reproduction",
+    "transcript",
+]
 
 
 def jsonable_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -45,6 +52,10 @@ def jsonable_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str
         else:
             plain[k] = v
     return plain, other
+
+
+# the fields of a record that reproduce its episode's reset (:func:`reproduction`)
+REPRODUCTION_FIELDS = ("env", "env_config", "shared", "reset_seed", "reset_options")
 
 
 def reproduction(spec: EpisodeSpec, shared: Sequence[str] = ()) -> dict[str, Any]:

@@ -24,7 +24,7 @@ team instance by instance (:func:`~adapters.evaluation.runner.compare_reports`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from adapters.evaluation.runner import EvalReport, evaluate
@@ -87,7 +87,7 @@ def open_loop_reference(team: EvalReport | Mapping[str, Any]) -> EvalReport:
     there over all episodes (ties: the first written), replayed on the same instances; a role's
     turn the team never reached repeats its last modal answer. Played from the records'
     reproduction fields (:func:`~adapters.evaluation.records.play`), no model."""
-    from adapters.evaluation.records import play
+    from adapters.evaluation.records import REPRODUCTION_FIELDS, play
 
     rep = team.to_dict() if isinstance(team, EvalReport) else dict(team)
     counts: dict[tuple[str, int], Counter[str]] = {}
@@ -106,7 +106,16 @@ def open_loop_reference(team: EvalReport | Mapping[str, Any]) -> EvalReport:
 
     episodes: list[dict[str, Any]] = []
     for rec in rep["per_episode"]:
-        rewards, raw, final_team = play(rec, answer)
+        steps: list[tuple[str, str]] = []
+
+        def played(agent: str, k: int, i: int, steps: list[tuple[str, str]] = steps) -> str:
+            steps.append((agent, answer(agent, k, i)))
+            return steps[-1][1]
+
+        rewards, raw, final_team = play(rec, played)
+        by_role: dict[str, list[float]] = {}
+        for (role, _text), r in zip(steps, rewards):
+            by_role.setdefault(role, []).append(r)
         episodes.append(
             {
                 "index": rec.get("index", len(episodes)),
@@ -117,9 +126,18 @@ def open_loop_reference(team: EvalReport | Mapping[str, Any]) -> EvalReport:
                 "team": final_team,
                 "progress": float(raw.progress()),
                 "reward": sum(rewards) / max(len(rewards), 1),
+                "returns": {role: sum(xs) for role, xs in by_role.items()},
+                "role_reward": {role: sum(xs) / len(xs) for role, xs in by_role.items()},
+                "completion_tokens": 0,
+                **{k: rec[k] for k in REPRODUCTION_FIELDS if k in rec},
+                "transcript": [
+                    {"role": role, "step": i, "completion": text, "reward": r}
+                    for i, ((role, text), r) in enumerate(zip(steps, rewards))
+                ],
             }
         )
     n = max(len(episodes), 1)
+    roles = list(dict.fromkeys(r for e in episodes for r in e["role_reward"]))
     return EvalReport(
         env=rep["env"],
         split=rep["split"],
@@ -128,11 +146,16 @@ def open_loop_reference(team: EvalReport | Mapping[str, Any]) -> EvalReport:
         team_reward=sum(e["team"] for e in episodes) / n,
         mean_turns=sum(e["turns"] for e in episodes) / n,
         mean_steps=sum(e["steps"] for e in episodes) / n,
-        reward_per_agent={},
-        return_per_agent={},
-        policies={r: "open loop" for r, _ in counts},
+        reward_per_agent={r: _mean(e["role_reward"].get(r) for e in episodes) for r in roles},
+        return_per_agent={r: _mean(e["returns"].get(r) for e in episodes) for r in roles},
+        policies={r: "open loop" for r in roles},
         seconds=0.0,
         per_episode=episodes,
         progress=sum(e["progress"] for e in episodes) / n,
         progress_label=str(rep.get("progress_label", "solved")),
     )
+
+
+def _mean(values: Iterable[float | None]) -> float:
+    xs = [float(v) for v in values if v is not None]
+    return sum(xs) / len(xs) if xs else 0.0

@@ -29,6 +29,14 @@ run each, whose prompts at every wave go to the policy in one ``generate`` call;
 that batches (vLLM, SGLang) sees a chunk's episodes at once. A chunk starts from fresh shared
 objects (the MAE and SAGE question pools), so its numbers depend on its arguments alone.
 
+**Open loop.** After every model policy (not ``oracle`` or ``constant:``) the report has a row
+``open loop of POLICY`` (:func:`open_loop_chunks`): the policy's most frequent completion at each
+of a role's turns over the entry's episodes, replayed on the same instances with no model
+(:func:`~adapters.evaluation.references.open_loop_reference`). A policy that scores no more than
+its open loop answers the same whatever the instance says. It is computed from the saved
+chunks whenever the report is written, so it costs env steps only (and sandbox runs where the
+setting executes code).
+
 **Resuming.** ``OUT/run.json`` holds the arguments (the suite's entries with their options, the
 policies, episodes, chunk size, seed, split, decoding, prompt prefixes, device and dtype).
 Every finished chunk is written at once to ``OUT/units/SETTING.MODE.POLICY.cNNN.json`` (a
@@ -346,18 +354,55 @@ def run_suite(
         {**e.to_dict(), "key": e.key, "has_team_reward": has_team_reward(e.setting, e.env_config())}
         for e in args.suite.entries
     ]
-    results = report_mod.summarise(
-        args.fingerprint(),
-        entries,
-        list(args.policies),
-        [(u.to_dict(), data["report"]) for u, data in zip(units, saved) if data is not None],
-    )
+    chunks = [(u.to_dict(), data["report"]) for u, data in zip(units, saved) if data is not None]
+    loops = open_loop_chunks(args, chunks)
+    looped = {u["policy"] for u, _r in loops}
+    policies = [x for p in args.policies for x in (p, open_loop_name(p)) if x == p or x in looped]
+    results = report_mod.summarise(args.fingerprint(), entries, policies, chunks + loops)
     write_atomic(root / "results.json", json.dumps(results, indent=1))
     write_atomic(root / "report.md", report_mod.markdown(results, command=command))
     (root / "charts").mkdir(exist_ok=True)
     for setting, png in report_mod.charts(results).items():
         write_atomic(root / "charts" / f"{setting}.png", png)
     return results
+
+
+def open_loop_name(policy: str) -> str:
+    """The row name of a policy's open-loop reference."""
+    return f"open loop of {policy}"
+
+
+def open_loop_chunks(
+    args: SuiteArgs, chunks: list[tuple[dict[str, Any], dict[str, Any]]]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """For every entry and model policy (not ``oracle`` or ``constant:``), the open-loop
+    reference of all its episodes (:func:`~adapters.evaluation.references.open_loop_reference`:
+    its most frequent completion at each of a role's turns, replayed on the same instances) as
+    one more chunk, policy :func:`open_loop_name`. Computed from the saved records, no model."""
+    from adapters.evaluation.references import open_loop_reference
+
+    out = []
+    for entry in args.suite.entries:
+        for policy in args.policies:
+            if policy == "oracle" or policy.startswith("constant:"):
+                continue
+            mine = [
+                (u, r)
+                for u, r in chunks
+                if (u["setting"], u["mode"], u["policy"]) == (entry.setting, entry.mode, policy)
+            ]
+            if not mine:
+                continue
+            merged = {**mine[0][1], "per_episode": [e for _u, r in mine for e in r["per_episode"]]}
+            unit = {
+                **entry.to_dict(),
+                "policy": open_loop_name(policy),
+                "chunk": 0,
+                "first": 0,
+                "episodes": len(merged["per_episode"]),
+            }
+            out.append((unit, open_loop_reference(merged).to_dict()))
+    return out
 
 
 def _default_factory(args: SuiteArgs, concurrency: int) -> Callable[[str], Policy]:

@@ -116,8 +116,11 @@ def test_report_table_json_and_charts_agree(full_run):
     saved = json.loads((out / "results.json").read_text())
     assert saved == json.loads(json.dumps(results))
     rows = results["rows"]
+    # every model policy is followed by its open loop (the scripted policies have none)
+    policies = ("oracle", "tiny", "open loop of tiny")
+    assert results["policies"] == list(policies)
     assert [(r["setting"], r["mode"], r["policy"]) for r in rows] == [
-        (e.setting, e.mode, p) for e in resolve_suite(SMALL).entries for p in ("oracle", "tiny")
+        (e.setting, e.mode, p) for e in resolve_suite(SMALL).entries for p in policies
     ]
     for row in rows:  # the JSON's numbers are the episodes' numbers
         eps = row["per_episode"]
@@ -129,9 +132,21 @@ def test_report_table_json_and_charts_agree(full_run):
         assert (row["team_reward"] is None) == (row["setting"] == "propose_solve_judge")
         if row["policy"] == "oracle":  # the upper bound: solved everywhere, no model tokens
             assert row["success_rate"]["mean"] == 1.0 and row["completion_tokens"]["mean"] == 0
-        else:
+        elif row["policy"] == "tiny":
             assert row["completion_tokens"]["mean"] > 0
-        assert [c["episodes"] for c in row["chunks"]] == [2, 1]
+        if row["policy"].startswith("open loop"):  # replayed from the records: no model, no chunks
+            assert row["completion_tokens"]["mean"] == 0 and row["seconds"] == 0.0
+            assert [c["episodes"] for c in row["chunks"]] == [3]
+            team = next(
+                r
+                for r in rows
+                if r["policy"] == "tiny"
+                and r["mode"] == row["mode"]
+                and r["setting"] == row["setting"]
+            )
+            _assert_open_loop_of(team["per_episode"], eps)
+        else:
+            assert [c["episodes"] for c in row["chunks"]] == [2, 1]
         if row["setting"] != "propose_solve_judge":  # the records replay, across chunks too
             for e in eps:
                 assert replay(e) == pytest.approx([t["reward"] for t in e["transcript"]])
@@ -173,6 +188,29 @@ def test_report_table_json_and_charts_agree(full_run):
         "sudoku.png",
     ]
     assert widths["plan_path"] == 2 * widths["sudoku"] == 2 * widths["propose_solve_judge"]
+
+
+def _assert_open_loop_of(team: list[dict], loop: list[dict]) -> None:
+    """``loop`` replays, at each role's k-th turn, the completion ``team`` wrote most often there,
+    on the team's instances."""
+    from collections import Counter
+
+    def turns(ep):
+        seen: dict[str, int] = {}
+        for t in ep["transcript"]:
+            seen[t["role"]] = seen.get(t["role"], 0) + 1
+            yield (t["role"], seen[t["role"]] - 1), t["completion"]
+
+    counts: dict = {}
+    for ep in team:
+        for key, text in turns(ep):
+            counts.setdefault(key, Counter())[text] += 1
+    assert [e["instance_id"] for e in loop] == [e["instance_id"] for e in team]
+    for ep in loop:
+        for (role, k), text in turns(ep):
+            while (role, k) not in counts:  # a turn the team never reached: its last modal
+                k -= 1
+            assert text == counts[(role, k)].most_common(1)[0][0]
 
 
 # ------------------------------------------------------------------------------------ resume
@@ -309,8 +347,9 @@ def test_http_policy_gets_concurrent_requests(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
-    (row,) = results["rows"]
+    row, loop = results["rows"]
     assert row["episodes"] == 6 and row["success_rate"]["mean"] == 0.0
+    assert loop["policy"] == f"open loop of openai:{server.url}#slow" and loop["episodes"] == 6
     assert 2 <= peak <= 4  # requests overlapped, up to the concurrency asked for
 
 
