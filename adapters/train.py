@@ -35,6 +35,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+import envs
 from adapters.training.config import ConfigError, TrainConfig, config_from_dict, load_yaml
 from adapters.training.flags import add_config_arguments, merge_config, overrides_from_args
 
@@ -129,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{scaled}; --print-config shows every value's source",
                 flush=True,
             )
+            note = envs.spec(c.env).cpu_note
+            if note:
+                print(f"What this CPU run can show: {note}", flush=True)
     try:
         trainer.train()
     except Exception as exc:

@@ -76,6 +76,7 @@ Version history: v0 (initial).
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -132,17 +133,24 @@ def split_problems(problems: Iterable[Any]) -> dict[str, tuple[MathProblem, ...]
 
 
 def question_pool(
-    dataset: str, size: int, seed: int, data_path: str | None = None
+    dataset: str,
+    size: int,
+    seed: int,
+    data_path: str | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, tuple[MathProblem, ...]]:
     """The problems of ``dataset`` by split (loaded once per process): a math set of
     :data:`envs.data.registry.DATASETS` (``aime25``, ``math_l45``, ...; from ``data_path``, or
-    the hub cache), else ``size`` reasoning-gym problems generated with ``seed``."""
+    the hub cache), else ``size`` reasoning-gym problems generated with ``seed`` and the
+    generator's ``options`` (e.g. ``basic_arithmetic``'s ``max_terms``)."""
     from envs.data.registry import dataset_names
 
     registered = dataset in dataset_names("math")
     if data_path is not None and not registered:
         raise ValueError(f"data_path needs a dataset of envs.data.DATASETS, not {dataset!r}")
-    key = (dataset, int(size), int(seed), data_path)
+    if options and registered:
+        raise ValueError(f"dataset_options are a reasoning-gym generator's, not {dataset!r}'s")
+    key = (dataset, int(size), int(seed), data_path, json.dumps(options or {}, sort_keys=True))
     with _POOLS_LOCK:
         if key not in _POOLS:
             if registered:
@@ -152,7 +160,7 @@ def question_pool(
             else:
                 from envs.data.math_sets import load_reasoning_gym
 
-                problems = load_reasoning_gym(dataset, size=size, seed=seed)
+                problems = load_reasoning_gym(dataset, size=size, seed=seed, **(options or {}))
             _POOLS[key] = split_problems(problems)
         return _POOLS[key]
 
@@ -247,7 +255,8 @@ class DiscussionRewards(RewardConfig):
 class DiscussionConfig(EnvConfig):
     """num_agents: l. num_rounds: m (``None``: 2 l). num_evaluations: n. history_rounds: kappa.
     agent_draw: ``"uniform"`` (paper) or ``"others"`` (see the module docstring).
-    dataset / dataset_size / dataset_seed: the reasoning-gym pool; or ``dataset`` a math set of
+    dataset / dataset_size / dataset_seed / dataset_options: the reasoning-gym pool (its
+    generator's options); or ``dataset`` a math set of
     :data:`envs.data.DATASETS` read from ``data_path``. max_entry_chars: longest
     solution/evaluation text quoted in a prompt. max_turns: truncation cap in rounds."""
 
@@ -259,6 +268,7 @@ class DiscussionConfig(EnvConfig):
     dataset: str = "gsm_symbolic"
     dataset_size: int = 2000
     dataset_seed: int = 0
+    dataset_options: dict[str, Any] | None = None
     data_path: str | None = None
     max_entry_chars: int = 20_000
     max_turns: int = 1000
@@ -355,7 +365,7 @@ class raw_env(TurnBasedEnv):
         if self._pool is None:
             cfg = self.config
             self._pool = question_pool(
-                cfg.dataset, cfg.dataset_size, cfg.dataset_seed, cfg.data_path
+                cfg.dataset, cfg.dataset_size, cfg.dataset_seed, cfg.data_path, cfg.dataset_options
             )
         items = self._pool[split]
         if not items:

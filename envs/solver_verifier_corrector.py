@@ -232,8 +232,9 @@ class SolverVerifierCorrectorRewards(RewardConfig):
 @dataclass(frozen=True)
 class SolverVerifierCorrectorConfig(EnvConfig):
     """max_steps: agent steps per episode (paper: 5). accept_after: consecutive accepting verdicts
-    that end the episode. dataset / dataset_size / dataset_seed: the reasoning-gym pool (or a
-    registered math set with ``data_path``).
+    that end the episode. dataset / dataset_size / dataset_seed / dataset_options: the
+    reasoning-gym pool and its generator's options (or a registered math set with
+    ``data_path``).
     max_entry_chars: longest solution/report quoted in a prompt. max_turns: truncation cap in
     correction cycles (default does not bind)."""
 
@@ -242,6 +243,7 @@ class SolverVerifierCorrectorConfig(EnvConfig):
     dataset: str = "gsm_symbolic"
     dataset_size: int = 2000
     dataset_seed: int = 0
+    dataset_options: dict[str, Any] | None = None
     data_path: str | None = None
     max_entry_chars: int = 20_000
     unparsed_verdict: Literal["end", "retry"] = "end"
@@ -329,7 +331,7 @@ class raw_env(TurnBasedEnv):
         if self._pool is None:
             cfg = self.config
             self._pool = question_pool(
-                cfg.dataset, cfg.dataset_size, cfg.dataset_seed, cfg.data_path
+                cfg.dataset, cfg.dataset_size, cfg.dataset_seed, cfg.data_path, cfg.dataset_options
             )
         items = self._pool[split]
         if not items:

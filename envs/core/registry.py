@@ -22,6 +22,8 @@ or a server must know without building an env::
   evaluation suite's ``default`` sizes); they never change the protocol (agents, turns, rewards);
 * ``cpu_train_options`` - options a training run on a CPU changes, each with the reason that the
   run's ``config.yaml`` records;
+* ``cpu_note`` - what a training run of the setting on a CPU can and cannot show (its header
+  prints it);
 * ``delayed_rewards`` - some step rewards arrive later through ``award()`` (so a trainer must not
   rank candidates on the placeholder: tree sampling refuses such settings);
 * ``award_lookahead`` - awards arrive at most this many steps after the step they pay (0: none);
@@ -59,6 +61,7 @@ class EnvSpec:
     recipe: str | None = None
     cpu_options: Mapping[str, Any] = field(default_factory=dict)
     cpu_train_options: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
+    cpu_note: str = ""
     delayed_rewards: bool = False
     award_lookahead: int = 0
     team_reward: bool = False

@@ -4,6 +4,7 @@ rule, turn accounting and adaptive keep rules through the rollout engine."""
 from __future__ import annotations
 
 import random
+import re
 from collections import defaultdict
 
 import pytest
@@ -301,3 +302,20 @@ def _has(raw, split):
     except ValueError:
         return False
     return True
+
+
+@pytest.mark.parametrize("setting", ["solver_verifier_corrector", "discussion"])
+def test_generator_options_shape_the_question_pool(setting):
+    small = {"min_terms": 2, "max_terms": 2, "max_digits": 1, "operators": ["+"]}
+    raw = envs.make(
+        setting, dataset="basic_arithmetic", dataset_size=40, dataset_options=small
+    ).unwrapped
+    questions = {raw.sample_instance("train", s).question for s in range(10)}
+    for q in questions:  # "Calculate 3 + 4." with one-digit terms only
+        terms = re.findall(r"\d+", q)
+        assert len(terms) == 2 and all(len(t) == 1 for t in terms), q
+    big = envs.make(setting, dataset="basic_arithmetic", dataset_size=40).unwrapped
+    assert {big.sample_instance("train", s).question for s in range(10)} != questions
+    bad = envs.make(setting, dataset="aime25", dataset_options=small)
+    with pytest.raises(ValueError, match="dataset_options"):
+        bad.reset(seed=0)
