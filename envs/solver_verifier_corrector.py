@@ -62,7 +62,8 @@ rejections go on). A trainer needs nothing else from the env: each step's reward
 once (no ``award()``), ``done`` says which candidates can go on, and ``infos`` carry
 ``verdict`` (True / False / None), ``correct`` and ``answer`` for logging.
 
-Instances: reasoning-gym math by default (``dataset``, ``dataset_size``, ``dataset_seed``), or a
+Instances: reasoning-gym math by default (``dataset``, ``dataset_size``, ``dataset_seed``, and the
+generator's ``dataset_options``, e.g. ``{"max_terms": 2}`` for ``basic_arithmetic``), or a
 math set of :data:`envs.data.DATASETS` read from ``data_path`` (e.g. ``dataset="aime25"``), split by
 a hash of the question; ``problems=[...]`` to ``envs.make``; or
 ``reset(options={"instance": {"question": ..., "answer": ...}})`` (the answer is required).
