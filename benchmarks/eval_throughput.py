@@ -75,7 +75,49 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--phases",
+        action="store_true",
+        help="also print each mode's prefill and decode seconds and tokens (a wrapper times the "
+        "policy's forward passes)",
+    )
     return p
+
+
+class Phases:
+    """Wall time and tokens of the model's forward passes, split into prefill (several tokens per
+    row) and decode (one token per row), counted while installed (``--phases``)."""
+
+    def __init__(self) -> None:
+        self.seconds = {"prefill": 0.0, "decode": 0.0}
+        self.tokens = {"prefill": 0, "decode": 0}
+
+    @contextlib.contextmanager
+    def installed(self) -> Any:
+        from adapters.policies.transformers_policy import TransformersPolicy
+
+        forward = TransformersPolicy._forward
+
+        def timed(policy: Any, input_ids: Any, *args: Any) -> Any:
+            t0 = time.perf_counter()
+            out = forward(policy, input_ids, *args)
+            phase = "decode" if input_ids.shape[1] == 1 else "prefill"
+            self.seconds[phase] += time.perf_counter() - t0
+            self.tokens[phase] += int(input_ids.numel())
+            return out
+
+        TransformersPolicy._forward = timed  # type: ignore[method-assign,assignment]
+        try:
+            yield self
+        finally:
+            TransformersPolicy._forward = forward  # type: ignore[method-assign]
+
+    def row(self) -> str:
+        p, d = self.seconds["prefill"], self.seconds["decode"]
+        return (
+            f"{p:>10.1f}{self.tokens['prefill']:>10}{self.tokens['prefill'] / max(p, 1e-9):>9.0f}"
+            f"{d:>10.1f}{self.tokens['decode']:>9}"
+        )
 
 
 def run_mode(mode: str, trainer: Any, episodes: int) -> tuple[float, float, int]:
@@ -148,11 +190,17 @@ def main(argv: list[str] | None = None) -> int:
             f", demos {trainer.cfg.demos}",
             flush=True,
         )
-        print(f"{'mode':<12}{'episodes':>9}{'seconds':>10}{'episodes/s':>12}{'mean reward':>13}")
+        head = f"{'mode':<12}{'episodes':>9}{'seconds':>10}{'episodes/s':>12}{'mean reward':>13}"
+        if args.phases:
+            head += f"{'prefill s':>10}{'tokens':>10}{'tok/s':>9}{'decode s':>10}{'tokens':>9}"
+        print(head)
         for mode in modes:
             n = args.sequential_episodes or args.episodes if mode == "sequential" else args.episodes
-            seconds, reward, done = run_mode(mode, trainer, n)
-            print(f"{mode:<12}{done:>9}{seconds:>10.1f}{done / seconds:>12.3f}{reward:>13.3f}")
+            phases = Phases()
+            with phases.installed() if args.phases else contextlib.nullcontext():
+                seconds, reward, done = run_mode(mode, trainer, n)
+            line = f"{mode:<12}{done:>9}{seconds:>10.1f}{done / seconds:>12.3f}{reward:>13.3f}"
+            print(line + (phases.row() if args.phases else ""))
             sys.stdout.flush()
         trainer.close()
     return 0

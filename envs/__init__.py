@@ -11,11 +11,19 @@ without building it (:mod:`envs.core.registry`); ``envs.make("package.module:id"
 module that registers a setting of its own first.
 """
 
+from typing import Any
+
 from envs.core.registry import MODES, EnvSpec, list_envs, make, make_raw, register, spec
 
 __all__ = ["MODES", "EnvSpec", "list_envs", "make", "make_raw", "register", "spec"]
 
 _AT_GRPO_MODES = MODES  # AT-GRPO compares one agent with the team (§5.1)
+_GRID_NOTE = (
+    "the pipeline end to end (rollouts, the paper's rewards, updates, a before/after evaluation on "
+    "unseen instances beside the no-op, demonstration-answer, oracle and open-loop references). "
+    "Measured so far (docs/learning.md), the 135M model has not learned to read the instance "
+    "on a CPU: a gain no larger than the open-loop row is a fixed plan, not learning"
+)
 # on a CPU, the tool's demonstration is a one-line program instead of a search
 _ONE_LINE_TOOL = {"oracle_tool": ("answer", "CPU: the tool's demonstration is a one-line program")}
 
@@ -29,6 +37,7 @@ register(
     award_lookahead=1,  # the tool's team term is the turn's value, paid at the planner's step
     cpu_options={"size": 4},
     cpu_train_options=_ONE_LINE_TOOL,
+    cpu_note=_GRID_NOTE,
 )
 register(
     "sokoban",
@@ -40,6 +49,7 @@ register(
     award_lookahead=1,  # the tool's team term is the turn's value, paid at the planner's step
     cpu_options={"height": 6, "width": 6, "num_boxes": 1},
     cpu_train_options=_ONE_LINE_TOOL,
+    cpu_note=_GRID_NOTE,
 )
 register(
     "plan_path",
@@ -51,6 +61,7 @@ register(
     award_lookahead=1,  # the tool's team term is the turn's value, paid at the planner's step
     cpu_options={"height": 6, "width": 6, "min_distance": 3},
     cpu_train_options=_ONE_LINE_TOOL,
+    cpu_note=_GRID_NOTE,
 )
 register(
     "code",
@@ -59,7 +70,33 @@ register(
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
     team_reward=True,
+    cpu_note=(
+        "the pipeline only: no HumanEval program fits 48 new tokens (measured: the untrained "
+        "team's 64 steps on 8 validation problems earned no reward, format included); the task "
+        "needs a GPU and the paper's 4096 tokens"
+    ),
 )
+
+
+def _arithmetic(max_digits: int) -> dict[str, Any]:
+    """reasoning-gym ``basic_arithmetic`` options: two terms of at most ``max_digits`` digits,
+    +, - or x, no parentheses or negation ("Calculate 37 * 56.")."""
+    return {
+        "min_terms": 2,
+        "max_terms": 2,
+        "max_digits": max_digits,
+        "operators": ["+", "-", "*"],
+        "allow_negation": False,
+        "allow_parentheses": False,
+    }
+
+
+def _cpu_train(options: dict[str, Any], why: str) -> dict[str, tuple[Any, str]]:
+    return {k: (v, f"CPU: {why}") for k, v in options.items()}
+
+
+# on a CPU, math is arithmetic short enough that an answer fits the CPU run's 48 new tokens
+_SMALL_ARITHMETIC = {"generators": ["basic_arithmetic"], "generator_options": _arithmetic(2)}
 register(
     "math",
     "envs.math:env",
@@ -68,6 +105,23 @@ register(
     recipe="at-grpo",
     team_reward=True,
     award_lookahead=1,  # the reasoner's team reward comes with the tool's agreeing step
+    cpu_note=(
+        "team learning on arithmetic that fits 48 tokens: the untrained tool prints the right "
+        "value at most of its steps, but the reasoner copies its demonstration's answer, so the "
+        "team succeeds only once the reasoner states the instance's value (docs/learning.md); "
+        "not multi-step reasoning, whose word problems need hundreds of tokens"
+    ),
+    cpu_options=_SMALL_ARITHMETIC,
+    cpu_train_options=_cpu_train(
+        _SMALL_ARITHMETIC, "two-term arithmetic (+, -, x; up to two digits), so that an answer fits"
+    ),
+)
+# on a CPU, MarsRL's solver has no tool: one-digit terms, which the untrained model sometimes
+# gets right
+_ONE_DIGIT_ARITHMETIC = {"dataset": "basic_arithmetic", "dataset_options": _arithmetic(1)}
+_UNMEASURED_NOTE = (
+    "the pipeline (rollouts, the paper's rewards, updates); what the untrained team earns "
+    "beyond format at 48 new tokens on a CPU is not measured"
 )
 # The CPU sizes of MAE, SAGE and CoMAS are their training recipes' CPU scale-down
 # (adapters/training/recipes.py, cpu_env_config; tests/adapters/test_suite.py checks they agree).
@@ -79,6 +133,7 @@ register(
     recipe="mae",
     delayed_rewards=True,  # the proposer's and solver's rewards arrive by award()
     cpu_options={"num_answers": 2},
+    cpu_note=_UNMEASURED_NOTE,
 )
 register(
     "challenge_plan_solve",
@@ -88,6 +143,7 @@ register(
     recipe="sage",
     delayed_rewards=True,  # the challenger's and planner's rewards arrive by award()
     cpu_options={"num_samples": 2},
+    cpu_note=_UNMEASURED_NOTE,
 )
 register(
     "discussion",
@@ -97,6 +153,7 @@ register(
     recipe="comas",
     delayed_rewards=True,  # solution and evaluation rewards arrive by award() after scoring
     cpu_options={"num_agents": 2},
+    cpu_note=_UNMEASURED_NOTE,
 )
 register(
     "solver_verifier_corrector",
@@ -104,4 +161,14 @@ register(
     aliases=("marsrl",),
     description="solver + verifier + corrector (MarsRL)",
     recipe="marsrl",
+    cpu_note=(
+        "the solver's correctness on one-digit arithmetic (untrained: 2 of 16 validation "
+        "problems right); at 48 tokens the verifier and corrector rarely write a verdict, and "
+        "the paper's long-reasoning gains need a GPU and far more tokens"
+    ),
+    cpu_options=_ONE_DIGIT_ARITHMETIC,
+    cpu_train_options=_cpu_train(
+        _ONE_DIGIT_ARITHMETIC,
+        "two-term arithmetic (+, -, x; one digit), so that a solution fits and is sometimes right",
+    ),
 )

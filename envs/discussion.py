@@ -61,9 +61,9 @@ infos report accuracy: every solution's boxed answer is graded with
 
 Instances: reasoning-gym math by default (``dataset="gsm_symbolic"``, ``dataset_size`` problems
 generated offline with seed ``dataset_seed`` and the generator's ``dataset_options``, e.g.
-``dataset="basic_arithmetic", dataset_options={"max_terms": 2, "max_digits": 2}``), or a math set of :data:`envs.data.DATASETS`
-(``dataset="math_l45"``, CoMAS 4.1's MATH levels 4-5) read from ``data_path`` (its released
-file; without it the hub cache); split by a hash of the question text; or any
+``dataset="basic_arithmetic", dataset_options={"max_terms": 2, "max_digits": 2}``), or a math set
+of :data:`envs.data.DATASETS` (``dataset="math_l45"``, CoMAS 4.1's MATH levels 4-5) read from
+``data_path`` (its released file; without it the hub cache); split by a hash of the question text; or any
 ``problems=[MathProblem | dict, ...]`` passed to ``envs.make``; or
 ``reset(options={"instance": {"question": ..., "answer": ...}})`` (``answer`` optional: without it
 the discussion runs the same and only accuracy is not reported).

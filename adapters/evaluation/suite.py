@@ -9,10 +9,11 @@ setting's options:
 * ``default`` - sized to finish on a 2-core CPU with the embedded 135M model: each of the nine
   settings in ``multi`` mode, plus ``single`` mode for the five AT-GRPO settings (sudoku,
   sokoban, plan_path, code, math), on small instances where a setting has size options
-  (the ``cpu_options`` of its spec: 6 x 6 Sokoban with one box, 6 x 6 path planning; MAE and SAGE
-  estimate difficulty from 2 answers, CoMAS discusses with 2 agents, as the training recipes'
-  CPU scale-down does); 8 episodes per entry and policy, 128 new tokens per completion. The
-  protocol (agents, turn horizon, rewards) is each setting's own.
+  (the ``cpu_options`` of its spec: 6 x 6 Sokoban with one box, 6 x 6 path planning, two-term
+  arithmetic for math and MarsRL; MAE and SAGE estimate difficulty from 2 answers, CoMAS
+  discusses with 2 agents, as the training recipes' CPU scale-down does); 8 episodes per entry
+  and policy, 128 new tokens per completion. The protocol (agents, turn horizon, rewards) is
+  each setting's own.
 * ``all`` - the same 14 entries with every setting's default sizes (the papers' protocols), 32
   episodes, 256 new tokens.
 * ``NAMES`` - a comma-separated list of setting ids (``sokoban``: its entries of ``default``)

@@ -102,6 +102,27 @@ def test_run_header_names_every_cpu_scaled_value():
     assert TrainConfig(env="sokoban").resolved(cuda=True).cpu_scale_down() == {}
     user = TrainConfig(env="sokoban", steps=3).resolved(cuda=False)
     assert "steps" not in user.cpu_scale_down()  # a value the user chose is not a scale-down
+    math = TrainConfig(env="math").resolved(cuda=False).cpu_scale_down()
+    assert math["env_config.generators"] == ["basic_arithmetic"]
+    assert math["env_config.generator_options"]["max_terms"] == 2
+
+
+def test_cpu_math_answers_fit_the_cpu_token_budget():
+    """The CPU math instances are sized so that both roles' answers fit max_new_tokens (48) with
+    the embedded model's tokenizer: the oracle's completions of 20 validation problems do."""
+    from adapters.policies.models import load_tokenizer
+
+    cfg = TrainConfig(env="math").resolved(cuda=False)
+    tok = load_tokenizer("smollm2")
+    env = envs.make("math", **cfg.env_config)
+    raw = env.unwrapped
+    longest = 0
+    for seed in range(20):
+        env.reset(seed=seed, options={"split": "val"})
+        assert len(raw.instance.question) < 80, raw.instance.question  # "Calculate 37 * 56."
+        for role in ("reasoner", "tool"):
+            longest = max(longest, len(tok(raw.oracle(role))["input_ids"]))
+    assert longest <= cfg.max_new_tokens == 48
 
 
 def test_recipe_flag_help_and_saved_sources(tmp_path, capsys):
