@@ -213,6 +213,15 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
     return tokenizer
 
 
+def cache_keyword(module: Any) -> str:
+    """The name under which ``module.forward`` takes its KV cache: ``cache`` in transformers
+    releases that renamed it (``past_key_values`` is deprecated there and warns on every call),
+    else ``past_key_values``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
 def _is_embedded(name_or_path: str | None) -> bool:
     return name_or_path is None or str(name_or_path).lower() in EMBEDDED_NAMES
 

@@ -307,7 +307,7 @@ class TransformersPolicy(TokenLevelPolicy):
     ) -> None:
         import torch
 
-        from adapters.policies.models import prepare_tokenizer, resolve_device
+        from adapters.policies.models import cache_keyword, prepare_tokenizer, resolve_device
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -337,6 +337,7 @@ class TransformersPolicy(TokenLevelPolicy):
         self.pad_id = int(self.tokenizer.pad_token_id)
         self._vocab = cfg.get_text_config().vocab_size
         self._keep_kw = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._cache_kw = cache_keyword(model)
         self._torch = torch
         self._prefix_store: PrefixCache | None = None
 
@@ -461,11 +462,11 @@ class TransformersPolicy(TokenLevelPolicy):
 
     def _forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any) -> Any:
         kwargs: dict[str, Any] = {"logits_to_keep": 1} if self._keep_kw else {}
+        kwargs[self._cache_kw] = cache
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=cache,
             use_cache=True,
             **kwargs,
         )

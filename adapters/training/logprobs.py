@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from adapters.policies.models import cache_keyword
 from adapters.policies.transformers_policy import prompt_batch
 from adapters.training.batch import TrainItem, micro_batches
 from adapters.training.config import UpdateConfig
@@ -307,13 +308,15 @@ def _completion_hidden(
     index, attn = batch.index, batch.attn
     cache = DynamicCache(config=model.config)
 
+    cache_kw = cache_keyword(decoder)
+
     def forward(input_ids: Any, attention_mask: Any, position_ids: Any, past: Any) -> Any:
         return decoder(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past,
             use_cache=True,
+            **{cache_kw: past},
         ).last_hidden_state
 
     h_prompt = batch.prefill(forward, cache)[:, -1]
@@ -331,8 +334,8 @@ def _completion_hidden(
         input_ids=cids,
         attention_mask=full_attn,
         position_ids=cpos,
-        past_key_values=cache,
         use_cache=True,
+        **{cache_kw: cache},
     ).last_hidden_state
     h_pred = torch.cat([h_prompt.index_select(0, idx)[:, None], hidden[:, :-1]], dim=1)
     sel = cmask.bool()
