@@ -40,8 +40,30 @@ On the idle machine (2 torch threads), ``--model smollm2 --episodes 8``, both or
 ``--modes batched,chunked``: batched 0.066 episodes/s (121.7 s), chunked 0.063 (126.9 s), 1.04x;
 ``--modes chunked,batched``: chunked 0.062 (128.7 s), batched 0.076 (105.6 s), 1.22x. So on the
 embedded model the gain is small (13-16 s per episode either way): 64 batched episodes still take
-longer than 32 chunked ones, which is why the CPU default stays at 32 validation episodes. Runs
-with 32-64 episodes (where whole-wave batches differ from chunks of 16) are still to be measured.
+longer than 32 chunked ones, which is why the CPU default stays at 32 validation episodes.
+
+Where the time goes (``--phases``: the policy's forward passes timed, prefill = several tokens per
+row, decode = one). Sokoban CPU defaults, embedded model, 2 threads, batched mode:
+
+* 8 episodes (idle machine): 103 s; prefill 66.8 s for 27,466 tokens (411 tokens/s), decode
+  35.5 s for 236 one-token steps;
+* 32 episodes (another evaluation ran beside it for about a minute): 475 s (14.8 s per episode);
+  prefill 372 s for 108,368 tokens (291 tokens/s), decode 97 s.
+
+Prefill dominates (65-78 %), and it runs at the machine's arithmetic limit: a forward pass over
+8 or 32 rows of 430 new tokens after a shared 626-token prefix measures 434-487 tokens/s, about
+95 GFLOP/s for the model's 106 M non-embedding parameters in float32, on two cores with AVX but
+no AVX2 or AVX-512 (so no faster lower-precision path). The tokens are what is left to cut. The
+shared prompt prefix (system message, demonstration, task rules: 626 tokens for the tool, 724 for
+the planner) is already computed once per evaluation; what each row prefills is its own state,
+history and role instructions, 151 tokens at the first wave growing to 631 at the eighth. Reusing
+each episode's own KV cache from its previous prompt would save 18 % of those tokens with the
+embedded model (40 % with the tiny one, whose states never change), because the current state
+comes before the history in the prompts and changes whenever a move is played. So evaluating 64
+validation episodes before and after training in less time than 32 used to take (a 2x speed-up)
+is out of reach on this machine without changing the prompts' layout (history before state, role
+instructions inside the shared prefix), which would change what the model is shown and is left
+for a measured change of its own.
 """
 
 from __future__ import annotations
