@@ -20,6 +20,14 @@ are compared. So one answer never matches both ``42`` and ``0.42`` (math-verify 
 ``42%`` for both). Answers that are not plain numbers (expressions, sets, intervals, equations)
 are compared symbolically by math-verify.
 
+Arithmetic left undone: when the reference is a number, an answer that is arithmetic over number
+literals (``72 - 85``, ``2^{10}``, ``3 \\times 4``; :func:`unevaluated_arithmetic`) is graded
+wrong, with that reason, although math-verify evaluates it to the same value. Otherwise a policy
+can copy the question's expression into the box: a 12-step CPU run on "Calculate 72 - 85."
+problems learned exactly that (``\\boxed{72 - 85}``): 37 of its 39 successes on 64 validation
+problems restated the question. Answers with symbols or functions (``\\sqrt{2}``, ``\\pi/4``) are still compared
+symbolically.
+
 Where answers come from (``source``):
 
 * ``"boxed"``  the last complete ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces allowed);
@@ -75,6 +83,7 @@ __all__ = [
     "extract_program_answer",
     "extract_math_answer",
     "parse_number",
+    "unevaluated_arithmetic",
     "num_eq",
     "grade",
     "grade_many",
@@ -279,6 +288,38 @@ def _strip_wrappers(s: str) -> str:
     return _SPACING.sub("", s).replace("{,}", "").strip()
 
 
+# an arithmetic expression over number literals only: digits, decimal points, signs, operators,
+# brackets, \frac and spacing (after _strip_wrappers)
+_ARITH_TOKEN = re.compile(
+    r"[\d.\s+\-*/^(){}\[\]\u00d7\u00f7\u00b7]|\\(?:[dt]?frac|times|cdot|div|left|right)"
+)
+# a number in scientific notation, 2.5 \times 10^{-6}: a number, not arithmetic left undone
+_SCIENTIFIC = re.compile(
+    r"[+-]?\d+(?:\.\d+)?\s*(?:\\times|\\cdot|[*\u00d7\u00b7])\s*10\s*\^\s*(?:\{\s*[+-]?\d+\s*\}|[+-]?\d)"
+)
+# a binary operator: one that follows an operand (a digit or a closing bracket)
+_BINARY_OP = re.compile(r"[\d)}\]]\s*(?:[+\-*/^\u00d7\u00f7\u00b7]|\\(?:times|cdot|div)\b)")
+
+
+def unevaluated_arithmetic(answer: str) -> bool:
+    r"""Whether ``answer`` is arithmetic over number literals left undone (``72 - 85``,
+    ``2^{10}``, ``3 \times 4 + 1``): numbers joined by at least one binary operator, nothing
+    else. Plain numbers, fractions and negative numbers are not; neither is anything with a
+    symbol, a function or a word in it.
+
+    >>> [unevaluated_arithmetic(a) for a in ("72 - 85", r"2^{10}", r"(3 \times 4) + 1")]
+    [True, True, True]
+    >>> [unevaluated_arithmetic(a) for a in ("-13", r"\frac{3}{4}", "(-2)", r"\sqrt{2}", "x-1")]
+    [False, False, False, False, False]
+    >>> unevaluated_arithmetic(r"2.5 \times 10^{-6}")  # scientific notation is a number
+    False
+    """
+    s = _strip_wrappers(answer)
+    if not s or _ARITH_TOKEN.sub("", s) or _SCIENTIFIC.fullmatch(s):
+        return False
+    return parse_number(s) is None and _BINARY_OP.search(s) is not None
+
+
 def parse_number(text: object) -> Fraction | None:
     r"""Exact value of a plain number, or ``None`` when the text is anything else.
 
@@ -425,6 +466,9 @@ def _prescreen(
             return MathGrade(False, why, shown), pred_ans, gold_ans
     pred_ans, gold_ans, p = _resolve_percent(pred_ans, gold_ans)
     g = parse_number(gold_ans)
+    if p is None and g is not None and unevaluated_arithmetic(pred_ans):
+        why = "an arithmetic expression left unevaluated; the reference is a number: give its value"
+        return MathGrade(False, why, shown), pred_ans, gold_ans
     if p is not None and g is not None:
         ok = num_eq(p, g, delta)
         return (

@@ -119,8 +119,16 @@ def test_num_eq_hand_computed():
     ("pred", "gold", "correct"),
     [
         (r"\boxed{1234568}", "1234567", False),  # fast path
-        (r"\boxed{1234566 + 1}", "1234567", True),  # math-verify path, same rule
-        (r"\boxed{1234567 + 1}", "1234567", False),
+        (r"\boxed{\sqrt{1234567^2}}", "1234567", True),  # math-verify path, same rule
+        (r"\boxed{\sqrt{1234568^2}}", "1234567", False),
+        # arithmetic left undone does not answer a numeric reference (it would let a policy
+        # restate "Calculate 72 - 85." as its answer); scientific notation is a number
+        (r"\boxed{72 - 85}", "-13", False),
+        (r"\boxed{1234566 + 1}", "1234567", False),
+        (r"\boxed{2^{10}}", "1024", False),
+        (r"\boxed{-13}", "-13", True),
+        (r"\boxed{(-13)}", "-13", True),
+        (r"\boxed{2.5 \times 10^{3}}", "2500", True),
         (r"\boxed{\frac{1}{1000000}}", "0.000002", False),
         (r"\boxed{2 \times 10^{-6}}", "0.000002", True),
         # percentages (root cause F): by value when the reference has none, else as numbers
@@ -227,7 +235,11 @@ def test_huge_inputs_are_not_graded_and_not_echoed():
 
 
 def test_exponent_tower_times_out_within_bound(pool):
+    # against a plain number a tower is arithmetic left undone: wrong at once, no sympy
     g, dt = _timed(grade, r"\boxed{9^{9^{9^{9}}}}", "7", timeout_s=1.5, pool=pool)
+    assert not g.correct and "unevaluated" in g.reason and dt < 1
+    # against a symbolic reference it goes to math-verify, under the deadline
+    g, dt = _timed(grade, r"\boxed{9^{9^{9^{9}}}}", r"\sqrt{49}", timeout_s=1.5, pool=pool)
     assert not g.correct
     assert "timed out" in g.reason or "mismatch" in g.reason
     assert dt < 5
@@ -238,7 +250,7 @@ def test_exponent_tower_times_out_within_bound(pool):
 
 def test_worker_restart_is_counted(pool):
     before = pool.restarts
-    g = grade(r"\boxed{2^{10^{11}} - 2^{10^{11}}}", "0", timeout_s=1.0, pool=pool)
+    g = grade(r"\boxed{2^{10^{11}} - 2^{10^{11}}}", r"\sqrt{0}", timeout_s=1.0, pool=pool)
     assert "timed out" in g.reason
     assert pool.restarts == before + 1
 
@@ -316,10 +328,10 @@ def test_timeouts_are_not_cached_as_wrong_answers(pool):
     from verifiers.math_answer import _CACHE
 
     tower = r"\boxed{9^{9^{9^{9^{9}}}}}"
-    first = grade(tower, "3", timeout_s=1.0, pool=pool)
+    first = grade(tower, r"\sqrt{9}", timeout_s=1.0, pool=pool)
     assert first.transient and "timed out" in first.reason
     assert not any(k[0] == "9^{9^{9^{9^{9}}}}" for k in _CACHE)
-    second, dt = _timed(grade, tower, "3", timeout_s=1.0, pool=pool)
+    second, dt = _timed(grade, tower, r"\sqrt{9}", timeout_s=1.0, pool=pool)
     assert second.transient and dt >= 0.9  # graded again, not served from a cache
 
 
