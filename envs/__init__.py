@@ -106,10 +106,11 @@ register(
     team_reward=True,
     award_lookahead=1,  # the reasoner's team reward comes with the tool's agreeing step
     cpu_note=(
-        "team learning on arithmetic that fits 48 tokens: the untrained tool prints the right "
-        "value at most of its steps, but the reasoner copies its demonstration's answer, so the "
-        "team succeeds only once the reasoner states the instance's value (docs/learning.md); "
-        "not multi-step reasoning, whose word problems need hundreds of tokens"
+        "the reward beyond format on arithmetic that fits 48 tokens: the tool's correctness "
+        "(measured: right at 49 of 64 first turns untrained, 63 of 64 after a 12-step run, on "
+        "unseen problems) and the team reward, which needs the reasoner to state the value: "
+        "that run did not teach it (it collapsed onto constant answers; docs/learning.md). "
+        "Not multi-step reasoning, whose word problems need hundreds of tokens"
     ),
     cpu_options=_SMALL_ARITHMETIC,
     cpu_train_options=_cpu_train(

@@ -113,7 +113,7 @@ Job = Literal["solution", "evaluation", "scoring"]
 
 
 # ---------------------------------------------------------------------- question pools
-_POOLS: dict[tuple[str, int, int, str | None], dict[str, tuple[MathProblem, ...]]] = {}
+_POOLS: dict[tuple[str, int, int, str | None, str], dict[str, tuple[MathProblem, ...]]] = {}
 _POOLS_LOCK = threading.Lock()
 
 
