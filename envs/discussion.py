@@ -102,6 +102,7 @@ __all__ = [
     "env",
     "majority_answer",
     "problem_from_dict",
+    "QuestionPoolInstances",
     "question_pool",
     "raw_env",
     "split_problems",
@@ -329,7 +330,31 @@ _SCORE_RULES = (
 )
 
 
-class raw_env(TurnBasedEnv):
+class QuestionPoolInstances:
+    """Instances of a math-question setting: ``self._pool`` (the problems passed to
+    ``envs.make``) or else the question pool its config names (``dataset``, ``dataset_size``,
+    ``dataset_seed``, ``data_path``, ``dataset_options``); a seed picks one problem of a split,
+    and a problem is identified by its question text. Mixed in before :class:`TurnBasedEnv`."""
+
+    _pool: dict[str, tuple[MathProblem, ...]] | None
+    config: Any
+
+    def _sample_instance(self, split: str, seed: int) -> MathProblem:
+        if self._pool is None:
+            cfg = self.config
+            self._pool = question_pool(
+                cfg.dataset, cfg.dataset_size, cfg.dataset_seed, cfg.data_path, cfg.dataset_options
+            )
+        items = self._pool[split]
+        if not items:
+            raise ValueError(f"the question pool has no {split} problems; give more problems")
+        return items[int(np.random.default_rng(seed).integers(len(items)))]
+
+    def _instance_key(self, instance: MathProblem) -> str:
+        return canonical_text(instance.question)
+
+
+class raw_env(QuestionPoolInstances, TurnBasedEnv):
     """The CoMAS discussion (see the module docstring)."""
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -362,20 +387,6 @@ class raw_env(TurnBasedEnv):
         self._rng = np.random.default_rng(0)
 
     # ------------------------------------------------------------------ instances
-    def _sample_instance(self, split: str, seed: int) -> MathProblem:
-        if self._pool is None:
-            cfg = self.config
-            self._pool = question_pool(
-                cfg.dataset, cfg.dataset_size, cfg.dataset_seed, cfg.data_path, cfg.dataset_options
-            )
-        items = self._pool[split]
-        if not items:
-            raise ValueError(f"the question pool has no {split} problems; give more problems")
-        return items[int(np.random.default_rng(seed).integers(len(items)))]
-
-    def _instance_key(self, instance: MathProblem) -> str:
-        return canonical_text(instance.question)
-
     def _instance_from_dict(self, data: Any) -> MathProblem:
         return problem_from_dict(data)
 

@@ -81,14 +81,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-import numpy as np
-
 from envs.core.base import TurnBasedEnv, wrap
 from envs.core.config import EnvConfig, RewardConfig
 from envs.core.rewards import RewardParts
 from envs.data.records import MathProblem
-from envs.data.splits import canonical_text
-from envs.discussion import problem_from_dict, question_pool, split_problems
+from envs.discussion import QuestionPoolInstances, problem_from_dict, split_problems
 from verifiers.extract import clip_text
 from verifiers.math_answer import extract_boxed, grade
 
@@ -293,7 +290,7 @@ class _Report:
 _VERDICT_FORMAT = "Verdict: correct\nor\nVerdict: incorrect"
 
 
-class raw_env(TurnBasedEnv):
+class raw_env(QuestionPoolInstances, TurnBasedEnv):
     """The MarsRL solver-verifier-corrector loop (see the module docstring)."""
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -328,20 +325,6 @@ class raw_env(TurnBasedEnv):
         self._last_info: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ instances
-    def _sample_instance(self, split: str, seed: int) -> MathProblem:
-        if self._pool is None:
-            cfg = self.config
-            self._pool = question_pool(
-                cfg.dataset, cfg.dataset_size, cfg.dataset_seed, cfg.data_path, cfg.dataset_options
-            )
-        items = self._pool[split]
-        if not items:
-            raise ValueError(f"the question pool has no {split} problems; give more problems")
-        return items[int(np.random.default_rng(seed).integers(len(items)))]
-
-    def _instance_key(self, instance: MathProblem) -> str:
-        return canonical_text(instance.question)
-
     def _instance_from_dict(self, data: Any) -> MathProblem:
         return problem_from_dict(data, require_answer=True)
 
