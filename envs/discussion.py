@@ -63,8 +63,8 @@ Instances: reasoning-gym math by default (``dataset="gsm_symbolic"``, ``dataset_
 generated offline with seed ``dataset_seed`` and the generator's ``dataset_options``, e.g.
 ``dataset="basic_arithmetic", dataset_options={"max_terms": 2, "max_digits": 2}``), or a math set
 of :data:`envs.data.DATASETS` (``dataset="math_l45"``, CoMAS 4.1's MATH levels 4-5) read from
-``data_path`` (its released file; without it the hub cache); split by a hash of the question text; or any
-``problems=[MathProblem | dict, ...]`` passed to ``envs.make``; or
+``data_path`` (its released file; without it the hub cache); split by a hash of the question
+text; or any ``problems=[MathProblem | dict, ...]`` passed to ``envs.make``; or
 ``reset(options={"instance": {"question": ..., "answer": ...}})`` (``answer`` optional: without it
 the discussion runs the same and only accuracy is not reported).
 
