@@ -2,6 +2,8 @@
 
     python benchmarks/learning.py --budget-min 60                 # the three grid settings
     python benchmarks/learning.py --budget-min 20 --envs plan_path --episodes 32
+    python benchmarks/learning.py --device cuda --envs sokoban --methods shared \
+        --set instances_per_step=32 --set max_new_tokens=128      # paper-sized levels on a GPU
 
 For Sokoban, Plan-Path and Sudoku (the settings' default CPU recipes: instances shrunk for CPU,
 the paper's protocol and rewards) it evaluates, on the same validation instances:
@@ -27,7 +29,16 @@ spent, at least one step); evaluations are not counted. Every trained run is eva
 validation points, with MAS, single agent, no-op and demo-answer lines. Both trained rows start
 from the MAS row's numbers: a fresh LoRA adapter (B = 0) leaves the frozen model's greedy answers
 unchanged, so their step-0 evaluation is not run again. Everything (tables, curves, the raw
-reports with replayable episode records) goes to ``--out``.
+reports with replayable episode records) goes to ``--out``; the table and raw reports are
+rewritten after each setting, so a run stopped early keeps the settings it finished.
+
+``--device cuda`` resolves the recipes' CUDA values (the paper's instance sizes and protocol,
+full fine-tuning at the paper's learning rate, no demonstration); ``--set KEY=VALUE`` changes a
+TrainConfig value for every run of the benchmark (e.g. the CPU recipe's demonstration and LoRA
+step on a GPU: ``--set demos=1 --set lora_rank=8 --set lr=1e-3``), and ``--methods`` picks the
+rows to run besides MAS (prompt-only) and the references. The one GPU run so far (an H200,
+paper-sized Sokoban, 32 instances per step, two steps in its five minutes) and what it showed
+(the demonstration's answer learned, no task learning) are in ``docs/learning.md``.
 
 The table below predates the task measures: it reports the shaped mean reward only, and a policy
 that copies the demonstration's answer reproduces its gains (with team reward and success
@@ -112,6 +123,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--model", default="smollm2")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu (the settings' CPU recipes: shrunk instances) | cuda | cuda:N (the recipes' "
+        "CUDA values: the paper's instance sizes and protocol)",
+    )
+    p.add_argument(
+        "--methods",
+        default="single,shared,per_role",
+        help="comma-separated rows to run besides MAS (prompt-only) and the references: "
+        "single, shared, per_role",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a TrainConfig value for every run (repeatable), e.g. --set max_new_tokens=256 "
+        "--set instances_per_step=32; the table's header lists them",
+    )
     p.add_argument("--out", default="runs/learning-benchmark")
     return p
 
@@ -142,10 +174,19 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
     """The four rows of one setting: reports and learning curves."""
     from adapters.evaluation.references import evaluate_references
     from adapters.training.config import TrainConfig
+    from adapters.training.flags import parse_key_values
     from adapters.training.trainer import Trainer
 
+    overrides = parse_key_values(args.overrides, "--set")
+    methods = {m.strip() for m in args.methods.split(",") if m.strip()}
+    unknown = methods - {"single", "shared", "per_role"}
+    if unknown:
+        raise SystemExit(f"--methods: unknown rows {sorted(unknown)} (single, shared, per_role)")
     result: dict[str, Any] = {"reports": {}, "curves": {}, "steps": {}, "train_s": {}}
-    for row, recipe in (("shared", None), ("per_role", "at-grpo-per-role")):
+    runs = [r for r in (("shared", None), ("per_role", "at-grpo-per-role")) if r[0] in methods]
+    if "shared" not in methods:  # the untrained rows are evaluated by a trainer of their own
+        runs.insert(0, ("first", None))
+    for row, recipe in runs:
         cfg = TrainConfig(
             env=env_id,
             recipe=recipe,
@@ -154,16 +195,18 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
             eval_episodes=args.episodes,
             seed=args.seed,
             threads=args.threads,
-            device="cpu",
+            device=args.device,
             progress=False,
             plot_every=0,
             save_final=False,
             save_every=10_000,
             output_dir=str(out / f"{env_id}-{row}"),
+            **overrides,
         )
         trainer = Trainer(cfg, log=lambda s: None)
         env_config = dict(trainer.env_config)
-        if row == "shared":  # the two untrained rows use the same frozen model and prompts
+        if row in ("shared", "first"):  # the untrained rows use the same frozen model and prompts
+            t_eval = time.perf_counter()
             result["reports"]["mas"] = _evaluate(trainer, env_config, "mas")
             refs = evaluate_references(
                 env_id,
@@ -176,15 +219,24 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
                 max_new_tokens=trainer.cfg.max_new_tokens or 256,
             )
             result["reports"].update({f"ref:{k}": r for k, r in refs.items()})
-            single_cfg = {**env_config, "mode": "single"}
-            single = Trainer(
-                cfg.replace(
-                    env_config=single_cfg, output_dir=str(out / f"{env_id}-single"), steps=0
-                ),
-                log=lambda s: None,
+            print(
+                f"  {env_id}: MAS (prompt-only) and references evaluated in "
+                f"{time.perf_counter() - t_eval:.0f} s",
+                flush=True,
             )
-            result["reports"]["single"] = _evaluate(single, single_cfg, "single")
-            single.close()
+            if "single" in methods:
+                single_cfg = {**env_config, "mode": "single"}
+                single = Trainer(
+                    cfg.replace(
+                        env_config=single_cfg, output_dir=str(out / f"{env_id}-single"), steps=0
+                    ),
+                    log=lambda s: None,
+                )
+                result["reports"]["single"] = _evaluate(single, single_cfg, "single")
+                single.close()
+            if row == "first":
+                trainer.close()
+                continue
         # step 0 of both trained rows: fresh LoRA adapters (B = 0) leave the greedy answers as is
         before = result["reports"]["mas"]
         curve = [_point(0, before)]
@@ -197,7 +249,9 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
             if args.eval_every and trainer.step % args.eval_every == 0:
                 rep = _evaluate(trainer, env_config, f"step{trainer.step}")
                 curve.append(_point(trainer.step, rep))
+        t_eval = time.perf_counter()
         after = _evaluate(trainer, env_config, "after")
+        eval_s = time.perf_counter() - t_eval
         if curve[-1][0] != trainer.step:
             curve.append(_point(trainer.step, after))
         result["reports"][row] = after
@@ -206,7 +260,7 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
         result["train_s"][row] = train_s
         print(
             f"  {env_id} {row}: {trainer.step} steps in {train_s:.0f} s of training "
-            f"({time.perf_counter() - t0:.0f} s with curve evaluations)",
+            f"({time.perf_counter() - t0:.0f} s with evaluations; the last one {eval_s:.0f} s)",
             flush=True,
         )
         trainer.close()
@@ -251,6 +305,8 @@ def table(results: dict[str, dict]) -> str:
             + "), 95% interval; * excludes zero:"
         )
         for key, label in TRAINED:
+            if key not in reps:
+                continue
             for other, other_label in [("mas", "MAS (prompt-only)"), *REFERENCES]:
                 if other not in reps or other == "ref:oracle":
                     continue
@@ -299,30 +355,34 @@ def main(argv: list[str] | None = None) -> int:
     envs_ = [e.strip() for e in args.envs.split(",") if e.strip()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    share_s = args.budget_min * 60.0 / (2 * len(envs_))
+    trained = [m for m in ("shared", "per_role") if m in args.methods.split(",")]
+    share_s = args.budget_min * 60.0 / max(1, len(trained) * len(envs_))
     print(
         f"learning benchmark: {envs_}, {args.episodes} validation instances, "
         f"{args.budget_min:g} min of training in all ({share_s / 60:.1f} min per trained run), "
-        f"model {args.model}, {args.threads} torch threads",
+        f"model {args.model} on {args.device}, {args.threads} torch threads"
+        + (f", overrides {' '.join(args.overrides)}" if args.overrides else ""),
         flush=True,
     )
     t0 = time.perf_counter()
-    results = {e: run_setting(e, args, share_s, out) for e in envs_}
-    text = table(results)
+    results: dict[str, dict] = {}
+    for e in envs_:  # the table and raw reports are rewritten after each setting
+        results[e] = run_setting(e, args, share_s, out)
+        text = table(results)
+        (out / "table.txt").write_text(text + "\n")
+        raw = {
+            e: {
+                "reports": {k: v.to_dict() for k, v in r["reports"].items()},
+                "curves": r["curves"],
+                "steps": r["steps"],
+                "train_s": r["train_s"],
+            }
+            for e, r in results.items()
+        }
+        (out / "results.json").write_text(json.dumps(raw, indent=2))
     print()
     print(text)
-    (out / "table.txt").write_text(text + "\n")
     plot(results, out / "learning_curves.png")
-    raw = {
-        e: {
-            "reports": {k: v.to_dict() for k, v in r["reports"].items()},
-            "curves": r["curves"],
-            "steps": r["steps"],
-            "train_s": r["train_s"],
-        }
-        for e, r in results.items()
-    }
-    (out / "results.json").write_text(json.dumps(raw, indent=2))
     print(f"\nwall time {time.perf_counter() - t0:.0f} s; table, curves and reports in {out}")
     return 0
 
