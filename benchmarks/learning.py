@@ -40,31 +40,36 @@ rows to run besides MAS (prompt-only) and the references. The one GPU run so far
 paper-sized Sokoban, 32 instances per step, two steps in its five minutes) and what it showed
 (the demonstration's answer learned, no task learning) are in ``docs/learning.md``.
 
-The table below predates the task measures: it reports the shaped mean reward only, and a policy
-that copies the demonstration's answer reproduces its gains (with team reward and success
-unchanged), so it does not show task learning. Regenerate it with this script; the task-measure
-runs made since, and what they show, are in ``docs/learning.md``.
+Measured on a 2-core CPU machine (``--budget-min 60 --max-steps 6 --episodes 16 --eval-every 0
+--threads 2``, 113 min wall; steps run: Sokoban 6 shared / 2 per-role, the per-role run slowed
+by other jobs on the cores; Plan-Path 6 / 6; Sudoku 5 / 6), 16 validation instances, mean with
+its 95% interval; success is 0.000 on every row but the oracle's:
 
-Measured on a 2-core CPU machine, otherwise idle (``--budget-min 60 --max-steps 6 --episodes 16
---eval-every 0 --threads 2``, 100 min wall; Sudoku's runs stopped at 5 steps when their 10 minutes
-were spent), validation mean reward and the paired difference against MAS (prompt-only):
+=============================  =================  =================  =================
+method                         sokoban            plan_path          sudoku (4x4)
+                               boxes on goals     distance closed    cells solved
+                               / shaped reward    / shaped reward    / shaped reward
+=============================  =================  =================  =================
+single agent                   0.062 / 0.355      0.096 / 0.112      0.200 / 0.049
+MAS (prompt-only)              0.062 / 0.322      0.096 / 0.145      0.225 / 0.048
+MAS + AT-GRPO (shared)         0.062 / 0.397      0.096 / 0.196      0.225 / 0.167
+MAS + AT-GRPO (per-role)       0.062 / 0.397      0.096 / 0.196      0.200 / 0.177
+no-op                          0.000 / 0.000      0.000 / 0.000      0.000 / 0.000
+constant: the demo's answer    0.062 / 0.397      0.096 / 0.196      0.225 / 0.164
+oracle                         1.000 / 1.000      1.000 / 1.000      1.000 / 0.978
+=============================  =================  =================  =================
 
-=========================  ==========================  ==========================  ==========================
-method                     sokoban                     plan_path                   sudoku (4x4)
-=========================  ==========================  ==========================  ==========================
-single agent               0.355                       0.112                       0.049
-MAS (prompt-only)          0.322                       0.145                       0.048
-MAS + AT-GRPO (shared)     0.397 (+0.075 [.061,.090])  0.196 (+0.052 [.039,.064])  0.167 (+0.120 [.105,.134])
-MAS + AT-GRPO (per-role)   0.397 (+0.075 [.061,.090])  0.196 (+0.052 [.039,.064])  0.177 (+0.130 [.104,.155])
-=========================  ==========================  ==========================  ==========================
-
-Success stays 0 at this scale; the gain is the tool agent's (its greedy answers at later turns).
-The two trained rows trained differently (different training rewards from step 2) but their
-greedy validation answers for Sokoban and Plan-Path came out the same.
+Team reward is 0.062 (Sokoban, = boxes on goals) or 0 on every model row. On the task's
+measures every trained row equals MAS (prompt-only) and the demonstration's answer (paired
+differences +0.000 [+0.000, +0.000], per-role Sudoku -0.025 [-0.078, +0.028] cells); above the
+no-op only where the demonstration's answer is (Sudoku's cells, +0.225 [+0.162, +0.288]). The
+shaped reward rises by the amount a team that repeats the demonstration's answer earns: no task
+learning, the same conclusion as ``docs/learning.md``.
 
 The default training command alone (``python -m adapters.train --env ENV``: 6 steps, 32
-validation episodes before and after), measured on the same machine with 1 torch thread while a
-second run shared the cores:
+validation episodes before and after), measured earlier on the same machine with 1 torch thread
+while a second run shared the cores, on the shaped reward only (a policy that repeats the
+demonstration's answer reproduces these after-training numbers):
 
 ============  ==============  ===========================================  ===========================
 setting       training wall   validation mean reward (paired difference)   tool reward per step
@@ -74,10 +79,10 @@ plan_path     881 s           0.147 -> 0.196 (+0.049 [+0.042, +0.056])     0.181
 sudoku (4x4)  1577 s (*)      0.048 -> 0.165 (+0.118 [+0.108, +0.127])     0.015 -> 0.251
 ============  ==============  ===========================================  ===========================
 
-(*) while two more jobs shared the cores. Each evaluation of 32 episodes took 12-25 minutes. On
-the otherwise idle machine with 2 threads (the table above) one training step took 71 s
-(Sokoban), 69 s (Plan-Path) and 131 s (Sudoku). The gain is the tool's: its greedy programs earn
-the format and potential terms on more steps; the planner's reward stays where it was and no
+(*) while two more jobs shared the cores. Each evaluation of 32 episodes took 12-25 minutes. In
+the first table's runs (2 threads) a shared-policy training step took 80 s (Sokoban), 75 s
+(Plan-Path) and 137 s (Sudoku) on average. The gain is the tool's: its greedy programs earn the
+format and potential terms on more steps; the planner's reward stays where it was and no
 instance is solved.
 """
 
