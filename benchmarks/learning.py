@@ -179,14 +179,9 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
     """The four rows of one setting: reports and learning curves."""
     from adapters.evaluation.references import evaluate_references
     from adapters.training.config import TrainConfig
-    from adapters.training.flags import parse_key_values
     from adapters.training.trainer import Trainer
 
-    overrides = parse_key_values(args.overrides, "--set")
-    methods = {m.strip() for m in args.methods.split(",") if m.strip()}
-    unknown = methods - {"single", "shared", "per_role"}
-    if unknown:
-        raise SystemExit(f"--methods: unknown rows {sorted(unknown)} (single, shared, per_role)")
+    methods, overrides = args.methods, args.overrides  # parsed once by main()
     result: dict[str, Any] = {"reports": {}, "curves": {}, "steps": {}, "train_s": {}}
     runs = [r for r in (("shared", None), ("per_role", "at-grpo-per-role")) if r[0] in methods]
     if "shared" not in methods:  # the untrained rows are evaluated by a trainer of their own
@@ -354,19 +349,27 @@ def plot(results: dict[str, dict], png: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from adapters.training.flags import parse_key_values
+
+    args.methods = {m.strip() for m in args.methods.split(",") if m.strip()}
+    unknown = args.methods - {"single", "shared", "per_role"}
+    if unknown:
+        raise SystemExit(f"--methods: unknown rows {sorted(unknown)} (single, shared, per_role)")
+    set_text = " ".join(args.overrides)
+    args.overrides = parse_key_values(args.overrides, "--set")
     import torch
 
     torch.set_num_threads(args.threads)
     envs_ = [e.strip() for e in args.envs.split(",") if e.strip()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    trained = [m for m in ("shared", "per_role") if m in args.methods.split(",")]
+    trained = args.methods & {"shared", "per_role"}
     share_s = args.budget_min * 60.0 / max(1, len(trained) * len(envs_))
     print(
         f"learning benchmark: {envs_}, {args.episodes} validation instances, "
         f"{args.budget_min:g} min of training in all ({share_s / 60:.1f} min per trained run), "
         f"model {args.model} on {args.device}, {args.threads} torch threads"
-        + (f", overrides {' '.join(args.overrides)}" if args.overrides else ""),
+        + (f", overrides {set_text}" if set_text else ""),
         flush=True,
     )
     t0 = time.perf_counter()
