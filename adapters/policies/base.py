@@ -167,8 +167,9 @@ class Completion:
 class PartialCompletion:
     """A completion being decoded in segments (see the module docstring).
 
-    ``finish_reason`` is ``None`` while the completion may go on; ``sampler_state`` is the
-    backend's random-stream state after the last token (``None`` before the first segment);
+    ``finish_reason`` is ``None`` while the completion may go on; ``sampler_state`` is whatever
+    the backend must carry between segments (vLLM: the last stop reason; the transformers
+    backend needs none: its random streams are indexed by token position);
     ``versions`` holds, per segment, ``(first token index, policy version)`` as the driver
     recorded it, so a trainer can see which policy wrote which tokens.
     """

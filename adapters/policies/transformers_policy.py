@@ -11,13 +11,15 @@ exactly what a trainer needs:
   float32 they agree to about 1e-5.
 * **Per-sample seeds.** Each (prompt index, sample index) pair gets its own random stream derived
   from ``SamplingParams.seed`` (or from the prompt's own seed, ``SamplingParams.prompt_seeds``;
-  :meth:`~adapters.policies.base.SamplingParams.row_seeds`); tokens are drawn with the Gumbel-max
-  trick from that stream (one Gumbel draw per vocabulary entry and step, :func:`sample_next`).
-  The same seed and inputs therefore give the same completions, and a completion does not depend
-  on which other prompts share its batch, nor on which rank draws it (floating-point differences
-  between batch shapes change a token only when two scores tie to about 1e-6). With
-  ``seed=None`` the streams are seeded from torch's global generator, so ``torch.manual_seed``
-  still makes runs repeatable.
+  :meth:`~adapters.policies.base.SamplingParams.row_seeds`); a row's t-th token is drawn by
+  inverse CDF at the t-th uniform of its stream (:func:`uniform_draws`, :func:`sample_next`):
+  one random number per row and step, where a Gumbel-max draw needs one per vocabulary entry
+  (measured: that draw cost as much as the forward pass of a 135M model on a CPU). The same seed
+  and inputs therefore give the same completions, and a completion does not depend on which
+  other prompts share its batch, nor on which rank or device draws it (floating-point
+  differences between batch shapes move a token only when the draw lies within about 1e-6 of a
+  boundary of the cumulative distribution). With ``seed=None`` the streams are seeded from
+  torch's global generator, so ``torch.manual_seed`` still makes runs repeatable.
 * **Left padding with explicit position ids** (cumulative sum of the attention mask), so a padded
   row computes the same thing as the unpadded sequence. Each distinct prompt is prefilled once
   for all ``n`` samples, and the tokens all prompts of a batch start with (system message,
@@ -27,7 +29,7 @@ exactly what a trainer needs:
   compacted), so one long completion does not make the others pay for padding steps.
 * **Segments.** :meth:`TransformersPolicy.extend` continues partial completions (segment
   rollouts): prompt and generated prefix are prefilled from their token ids and each row's
-  random stream resumes from its saved generator state, so a completion decoded in segments has
+  random stream is read on from the prefix's length, so a completion decoded in segments has
   the tokens of the unsegmented decode (log-probs agree to float rounding: the prefix goes
   through one prefill instead of token-by-token steps).
 
@@ -223,37 +225,58 @@ def prompt_batch(
     )
 
 
-def gumbel_noise(generators: Sequence[Any], vocab: int, device: Any) -> Any:
-    """(rows, vocab) standard Gumbel draws, row ``i`` from ``generators[i]`` (float64: the
-    largest draw is about 36.7, so the tail that decides a near-uniform choice is not cut)."""
-    import torch
-
-    u = torch.stack(
-        [torch.rand(vocab, generator=g, dtype=torch.float64, device=g.device) for g in generators]
-    ).to(device)
-    return -torch.log(-torch.log(u))  # u = 0 gives -inf: that token is not chosen
+_GOLDEN = 0x9E3779B97F4A7C15
 
 
-def sample_next(logits: Any, noise: Any, params: SamplingParams) -> tuple[Any, Any]:
+def _splitmix64(x: Any) -> Any:
+    """SplitMix64's output function on a uint64 array (wrapping arithmetic)."""
+    import numpy as np
+
+    x = x + np.uint64(_GOLDEN)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def uniform_draws(seeds: Sequence[int], positions: Sequence[int]) -> Any:
+    """One uniform draw in [0, 1) per row: draw number ``positions[i]`` of the stream keyed by
+    ``seeds[i]`` (float64 numpy array).
+
+    A stream is SplitMix64 started from a state derived from the seed, read at an index, so a
+    row's draw for its t-th token depends on its seed and t only: not on the other rows, the
+    device, or whether the completion was decoded in one call or in segments (no generator
+    state to carry).
+
+    >>> a = uniform_draws([7, 7, 8], [0, 1, 0])
+    >>> bool(((a >= 0) & (a < 1)).all()), len(set(a.tolist()))
+    (True, 3)
+    >>> float(uniform_draws([7], [1])[0]) == float(a[1])
+    True
+    """
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        key = _splitmix64(np.asarray(seeds, dtype=np.uint64))
+        x = _splitmix64(key + np.asarray(positions, dtype=np.uint64) * np.uint64(_GOLDEN))
+    return (x >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def sample_next(logits: Any, u: Any, params: SamplingParams) -> tuple[Any, Any]:
     """Choose one token per row and return ``(tokens, logprobs)``.
 
-    ``logits``: (rows, vocab) float32; ``noise``: (rows, vocab) standard Gumbel draws
-    (:func:`gumbel_noise`). The token is ``argmax(log p + noise)`` over the tokens top-k / top-p
-    keep (the Gumbel-max trick: an exact draw from the truncated, renormalised distribution). A
-    draw depends on the logits only through which score is largest, so float-level differences
-    between batch layouts (padding, shared prefixes, ranks) almost never change the token; the
-    inverse-CDF draw it replaces moved to a neighbouring token whenever the cumulative sum
-    shifted by one token's probability, which for a flat distribution over 50k tokens is about
-    float32 rounding. The returned log-probs are ``log_softmax(logits / T)`` at the chosen
-    tokens, with ``T = 1`` when greedy.
+    ``logits``: (rows, vocab) float32; ``u``: (rows,) uniform draws in [0, 1)
+    (:func:`uniform_draws`), ignored when greedy. The token is the inverse-CDF draw at ``u``
+    from ``softmax(logits / T)`` restricted to the tokens top-k / top-p keep (renormalised): one
+    random number per row and step, computed in the logits' dtype on their device. The returned
+    log-probs are ``log_softmax(logits / T)`` at the chosen tokens (untruncated), with ``T = 1``
+    when greedy. A zero-probability token is never drawn.
 
     >>> import torch
-    >>> noise = torch.zeros(1, 3, dtype=torch.float64)
-    >>> sample_next(torch.tensor([[0.0, 2.0, 1.0]]), noise, SamplingParams(temperature=1.0))[0]
-    tensor([1])
-    >>> noise[0, 2] = 5.0  # the noise can lift a less likely token
-    >>> sample_next(torch.tensor([[0.0, 2.0, 1.0]]), noise, SamplingParams(temperature=1.0))[0]
-    tensor([2])
+    >>> logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
+    >>> [sample_next(logits, torch.tensor([x]), SamplingParams())[0].item() for x in (0.1, 0.6, 0.9)]
+    [0, 1, 2]
+    >>> sample_next(logits, torch.tensor([0.9]), SamplingParams(top_k=2))[0].item()
+    1
     """
     import torch
 
@@ -262,20 +285,25 @@ def sample_next(logits: Any, noise: Any, params: SamplingParams) -> tuple[Any, A
         tokens = logits.argmax(dim=-1)
         return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
     logp = torch.log_softmax(logits / params.temperature, dim=-1)
-    scores = logp.to(noise.dtype) + noise
-    top_k = params.top_k if params.top_k > 0 else 0
-    if (top_k and top_k < logp.shape[-1]) or params.top_p < 1.0:
-        if top_k and top_k < logp.shape[-1]:
+    top_k = params.top_k if 0 < params.top_k < logp.shape[-1] else 0
+    cand_idx = None
+    if top_k or params.top_p < 1.0:
+        if top_k:
             cand_lp, cand_idx = logp.topk(top_k, dim=-1)  # sorted, descending
         else:
             cand_lp, cand_idx = logp.sort(dim=-1, descending=True)
-        keep = torch.ones_like(cand_lp, dtype=torch.bool)
+        probs = cand_lp.exp()
         if params.top_p < 1.0:
-            probs = cand_lp.exp()
             keep = (probs.cumsum(-1) - probs) < params.top_p  # the first token is always kept
-        mask = torch.zeros_like(logp, dtype=torch.bool).scatter_(-1, cand_idx, keep)
-        scores = scores.masked_fill(~mask, float("-inf"))
-    tokens = scores.argmax(dim=-1)
+            probs = probs * keep
+    else:
+        probs = logp.exp()
+    cdf = probs.cumsum(-1)
+    total = cdf[:, -1:]
+    target = u.to(device=cdf.device, dtype=cdf.dtype)[:, None] * total
+    target = torch.minimum(target, torch.nextafter(total, torch.zeros_like(total)))
+    pick = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[-1] - 1)
+    tokens = (cand_idx.gather(-1, pick) if cand_idx is not None else pick).squeeze(-1)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
@@ -405,7 +433,7 @@ class TransformersPolicy(TokenLevelPolicy):
             outs = self._decode_chunk(
                 [encoded[rows[r][0]] for r in chunk], [seeds[r] for r in chunk], params
             )
-            for r, (tokens, logprobs, finish, _) in zip(chunk, outs):
+            for r, (tokens, logprobs, finish) in zip(chunk, outs):
                 assert finish is not None  # no budget: every row ends
                 results[r] = self._finish(encoded[rows[r][0]], tokens, logprobs, finish, params)
         return [[results[p * params.n + s] for s in range(params.n)] for p in range(len(encoded))]  # type: ignore[misc]
@@ -430,8 +458,9 @@ class TransformersPolicy(TokenLevelPolicy):
         self, partials: Sequence[PartialCompletion], params: SamplingParams, max_tokens: int
     ) -> list[PartialCompletion]:
         """Decode up to ``max_tokens`` more tokens for every unfinished partial. The prompt and
-        the tokens already generated are prefilled as they are and the sampler's random stream
-        resumes from its saved state, so the tokens are those an unsegmented call draws."""
+        the tokens already generated are prefilled as they are and each row's random stream is
+        read on from the prefix's length (:func:`uniform_draws`), so the tokens are those an
+        unsegmented call draws; the transformers backend keeps no ``sampler_state``."""
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         out = [replace(p) for p in partials]
@@ -446,14 +475,12 @@ class TransformersPolicy(TokenLevelPolicy):
                 [p.seed for p in chunk],
                 params,
                 prefixes=[p.token_ids for p in chunk],
-                states=[p.sampler_state for p in chunk],
                 budget=max_tokens,
             )
-            for p, (tokens, logprobs, finish, state) in zip(chunk, rows):
+            for p, (tokens, logprobs, finish) in zip(chunk, rows):
                 p.token_ids = p.token_ids + tokens
                 p.logprobs = p.logprobs + logprobs
                 p.finish_reason = finish  # type: ignore[assignment]
-                p.sampler_state = state
         return out
 
     def finish_partial(self, partial: PartialCompletion, params: SamplingParams) -> Completion:
@@ -478,14 +505,14 @@ class TransformersPolicy(TokenLevelPolicy):
         seeds: list[int],
         params: SamplingParams,
         prefixes: list[list[int]] | None = None,
-        states: list[Any] | None = None,
         budget: int | Sequence[int] | None = None,
-    ) -> list[tuple[list[int], list[float], str | None, Any]]:
+    ) -> list[tuple[list[int], list[float], str | None]]:
         """Decode one chunk of rows; identical prompts are prefilled once.
 
-        Returns ``(new tokens, their log-probs, finish reason, sampler state)`` per row. With
-        ``prefixes`` (tokens already generated) the rows resume after them: the prompt and the
-        prefix are prefilled together, the random streams resume from ``states``, and at most
+        Returns ``(new tokens, their log-probs, finish reason)`` per row. With ``prefixes``
+        (tokens already generated) the rows resume after them: the prompt and the prefix are
+        prefilled together, each row's random stream is read on from the prefix's length, and at
+        most
         ``budget`` new tokens (one for all rows, or one per row) are decoded; a row that stops at
         its budget before ``params.max_new_tokens`` tokens has finish reason ``None``
         (unfinished)."""
@@ -510,13 +537,7 @@ class TransformersPolicy(TokenLevelPolicy):
             "length" if len(d) + lim >= params.max_new_tokens else None
             for d, lim in zip(done, limits)
         ]
-        # one random stream per row (its seed): the same row draws the same noise whatever
-        # else shares the chunk; on the model's device, so the (rows x vocab) draws of a
-        # step never cross the bus (a CUDA stream differs from the CPU one of the same seed)
-        gens = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
-        for g, state in zip(gens, states or []):
-            if state is not None:
-                g.set_state(state)
+        stop_mask = self._stop_candidates(params.stop) if params.stop else None
         active = [r for r in range(len(prompts)) if limits[r] > 0]
         with torch.inference_mode():
             if self._prefix_store is not None:
@@ -533,21 +554,27 @@ class TransformersPolicy(TokenLevelPolicy):
                 cache.reorder_cache(kidx)
                 attn, next_pos = attn.index_select(0, kidx), next_pos.index_select(0, kidx)
                 logits = logits.index_select(0, kidx)
-            vocab = int(logits.shape[-1])
             while active:
-                noise = (
+                # row r's draw for its t-th token is draw t of the stream of its seed
+                u = (
                     None
                     if params.greedy
-                    else gumbel_noise([gens[r] for r in active], vocab, logits.device)
+                    else torch.from_numpy(
+                        uniform_draws(
+                            [seeds[r] for r in active], [len(tokens_out[r]) for r in active]
+                        )
+                    )
                 )
-                tokens, lps = sample_next(logits, noise, params)
+                tokens, lps = sample_next(logits, u, params)
                 tok_list, lp_list = tokens.tolist(), lps.tolist()
+                maybe_stop = stop_mask[tokens.cpu()].tolist() if stop_mask is not None else None
                 keep: list[int] = []
                 for j, r in enumerate(active):
                     tokens_out[r].append(tok_list[j])
                     lps_out[r].append(lp_list[j])
                     ended = tok_list[j] in self.eos_ids or (
-                        bool(params.stop)
+                        maybe_stop is not None
+                        and maybe_stop[j]
                         and self._hit_stop(tokens_out[r], params.stop, stop_window)
                     )
                     if ended:
@@ -565,16 +592,24 @@ class TransformersPolicy(TokenLevelPolicy):
                 attn = torch.cat([attn, attn.new_ones((len(active), 1))], dim=1)
                 logits = self._forward(tokens[:, None], attn, next_pos[:, None], cache)
                 next_pos = next_pos + 1
-        keep_state = prefixes is not None and not params.greedy
-        return [
-            (
-                tokens_out[r][len(done[r]) :],
-                lps_out[r],
-                finish[r],
-                gens[r].get_state() if keep_state else None,
-            )
-            for r in range(len(prompts))
-        ]
+        return [(tokens_out[r][len(done[r]) :], lps_out[r], finish[r]) for r in range(len(prompts))]
+
+    def _stop_candidates(self, stop: tuple[str, ...]) -> Any:
+        """(vocab,) bool: the tokens whose text could complete a stop string (it holds a stop
+        string's last character, or is a partial UTF-8 byte). Only rows that just drew one of
+        them decode their tail; cached per stop tuple."""
+        cache = self.__dict__.setdefault("_stop_cache", {})
+        if stop not in cache:
+            torch = self._torch
+            ends = {s[-1] for s in stop}
+            vocab = len(self.tokenizer)
+            texts = self.tokenizer.batch_decode([[i] for i in range(vocab)])
+            mask = torch.zeros(max(vocab, self._vocab), dtype=torch.bool)
+            for i, t in enumerate(texts):
+                if "\ufffd" in t or any(c in t for c in ends):
+                    mask[i] = True
+            cache[stop] = mask
+        return cache[stop]
 
     def _hit_stop(self, tokens: list[int], stop: Sequence[str], window: int) -> bool:
         tail = self.tokenizer.decode(tokens[-window:], skip_special_tokens=False)

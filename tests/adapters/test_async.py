@@ -266,8 +266,7 @@ def _in_flight(tr):
     pipe = tr.pipeline.pipeline
     partials = [p for g in pipe._generators.values() for *_, p in g._pending]
     return pipe.in_flight, [
-        (p.prompt_ids, p.seed, p.token_ids, p.logprobs, p.versions, p.sampler_state.tolist())
-        for p in partials
+        (p.prompt_ids, p.seed, p.token_ids, p.logprobs, p.versions) for p in partials
     ]
 
 

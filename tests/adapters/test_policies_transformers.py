@@ -5,13 +5,19 @@ from __future__ import annotations
 import logging
 import math
 
+import numpy as np
+
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from adapters.policies import SamplingParams, TransformersPolicy  # noqa: E402
-from adapters.policies.transformers_policy import gumbel_noise, row_seed, sample_next  # noqa: E402
+from adapters.policies.transformers_policy import (  # noqa: E402
+    row_seed,
+    sample_next,
+    uniform_draws,
+)
 from adapters.training.logprobs import sequence_logprobs  # noqa: E402
 
 from .conftest import make_char_model  # noqa: E402
@@ -191,21 +197,42 @@ def test_sample_next_greedy_and_logprobs():
 
 
 def _counts(logits: torch.Tensor, params: SamplingParams, n: int = 20000) -> list[float]:
-    gens = [torch.Generator().manual_seed(1)]
-    noise = torch.cat([gumbel_noise(gens, logits.shape[-1], "cpu") for _ in range(n)])
-    tokens, _ = sample_next(logits.expand(n, -1), noise, params)
+    u = torch.from_numpy(uniform_draws([1] * n, range(n)))
+    tokens, _ = sample_next(logits.expand(n, -1), u, params)
     return (torch.bincount(tokens, minlength=logits.shape[-1]) / n).tolist()
 
 
-def test_sample_next_gumbel_max_matches_the_distribution():
+def test_sample_next_matches_the_distribution():
     logits = torch.tensor([math.log(0.5), math.log(0.3), math.log(0.2)])
     # 20000 draws: a share's standard error is at most 0.0036; 0.015 is over 4 of them
     assert _counts(logits, SamplingParams(temperature=1.0)) == pytest.approx(
         [0.5, 0.3, 0.2], abs=0.015
     )
-    noise = gumbel_noise([torch.Generator().manual_seed(0)], 3, "cpu")
-    tokens, lps = sample_next(logits[None], noise, SamplingParams(temperature=1.0))
-    assert lps[0].item() == pytest.approx(math.log([0.5, 0.3, 0.2][tokens[0]]), abs=1e-6)
+    # the inverse CDF: u below 0.5 is token 0, in [0.5, 0.8) token 1, above token 2
+    u = torch.tensor([0.0, 0.4999, 0.5001, 0.7999, 0.8001, 1 - 2**-53], dtype=torch.float64)
+    tokens, lps = sample_next(logits.expand(6, -1), u, SamplingParams(temperature=1.0))
+    assert tokens.tolist() == [0, 0, 1, 1, 2, 2]
+    assert lps.tolist() == pytest.approx([math.log(p) for p in (0.5, 0.5, 0.3, 0.3, 0.2, 0.2)])
+
+
+def test_uniform_draws_are_uniform_independent_and_position_indexed():
+    u = uniform_draws([3] * 100_000, range(100_000))
+    assert u.min() >= 0 and u.max() < 1
+    assert abs(u.mean() - 0.5) < 0.005 and abs(u.var() - 1 / 12) < 0.002
+    # consecutive draws of one stream are uncorrelated, and streams of nearby seeds differ
+    assert abs(np.corrcoef(u[:-1], u[1:])[0, 1]) < 0.01
+    v = uniform_draws([4] * 100_000, range(100_000))
+    assert abs(np.corrcoef(u, v)[0, 1]) < 0.01
+    # draw t of a stream does not depend on the rows beside it
+    assert uniform_draws([9, 3], [5, 17])[1] == u[17]
+
+
+def test_sample_next_never_draws_zero_probability_tokens():
+    logits = torch.tensor([[0.0, float("-inf"), 0.0, float("-inf")]]).expand(1000, -1)
+    u = torch.from_numpy(uniform_draws(range(1000), [0] * 1000))
+    u[0], u[1] = 0.0, 1 - 2**-53
+    tokens, _ = sample_next(logits, u, SamplingParams(temperature=1.0))
+    assert set(tokens.tolist()) == {0, 2}
 
 
 def test_sample_next_top_k_top_p_and_temperature():
@@ -213,12 +240,8 @@ def test_sample_next_top_k_top_p_and_temperature():
     # top-k 2 renormalises 0.5 / 0.3 over 0.8 for the draw ...
     assert _counts(logits, SamplingParams(top_k=2)) == pytest.approx([0.625, 0.375, 0], abs=0.015)
     # ... but the reported log-prob is the untruncated one
-    noise = torch.tensor([[0.0, 9.0, 0.0]], dtype=torch.float64)
-    tokens, lps = sample_next(logits[None], noise, SamplingParams(top_k=2))
+    tokens, lps = sample_next(logits[None], torch.tensor([0.99]), SamplingParams(top_k=2))
     assert tokens.tolist() == [1] and lps[0].item() == pytest.approx(math.log(0.3), abs=1e-6)
-    # a token outside the top-k is never chosen, whatever its noise
-    noise = torch.tensor([[0.0, 0.0, 50.0]], dtype=torch.float64)
-    assert sample_next(logits[None], noise, SamplingParams(top_k=2))[0].tolist() == [0]
     # top-p 0.6 keeps 0.5 and 0.3 (mass before the 2nd token is 0.5 < 0.6), drops 0.2
     assert _counts(logits, SamplingParams(top_p=0.6)) == pytest.approx([0.625, 0.375, 0], abs=0.015)
     # top-p 0.45 keeps only the first
@@ -230,15 +253,14 @@ def test_sample_next_top_k_top_p_and_temperature():
 
 def test_sample_next_is_stable_under_float_noise_in_the_logits():
     """A flat distribution over a large vocabulary (a random model's): logits that differ by
-    float rounding (another batch layout) still give the same tokens for the same streams."""
+    float rounding (another batch layout) give the same tokens for the same draws, but for a
+    draw within about 1e-6 of a boundary of the cumulative distribution."""
     logits = torch.randn(64, 50000, generator=torch.Generator().manual_seed(0)) * 0.01
     nudged = logits + torch.randn(64, 50000, generator=torch.Generator().manual_seed(1)) * 1e-6
-    noise = gumbel_noise([torch.Generator().manual_seed(s) for s in range(64)], 50000, "cpu")
+    u = torch.from_numpy(uniform_draws(range(64), [0] * 64))
     params = SamplingParams(temperature=1.0)
-    assert (
-        sample_next(logits, noise, params)[0].tolist()
-        == sample_next(nudged, noise, params)[0].tolist()
-    )
+    a, b = sample_next(logits, u, params)[0], sample_next(nudged, u, params)[0]
+    assert (a != b).sum().item() <= 1
 
 
 def test_row_seeds_are_distinct_and_deterministic():
