@@ -6,7 +6,6 @@ import logging
 import math
 
 import numpy as np
-
 import pytest
 
 torch = pytest.importorskip("torch")
