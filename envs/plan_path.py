@@ -37,7 +37,18 @@ to the goal, d0 = max(1, initial distance)):
 - mixing: Appendix A.1's convex form above is the default; the main text's Eq. 4 ``r = alpha *
   team + local`` (no mask; alpha = 1 in AT-GRPO 5.1) is ``rewards={"mixing": "additive"}``.
 
-Version history: v0 (initial); v1 (the tool's team term is the turn's value, ``tool_team``).
+Prompts: the rules and the role's instructions first, then (planner) the tool's program and
+output, then the instance, the history and the current map (:mod:`envs.core.toolplanner`);
+formats show a placeholder, ``[<move>,<move>,...]``. ``prompt_style="compact"`` shortens the
+fixed text and drops the start map, which the current state shows as well.
+
+Oracle: the tool's program is a breadth-first search on the current map (copied out of the
+prompt as its last line) that prints a shortest move list; the planner adopts the tool's
+proposal when it reaches the goal, else answers a shortest path from the current cell.
+
+Version history: v0 (initial); v1 (the tool's team term is the turn's value, ``tool_team``); v2
+(prompts: shared text first, placeholder formats, ``prompt_style``; compact oracle program; the
+planner oracle adopts a solving tool proposal).
 """
 
 from __future__ import annotations
@@ -169,27 +180,29 @@ class _State:
     trail: list[tuple[int, int]]
 
 
-_ORACLE_TEMPLATE = """from collections import deque
-grid = {grid!r}
-start, goal = {start!r}, {goal!r}
-moves = {{"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}}
-prev = {{start: None}}
-queue = deque([start])
-while queue:
-    cur = queue.popleft()
-    if cur == goal:
-        break
-    for name, (dr, dc) in moves.items():
-        nxt = (cur[0] + dr, cur[1] + dc)
-        if 0 <= nxt[0] < len(grid) and 0 <= nxt[1] < len(grid[0]) and grid[nxt[0]][nxt[1]] != "#" and nxt not in prev:
-            prev[nxt] = (cur, name)
-            queue.append(nxt)
-path = []
-cur = goal
-while prev.get(cur):
-    cur, name = prev[cur]
-    path.append(name)
-print("[" + ",".join(reversed(path)) + "]")"""
+# The oracle tool's program: a breadth-first search on the map as one flat string (a newline
+# blocks moves across rows), called on the map of the current state copied out of the prompt
+# (``@`` you, ``G`` the goal); it prints a shortest move list ([] when the goal is unreachable).
+# The map comes last, so the programs of different instances share their first tokens.
+_ORACLE_PROGRAM = """from collections import deque
+
+
+def solve(m):
+    w = m.index("\\n") + 1
+    path = {m.find("@"): ""}
+    queue = deque(path)
+    while queue:
+        p = queue.popleft()
+        if m[p] == "G":
+            return path[p]
+        for k, d in zip("UDLR", (-w, w, -1, 1)):
+            if 0 <= p + d < len(m) and m[p + d] in ".G" and p + d not in path:
+                path[p + d] = path[p] + k
+                queue.append(p + d)
+    return ""
+
+
+print("[" + ",".join(solve(\"\"\"MAP\"\"\")) + "]")"""
 
 
 class raw_env(ToolPlannerEnv):
@@ -203,8 +216,10 @@ class raw_env(ToolPlannerEnv):
     config_cls = PlanPathConfig
     config: PlanPathConfig
     _shared_attrs = ("instance",)  # immutable: clones share it
-    _answer_format = "an action list such as [U,R,D,L] (U = up, D = down, L = left, R = right)."
-    _tool_output_format = "an action list such as [U,R,D,L]."
+    _answer_format = (
+        "a move list [<move>,<move>,...] (each move U = up, D = down, L = left or R = right)."
+    )
+    _tool_output_format = "the move list [<move>,<move>,...] (each move U, D, L or R)."
 
     # ------------------------------------------------------------------ instances
     def _generate_instance(self, rng: np.random.Generator) -> PlanPathInstance:
@@ -342,18 +357,30 @@ class raw_env(ToolPlannerEnv):
         return "[" + ",".join(value) + "]"
 
     # ------------------------------------------------------------------ text
-    def _task_text(self) -> str:
+    def _rules_text(self) -> str:
+        h, w = len(self.instance.grid), len(self.instance.grid[0])
+        if self.config.prompt_style == "compact":
+            return (
+                f"Path planning on a {h}x{w} grid: move from you (@) to the goal G. '#' wall, "
+                "'.' free. U = up, D = down, L = left, R = right; a move off the grid or into a "
+                "wall is illegal and stops the plan."
+            )
+        return (
+            f"Task: move from the start S to the goal G on a {h}x{w} grid. '#' is a wall, '.' is "
+            "free. Moves: U (row - 1), D (row + 1), L (column - 1), R (column + 1); rows and "
+            "columns are numbered from 0 at the top left. A move off the grid or into a wall is "
+            "illegal and stops the plan."
+        )
+
+    def _instance_text(self) -> str:
+        if self.config.prompt_style == "compact":
+            return ""  # the current state shows the same map
         inst = self.instance
         rows = [list(row) for row in inst.grid]
         rows[inst.start[0]][inst.start[1]] = "S"
         rows[inst.goal[0]][inst.goal[1]] = "G"
-        return (
-            f"Task: move from the start S to the goal G on a {len(inst.grid)}x{len(inst.grid[0])} "
-            "grid. '#' is a wall, '.' is free. Moves: U (row - 1), D (row + 1), L (column - 1), "
-            "R (column + 1); rows and columns are numbered from 0 at the top left. A move off the "
-            "grid or into a wall is illegal and stops the plan.\n"
-            f"Start {list(inst.start)}, goal {list(inst.goal)}.\nMap:\n"
-            + "\n".join("".join(row) for row in rows)
+        return f"Start {list(inst.start)}, goal {list(inst.goal)}.\nMap:\n" + "\n".join(
+            "".join(row) for row in rows
         )
 
     def _state_text(self) -> str:
@@ -400,8 +427,7 @@ class raw_env(ToolPlannerEnv):
         )
 
     def _oracle_code(self) -> str:
-        inst = self.instance
-        return _ORACLE_TEMPLATE.format(grid=list(inst.grid), start=self.state.pos, goal=inst.goal)
+        return _ORACLE_PROGRAM.replace("MAP", self._state_text().split("\n", 1)[1])
 
 
 def env(**kwargs: Any):

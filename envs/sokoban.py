@@ -66,14 +66,22 @@ exec is literal (A.1.5 asks no progress of it, unlike Plan-Path's "simulation ad
 a tool printing ``[]`` on the hand case ``#@$ . #`` earns ``0.6 * (0.1 + 0.3 + 0.6) = 0.60``
 before the team term (0.42 when exec also required a non-empty list).
 
-Oracle (``env.unwrapped.oracle(agent)``): the tool's program is a breadth-first search over
-(player, boxes) with dead squares pruned that prints a shortest move list from the current
-position (``[]`` when none exists; fine for the default sizes, large many-box levels may exceed
-the sandbox time limit); the planner answers ``#### [..]`` with a shortest solution from the
-current position found by :func:`verifiers.sokoban.solve`.
+Prompts: the rules and the role's instructions come first (the same text for every level),
+then, for the planner, the tool's program and output, then the history and the current map
+(:mod:`envs.core.toolplanner`). Answer formats show a placeholder, ``[<move>,<move>,...]``, never
+a move list a policy could copy for credit. ``prompt_style="compact"`` shortens the rules and
+instructions (same content; the CPU training recipe uses it).
+
+Oracle (``env.unwrapped.oracle(agent)``): the tool's program (``oracle_tool="search"``) is a
+breadth-first search over (player, boxes) on the map as one flat string, called on the current
+map copied out of the prompt as its last line; it prints a shortest move list (``[]`` when none
+exists; fine for the default sizes, large many-box levels may exceed the sandbox time limit).
+The planner adopts the tool's proposal when it solves the level from the current position and
+otherwise answers ``#### [..]`` with a shortest solution found by :func:`verifiers.sokoban.solve`.
 
 Version history: v0 (initial); v1 (the tool's exec no longer requires a non-empty list; its team term is the turn's
-value, ``tool_team``).
+value, ``tool_team``); v2 (prompts: shared text first, placeholder formats, ``prompt_style``;
+compact oracle program; the planner oracle adopts a solving tool proposal).
 """
 
 from __future__ import annotations
@@ -337,51 +345,32 @@ class _State:
         return self
 
 
-_ORACLE_TEMPLATE = """from collections import deque
-rows = {rows!r}
-cells = {{(r, c): ch for r, row in enumerate(rows) for c, ch in enumerate(row)}}
-free = {{p for p, ch in cells.items() if ch != "#"}}
-goals = frozenset(p for p, ch in cells.items() if ch in ".*+")
-boxes = frozenset(p for p, ch in cells.items() if ch in "$*")
-player = next(p for p, ch in cells.items() if ch in "@+")
-dirs = {{"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}}
-live, todo = set(goals), list(goals)  # cells from which a box can still reach a goal
-while todo:
-    r, c = todo.pop()
-    for dr, dc in dirs.values():
-        a, b = (r - dr, c - dc), (r - 2 * dr, c - 2 * dc)
-        if a in free and b in free and a not in live:
-            live.add(a)
-            todo.append(a)
-start = (player, boxes)
-prev = {{start: None}}
-queue = deque([start])
-end = None
-while queue:
-    state = queue.popleft()
-    pos, bx = state
-    if bx <= goals:
-        end = state
-        break
-    for name, (dr, dc) in dirs.items():
-        nxt = (pos[0] + dr, pos[1] + dc)
-        if nxt not in free:
-            continue
-        nb = bx
-        if nxt in bx:
-            dest = (nxt[0] + dr, nxt[1] + dc)
-            if dest not in live or dest in bx:
-                continue
-            nb = (bx - {{nxt}}) | {{dest}}
-        new = (nxt, nb)
-        if new not in prev:
-            prev[new] = (state, name)
-            queue.append(new)
-path = []
-while end is not None and prev[end] is not None:
-    end, name = prev[end]
-    path.append(name)
-print("[" + ",".join(reversed(path)) + "]")"""
+# The oracle tool's program: a breadth-first search over (player, boxes) on the map as one flat
+# string (a newline is a wall between rows), called on the current map copied out of the prompt.
+# It prints a shortest move list, or [] when no solution exists. The map comes last, so the
+# programs of different levels share their first ~240 tokens (and so do the planner prompts that
+# quote them: their common prefix is prefilled once per batch).
+_ORACLE_PROGRAM = """from collections import deque
+
+
+def solve(m):
+    w = m.index("\\n") + 1
+    start = (max(m.find("@"), m.find("+")), frozenset(i for i, x in enumerate(m) if x in "$*"))
+    seen, queue = {start}, deque([(start, "")])
+    while queue:
+        (p, b), path = queue.popleft()
+        if all(m[i] in ".*+" for i in b):
+            return path
+        for k, d in zip("UDLR", (-w, w, -1, 1)):
+            q, t = p + d, p + 2 * d
+            s = (q, b - {q} | {t} if q in b else b)
+            if m[q] != "#" and s not in seen and not (q in b and (m[t] == "#" or t in b)):
+                seen.add(s)
+                queue.append((s, path + k))
+    return ""
+
+
+print("[" + ",".join(solve(\"\"\"MAP\"\"\")) + "]")"""
 
 
 class raw_env(ToolPlannerEnv):
@@ -395,10 +384,13 @@ class raw_env(ToolPlannerEnv):
     config_cls = SokobanConfig
     config: SokobanConfig
     _answer_format = (
-        "an action list such as [U,R,D,L] (U = up, D = down, L = left, R = right): the moves "
-        "to play from the current position."
+        "a move list [<move>,<move>,...] (each move U = up, D = down, L = left or R = right), "
+        "played from the current position."
     )
-    _tool_output_format = "an action list such as [U,R,D,L], played from the current position."
+    _tool_output_format = (
+        "the move list [<move>,<move>,...] (each move U, D, L or R), played from the current "
+        "position."
+    )
 
     # ------------------------------------------------------------------ instances
     def _generate_instance(self, rng: np.random.Generator) -> SokobanInstance:
@@ -518,12 +510,20 @@ class raw_env(ToolPlannerEnv):
         return "[" + ",".join(value) + "]"
 
     # ------------------------------------------------------------------ text
-    def _task_text(self) -> str:
+    def _rules_text(self) -> str:
         board = self.state.board
         n = len(board.boxes)
+        boxes = f"{n} box{'es' if n > 1 else ''}"
+        if self.config.prompt_style == "compact":
+            return (
+                f"Sokoban on a {board.height}x{board.width} map: push all {boxes} onto the goals. "
+                "'#' wall, ' ' floor, '.' goal, '$' box, '*' box on a goal, '@' you, '+' you on a "
+                "goal. U = up, D = down, L = left, R = right. Walking into a box pushes it; you "
+                "cannot pull, push two boxes or push into a wall."
+            )
         return (
             f"Task: solve a Sokoban puzzle on a {board.height}x{board.width} map: push all "
-            f"{n} box{'es' if n > 1 else ''} onto the goals.\n"
+            f"{boxes} onto the goals.\n"
             "Symbols: '#' wall, ' ' floor, '.' goal, '$' box, '*' box on a goal, '@' you, "
             "'+' you standing on a goal. Rows and columns are numbered from 0 at the top left.\n"
             "Moves: U (row - 1), D (row + 1), L (column - 1), R (column + 1). Walking into a box "
@@ -587,7 +587,7 @@ class raw_env(ToolPlannerEnv):
         return "[" + ",".join(self.solution_from_current() or "") + "]"
 
     def _oracle_code(self) -> str:
-        return _ORACLE_TEMPLATE.format(rows=self.state.board.to_xsb())
+        return _ORACLE_PROGRAM.replace("MAP", "\n".join(self.state.board.to_xsb()))
 
 
 def env(**kwargs: Any):

@@ -68,7 +68,9 @@ produce if adopted, the state itself is unchanged):
 
 Version history: v0 (initial); v1 (``legal`` and ``san`` read literally as in A.1.3, the
 stricter readings behind ``legal_counts_givens`` and ``san_needs_change``); v2 (the tool's team
-term is the turn's value, ``tool_team``).
+term is the turn's value, ``tool_team``); v3 (prompts: rules and role first, then the original
+puzzle, history and current grid; placeholder formats; ``prompt_style``; the planner oracle adopts
+a solving tool proposal).
 """
 
 from __future__ import annotations
@@ -422,8 +424,7 @@ class raw_env(ToolPlannerEnv):
         return (
             f"JSON, either the whole grid (a list of {n} rows, each a list of {n} digits, 0 for a "
             "cell left blank; it replaces every non-given cell) or a list of fill steps "
-            "[row, column, digit] with rows and columns numbered from 1, e.g. [[1,3,2],[4,1,3]] "
-            "puts 2 in row 1 column 3 and 3 in row 4 column 1."
+            "[[<row>,<column>,<digit>],...] with rows and columns numbered from 1."
         )
 
     @property
@@ -431,22 +432,32 @@ class raw_env(ToolPlannerEnv):
         n = self._n()
         return (
             f"JSON, either the solved grid ({n} rows of {n} digits) or a list of "
-            "[row, column, digit] fill steps numbered from 1. The program gets no input: copy the "
-            "current grid (JSON above) into it."
+            "[<row>,<column>,<digit>] fill steps numbered from 1. The program gets no input: copy "
+            "the current grid (its JSON below) into it."
         )
 
-    def _task_text(self) -> str:
-        inst = self.instance
-        n = inst.size
+    def _rules_text(self) -> str:
+        n = self.instance.size
         br, bc = box_shape(n)
+        if self.config.prompt_style == "compact":
+            return (
+                f"Sudoku {n}x{n}: fill every blank so that each row, column and {br}x{bc} box "
+                f"holds 1 to {n} once. Givens are fixed; earlier fills may be overwritten. Rows "
+                "and columns are numbered from 1."
+            )
         return (
             f"Task: solve a {n}x{n} Sudoku. Put a digit from 1 to {n} in every blank cell so that "
             f"each row, each column and each of the {n} boxes ({br} rows x {bc} columns, marked "
             "by | and -) holds every digit exactly once. The givens (digits of the original "
             "puzzle) are fixed: an answer may not change or erase them. Cells you or your "
             "teammate filled earlier may be overwritten. Rows and columns are numbered 1 to "
-            f"{n} from the top left.\nOriginal puzzle (. = blank, {_blanks(inst.puzzle)} blanks):\n"
-            + grid_text(inst.puzzle, (br, bc))
+            f"{n} from the top left."
+        )
+
+    def _instance_text(self) -> str:
+        inst = self.instance
+        return f"Original puzzle (. = blank, {_blanks(inst.puzzle)} blanks):\n" + grid_text(
+            inst.puzzle, box_shape(inst.size)
         )
 
     def _state_text(self) -> str:

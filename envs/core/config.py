@@ -71,6 +71,10 @@ class EnvConfig:
     max_turns: horizon T in turns (one turn = every agent acts once); the paper uses 4.
     split: default split for ``reset()`` when ``options`` names none.
     max_prompt_chars / max_completion_chars: bounds of the observation and action spaces.
+    prompt_style: ``"full"`` (default) or ``"compact"``: the same content with the fixed
+        instructions (rules, role, answer format) shortened, for small models and CPU runs, where
+        prefill of the shared text is most of the generation time. Settings without a compact
+        form (their module page says) ignore it.
     """
 
     mode: Literal["multi", "single"] = "multi"
@@ -78,11 +82,14 @@ class EnvConfig:
     split: str = "train"
     max_prompt_chars: int = 200_000
     max_completion_chars: int = 200_000
+    prompt_style: Literal["full", "compact"] = "full"
     rewards: RewardConfig = field(default_factory=RewardConfig)
 
     def __post_init__(self) -> None:
         if self.mode not in ("multi", "single"):
             raise ValueError(f"mode must be 'multi' or 'single', got {self.mode!r}")
+        if self.prompt_style not in ("full", "compact"):
+            raise ValueError(f"prompt_style must be 'full' or 'compact', got {self.prompt_style!r}")
         if not isinstance(self.max_turns, int) or self.max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {self.max_turns!r}")
         from envs.core.splits import check_split

@@ -7,6 +7,14 @@ parsed proposal and the history of earlier turns, and gives its final answer aft
 begins with ``####``. The planner's answer is applied to the state; the next turn starts from
 the new state. In ``mode="single"`` only the planner acts.
 
+Prompt layout: the rules, then the role's instructions and answer format (identical for every
+instance of a role), then for the planner the tool's program and output, then the instance,
+the history and the current state. A batch of one role's prompts thus shares a long prefix whose
+KV cache a backend computes once; the oracle's programs keep their instance data (the map) on
+their last line, so planner prompts quoting them share most of the program too. Answer formats
+show placeholders (``[<move>,<move>,...]``), never a value that could be copied for credit.
+``prompt_style="compact"`` (:class:`~envs.core.config.EnvConfig`) shortens the fixed text.
+
 Rewards follow Appendix A.1: ``r = lam * team + (1 - lam) * mask * local``. ``r^team_k`` is one
 value per turn k (A.1.3-A.1.5: "at turn k"): the setting's team reward of the state after the
 turn, i.e. after the planner's answer is applied, and both agents of the turn receive it. The
@@ -32,7 +40,9 @@ A setting supplies the puzzle logic through these hooks:
 - ``_team(sim) -> float``; ``_is_solved(state) -> bool``;
 - ``_tool_components(sim, ran_ok) / _planner_components(sim)``: the local component scores
   other than ``fmt`` (which the base sets: 1 when the proposal parsed);
-- ``_task_text()``, ``_state_text()``, ``_answer_format`` (prompt pieces);
+- ``_rules_text()``, ``_instance_text()``, ``_state_text()``, ``_answer_format``,
+  ``_tool_output_format`` (prompt pieces; formats show placeholders such as ``[<move>,...]``,
+  never a value that could be copied as an answer);
 - ``_oracle_code()`` and ``_oracle_answer()`` for the scripted oracle.
 """
 
@@ -57,11 +67,12 @@ class ToolPlannerConfig(EnvConfig):
 
     tool_wall_s / tool_memory_mb / tool_max_output_bytes: sandbox limits for the tool's program.
     history_turns: how many past turns the prompts show (older ones are summarised away).
-    oracle_tool: the scripted oracle's tool program: ``"search"`` (default) solves the puzzle
-        from the state it is given (a search program); ``"answer"`` is the shortest correct
-        program, one line that prints the solution. Both are correct tool answers with the same
-        reward; ``"answer"`` makes a demonstration a small model can imitate (the trainer's CPU
-        recipe uses it). Rewards and prompts do not depend on it.
+    oracle_tool: the scripted oracle's tool program: ``"search"`` (default) is a compact search
+        that copies the current state out of the prompt into the program and computes the answer
+        from it (what a cold start teaches: a tool that reads the instance); ``"answer"`` is one
+        line that prints the solution as a literal (an answer key: a policy imitating it learns
+        to copy, never to compute). Both are correct tool answers with the same reward. Rewards
+        and prompts do not depend on it.
     tool_team: the tool's team term: ``"turn"`` (default; A.1.3-A.1.5: the team value of the
         state after the turn, paid by ``award()`` at the planner's step) or ``"proposal"`` (the
         team value of the state the tool's own proposal would produce, known at its step).
@@ -141,8 +152,16 @@ class ToolPlannerEnv(TurnBasedEnv):
         ``sim`` is ``None`` when the answer did not parse."""
         raise NotImplementedError
 
-    def _task_text(self) -> str:
+    def _rules_text(self) -> str:
+        """The task and its rules: the same for every instance of a configuration (so prompts
+        that start with it share their prefix). ``self.config.prompt_style`` picks the full or
+        the compact wording."""
         raise NotImplementedError
+
+    def _instance_text(self) -> str:
+        """Instance context shown before the current state (e.g. the original puzzle); ``""``
+        when the state says it all."""
+        return ""
 
     def _state_text(self) -> str:
         raise NotImplementedError
@@ -304,50 +323,107 @@ class ToolPlannerEnv(TurnBasedEnv):
                 lines.append("  state afterwards:\n" + _indent(r.state_after, 4))
         return "\n".join(lines)
 
-    def _prompt(self, agent: str) -> str:
-        parts = [self._task_text(), "Current state:\n" + self._state_text()]
-        hist = self._history_text()
-        if hist:
-            parts.append(hist)
+    def _role_text(self, agent: str) -> str:
+        """What the acting role must do and the format of its answer (full or compact)."""
+        cfg = self.config
+        compact = cfg.prompt_style == "compact"
         if agent == "tool":
-            parts.append(
+            if compact:
+                return (
+                    "You are the tool agent. Reply with ONE ```python code block whose program "
+                    f"(no input, {cfg.tool_wall_s:g} s limit) computes the answer from the state "
+                    f"below and prints only {self._tool_output_format}"
+                )
+            return (
                 "You are the tool agent. Write a Python program that computes the answer, in "
                 "exactly ONE ```python code block. The program runs without network access, with "
-                f"a {self.config.tool_wall_s:g} s time limit; whatever it prints is parsed as your "
+                f"a {cfg.tool_wall_s:g} s time limit; whatever it prints is parsed as your "
                 f"proposal, so print only the proposal: {self._tool_output_format}"
             )
-            return "\n\n".join(parts)
-        if self.config.mode == "multi":
-            rec = self._current
-            tool = [
-                "The tool agent's program:",
-                f"```python\n{clip_text(rec.tool_code, 4000)}\n```"
-                if rec.tool_code
-                else "(no code)",
-                "Its printed output:",
-                rec.tool_output if rec.tool_output else "(nothing)",
-                f"Parsed proposal: {rec.tool_proposal or '(unusable: ' + str(rec.tool_error) + ')'}",
-            ]
-            parts.append("\n".join(tool))
+        if cfg.mode == "multi":
+            if compact:
+                return (
+                    "You are the planner. Check the tool agent's proposal (below) against the "
+                    "state; adopt it if it is right, else correct it. End with a line #### "
+                    f"followed by {self._answer_format}"
+                )
             role = (
-                "You are the planner. Check the tool's proposal against the rules and the current "
-                "state; adopt it if it is right, otherwise correct it or give your own."
+                "You are the planner. Check the tool agent's proposal (shown below) against the "
+                "rules and the current state; adopt it if it is right, otherwise correct it or "
+                "give your own."
             )
+        elif compact:
+            return f"You are the planner. End with a line #### followed by {self._answer_format}"
         else:
             role = "You are the planner. Reason step by step about the current state."
-        parts.append(
+        return (
             role + " Keep your reasoning short. End with a line that begins with #### followed by "
             f"your final answer: {self._answer_format}"
         )
+
+    def _prompt(self, agent: str) -> str:
+        """Shared text first: the rules, then the role's instructions and answer format (the same
+        for every instance of the role); for the planner the tool's program and result come next
+        (programs that share their first lines, such as the oracle's, whose instance data comes
+        last, keep the prefix shared), then the instance, the history and the current state. The
+        prompts of one role in a batch thus share a long prefix whose KV cache is computed once
+        (:mod:`adapters.policies.transformers_policy`)."""
+        parts = [self._rules_text(), self._role_text(agent)]
+        if agent != "tool" and self.config.mode == "multi":
+            rec = self._current
+            parts.append(
+                "\n".join(
+                    [
+                        "The tool agent's program:",
+                        f"```python\n{clip_text(rec.tool_code, 4000)}\n```"
+                        if rec.tool_code
+                        else "(no code)",
+                        "Its printed output:",
+                        rec.tool_output.strip() if rec.tool_output else "(nothing)",
+                        "Parsed proposal: "
+                        + (rec.tool_proposal or "(unusable: " + str(rec.tool_error) + ")"),
+                    ]
+                )
+            )
+        instance = self._instance_text()
+        if instance:
+            parts.append(instance)
+        hist = self._history_text()
+        if hist:
+            parts.append(hist)
+        parts.append("Current state:\n" + self._state_text())
         return "\n\n".join(parts)
 
     # ------------------------------------------------------------------ oracle
     def oracle(self, agent: str) -> str:
+        """A correct completion for ``agent``. The tool's is a program that computes the answer
+        from the state it copies out of its prompt (``oracle_tool="search"``) or one line that
+        prints it (``"answer"``); the planner adopts the tool's proposal when it solves the
+        puzzle from the current state and gives the solver's answer otherwise, so a policy
+        fine-tuned on oracle turns learns to use its teammate's result."""
         if agent == "tool":
             if self.config.oracle_tool == "answer":
                 return f"```python\nprint({self._oracle_answer()!r})\n```"
             return "```python\n" + self._oracle_code() + "\n```"
-        return "The proposal checks out.\n#### " + self._oracle_answer()
+        if self.config.mode != "multi":
+            return "Solving from the current state.\n#### " + self._oracle_answer()
+        adopted = self._solving_proposal()
+        if adopted is not None:
+            return "The tool's proposal solves it.\n#### " + adopted
+        return (
+            "The tool's proposal does not solve it; my own answer:\n#### " + self._oracle_answer()
+        )
+
+    def _solving_proposal(self) -> str | None:
+        """The tool's proposal of this turn when playing it solves the puzzle, else ``None``."""
+        text = self._current.tool_proposal
+        if not text:
+            return None
+        parsed = self._parse_answer(text)
+        if not parsed.ok:
+            return None
+        sim = self._simulate(parsed.value)
+        return text if sim.ok and self._is_solved(sim.state) else None
 
 
 def _indent(text: str, n: int) -> str:
