@@ -182,6 +182,21 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = STORED_DTYPE) -> P
 # loading
 
 
+def native_bf16(device: Any) -> bool:
+    """Whether ``device`` computes bfloat16 natively: CUDA with bf16 support, or a CPU with
+    AVX512-BF16 or AMX (where bfloat16 matrix products beat float32; elsewhere they are
+    emulated and slower)."""
+    import torch
+
+    if getattr(device, "type", str(device)).startswith("cuda"):
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def resolve_device(device: Any = None) -> torch.device:
     """``None`` or ``"auto"`` -> CUDA when available, else CPU; strings and devices pass through."""
     import torch

@@ -5,8 +5,9 @@
 :class:`~adapters.policies.Policy` objects for the rollout engine (``TrainConfig.backend``):
 
 * ``transformers`` (:class:`TransformersBackend`): generation with
-  :class:`~adapters.policies.TransformersPolicy` on the training modules themselves (nothing to
-  synchronise after an update).
+  :class:`~adapters.policies.TransformersPolicy`, from a merged copy of each policy
+  (:class:`GenerationCopy`, refreshed after every update) or on the training modules
+  themselves (``generation_model: train``).
 * ``vllm`` (:class:`VLLMBackend`): generation in a vLLM engine
   (:class:`~adapters.policies.vllm_policy.VLLMPolicy`), weights or LoRA adapters pushed into it
   after every update.
@@ -31,6 +32,7 @@ back to the trainable policy with ``train_pid``. Every role's prompts start with
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import shutil
 import tempfile
@@ -128,8 +130,76 @@ class _RolePolicies:
         return dict(self._policies)
 
 
+class GenerationCopy:
+    """A plain copy of one trainable policy that only generates: its LoRA deltas merged into the
+    weights (``W + scale * B A``, computed in the training dtype and then cast, never peft's
+    in-place merge and unmerge, which drifts in low precision), in ``dtype``, refreshed from the
+    training module when :meth:`refresh` is called after an update.
+
+    Generating with it skips peft's per-layer Python work and the two extra small products of
+    every adapted layer, and can run in a faster dtype than the update (bfloat16 where the device
+    has it). Its log-probs are close to, not equal to, the training model's: the update then
+    recomputes the PPO ratio's denominator (``old_logprobs``).
+    """
+
+    def __init__(self, pm: PolicyModel, dtype: Any) -> None:
+        import torch
+
+        self.pm = pm
+        self.dtype = dtype
+        with torch.no_grad():
+            if pm.peft is not None:
+                from peft.tuners.lora import LoraLayer
+
+                model = copy.deepcopy(pm.peft).unload()  # the base without adapter layers
+                self._lora = [
+                    (name, mod)
+                    for name, mod in pm.model.named_modules()
+                    if isinstance(mod, LoraLayer) and str(pm.adapter) in mod.lora_A
+                ]
+            else:
+                model = copy.deepcopy(pm.model)
+                self._lora = []
+            self.model = model.to(dtype=dtype)
+        self.model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self._targets = dict(self.model.named_modules())
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Copy the training module's current weights in (merging the policy's adapter)."""
+        import torch
+
+        with torch.no_grad():
+            if self.pm.peft is None:
+                for p, q in zip(self.pm.model.parameters(), self.model.parameters()):
+                    q.copy_(p)
+                return
+            adapter = self.pm.adapter
+            for name, mod in self._lora:
+                w = mod.base_layer.weight + mod.get_delta_weight(adapter)  # type: ignore[attr-defined]
+                self._targets[name].weight.copy_(w)
+
+
+def generation_dtype(cfg: TrainConfig, device: Any) -> Any:
+    """The dtype of generation copies: bfloat16 where the device computes it natively (CUDA
+    with bf16, a CPU with AVX512-BF16 or AMX), else the training dtype."""
+    import torch
+
+    from adapters.policies.models import native_bf16
+
+    return torch.bfloat16 if native_bf16(device) else getattr(torch, cfg.dtype)
+
+
 class TransformersBackend(_RolePolicies):
-    """Generation with :class:`~adapters.policies.TransformersPolicy` on the training modules.
+    """Generation with :class:`~adapters.policies.TransformersPolicy`.
+
+    ``generation_model: merged`` (the default): each trainable policy generates from a
+    :class:`GenerationCopy` (adapter merged, bfloat16 where native), refreshed lazily before the
+    first generation after an update (:meth:`sync` marks it stale); ``train``: generation runs on
+    the training modules themselves (per-role adapters switched with ``set_adapter``). Sharded
+    (FSDP) runs always generate on the training modules.
 
     Rollout policies are keyed by *rollout ids*: the trainable policy id, or ``"<pid>/<role>"``
     when roles sharing one trainable policy get different prompt prefixes (demonstrations).
@@ -147,33 +217,58 @@ class TransformersBackend(_RolePolicies):
         device: Any,
         roles: Sequence[str],
         role_prefix: dict[str, list[dict[str, str]]] | None = None,
+        *,
+        copies: bool | None = None,
     ) -> None:
         from adapters.policies.transformers_policy import TransformersPolicy
 
         batch_size = cfg.gen_batch_size
         assert batch_size is not None, "TrainConfig.resolved() sets gen_batch_size"
+        if copies is None:
+            copies = cfg.generation_model == "merged"
+        self.copies: dict[str, GenerationCopy] = {}
+        self._stale: set[str] = set()
+        dtype = generation_dtype(cfg, device) if copies else None
+
+        def policy(module: Any, name: str) -> TransformersPolicy:
+            return TransformersPolicy(
+                module,
+                tokenizer,
+                device=device,
+                batch_size=batch_size,
+                name=name,
+                chat_template_kwargs=cfg.chat_template_kwargs,
+            )
+
         by_module: dict[int, Policy] = {}  # policies sharing one module share one generator
         inner: dict[str, Policy] = {}
+        activate: dict[str, Any] = {}
         for pid, pm in models.items():
+            if copies:
+                self.copies[pid] = GenerationCopy(pm, dtype)
+                inner[pid] = policy(self.copies[pid].model, pid)
+                activate[pid] = functools.partial(self._fresh, pid)
+                continue
             if id(pm.model) not in by_module:
-                by_module[id(pm.model)] = TransformersPolicy(
-                    pm.model,
-                    tokenizer,
-                    device=device,
-                    batch_size=batch_size,
-                    name=pid,
-                    chat_template_kwargs=cfg.chat_template_kwargs,
-                )
+                by_module[id(pm.model)] = policy(pm.model, pid)
             inner[pid] = by_module[id(pm.model)]
+            activate[pid] = pm.activate
         pairs = list(role_map_of(models, roles).items())
-        activate = {pid: pm.activate for pid, pm in models.items()}
         self._wrap(cfg, pairs, inner, activate, role_prefix)
 
+    def _fresh(self, pid: str) -> None:
+        if pid in self._stale:
+            self.copies[pid].refresh()
+            self._stale.discard(pid)
+
     def sync(self, policy_ids: Sequence[str]) -> None:
-        """Nothing to do: generation runs on the very modules the optimizer updates."""
+        """Mark the generation copies of updated policies stale (refreshed before their next
+        generation); without copies generation runs on the updated modules already."""
+        self._stale.update(p for p in policy_ids if p in self.copies)
 
     def close(self) -> None:
         self._policies.clear()
+        self.copies.clear()
 
 
 class VLLMBackend(_RolePolicies):
@@ -446,10 +541,14 @@ def make_backend(
     role_prefix: dict[str, list[dict[str, str]]] | None = None,
     *,
     sync: WeightSync | None = None,
+    sharded: bool = False,
 ) -> TransformersBackend | VLLMBackend:
-    """The rollout backend named by ``cfg.backend`` (see the module docstring)."""
+    """The rollout backend named by ``cfg.backend`` (see the module docstring); ``sharded``:
+    the policies are FSDP-sharded (the transformers backend then generates on them)."""
     if cfg.backend == "transformers":
-        return TransformersBackend(cfg, models, tokenizer, device, roles, role_prefix)
+        return TransformersBackend(
+            cfg, models, tokenizer, device, roles, role_prefix, copies=False if sharded else None
+        )
     if cfg.backend == "vllm":  # generation in vLLM, weights synced after every update
         return VLLMBackend(cfg, models, tokenizer, device, roles, role_prefix, sync=sync)
     if cfg.backend == "vllm-server":  # generation on running vLLM servers

@@ -1,0 +1,178 @@
+"""Generation speed of the transformers backend, and the update's time per token.
+
+    python benchmarks/generation.py --model smollm2 --env sokoban
+    python benchmarks/generation.py --device cuda --rows 16,64,128 --cache 1000
+    python benchmarks/generation.py --quick                      # seconds: the tiny model
+
+Everything below is measured in one run, on one device, so the ratios compare like with like:
+
+* ``generate``: new tokens per second of :class:`~adapters.policies.TransformersPolicy` on the
+  setting's validation prompts (the CPU training run's compact prompts), greedy and sampled
+  (temperature 1, the training recipe's sampling), for the policy as training holds it (a LoRA
+  adapter on the float32 model: ``adapter fp32``) and for the generation copy the trainer now
+  samples from (:class:`~adapters.training.backends.GenerationCopy`: the adapter merged, in
+  bfloat16 where the device has it: ``merged``). The sampled/greedy ratio shows what the draw
+  costs; merged/adapter what the copy gains.
+* ``decode step``: milliseconds of one decode step (one new token for every row) after a
+  ``--cache``-token prompt, at each ``--rows``, for both.
+* ``update``: seconds per 1,000 tokens of one forward and backward pass of the LoRA policy over
+  prompt + completion sequences (the update's unit of work), in float32 and under bfloat16
+  autocast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _prompts(env_id: str, n: int, env_config: dict[str, Any]) -> list[str]:
+    import envs
+
+    raw = envs.make(env_id, **env_config).unwrapped
+    out = []
+    for i in range(n):
+        raw.reset(seed=i, options={"split": "val"})
+        out.append(raw.observe(raw.agent_selection)["prompt"])
+    return out
+
+
+def _policy_models(model: Any, rank: int) -> Any:
+    import torch
+
+    from adapters.training.config import TrainConfig
+    from adapters.training.policy_models import build_policy_models
+
+    cfg = TrainConfig(env="plan_path", lora_rank=rank, device="cpu").resolved()
+    pm = build_policy_models(cfg, ["tool", "planner"], model)["shared"]
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # a trained-looking adapter (B = 0 would merge to nothing)
+        for p in pm.params:
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.01)
+    return pm
+
+
+def _gen_rate(policy: Any, prompts: list[str], params: Any) -> tuple[float, int]:
+    t = time.perf_counter()
+    out = policy.generate(prompts, params)
+    dt = time.perf_counter() - t
+    tokens = sum(len(c.token_ids) for cs in out for c in cs)
+    return tokens / dt, tokens
+
+
+def _decode_ms(module: Any, rows: int, cache: int, device: Any, steps: int = 8) -> float:
+    import torch
+    from transformers import DynamicCache
+
+    from adapters.policies.models import cache_keyword
+
+    kw = cache_keyword(module)
+    ids = torch.randint(100, 20000, (1, cache), device=device)
+    with torch.inference_mode():
+        kv = DynamicCache(config=module.config)
+        module(input_ids=ids, use_cache=True, logits_to_keep=1, **{kw: kv})
+        kv.reorder_cache(torch.zeros(rows, dtype=torch.long, device=device))
+        tok = torch.randint(100, 20000, (rows, 1), device=device)
+        times = []
+        for i in range(steps):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            pos = torch.full((rows, 1), cache + i, device=device)
+            module(input_ids=tok, position_ids=pos, use_cache=True, logits_to_keep=1, **{kw: kv})
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+    times.sort()
+    return 1000 * times[len(times) // 2]
+
+
+def _update_s_per_1k(module: Any, rows: int, length: int, bf16: bool, device: Any) -> float:
+    import torch
+
+    ids = torch.randint(100, 20000, (rows, length), device=device)
+    params = [p for p in module.parameters() if p.requires_grad]
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = module(input_ids=ids, labels=ids).loss
+        loss.backward()
+        for p in params:
+            p.grad = None
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return min(times) / (rows * length) * 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--env", default="sokoban")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--prompts", type=int, default=32, help="validation prompts for 'generate'")
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--rows", default="16,64,128", help="decode-step batch sizes")
+    p.add_argument("--cache", type=int, default=1000, help="tokens in the cache of a decode step")
+    p.add_argument("--lora-rank", type=int, default=8)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave)")
+    p.add_argument("--quick", action="store_true", help="a few seconds on the tiny model")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.model, args.prompts, args.max_new_tokens = "tiny", 4, 8
+        args.rows, args.cache = "4", 64
+    import torch
+
+    from adapters.policies import SamplingParams, TransformersPolicy
+    from adapters.policies.models import load_base_model, native_bf16, resolve_device
+    from adapters.training.backends import GenerationCopy
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(None if args.device == "auto" else args.device)
+    base, tok = load_base_model(args.model, device, "float32")
+    pm = _policy_models(base, args.lora_rank)
+    gen_dtype = torch.bfloat16 if native_bf16(device) else torch.float32
+    merged = GenerationCopy(pm, gen_dtype)
+    prompts = _prompts(args.env, args.prompts, {"prompt_style": "compact"})
+    variants = {"adapter fp32": pm.model, f"merged {str(gen_dtype)[6:]}": merged.model}
+    print(
+        f"device {device}, model {args.model}, {len(prompts)} {args.env} prompts, "
+        f"{args.max_new_tokens} new tokens, LoRA rank {args.lora_rank}, "
+        f"{torch.get_num_threads()} threads"
+    )
+    print(f"{'measure':<34}{'adapter fp32':>16}{'merged':>16}{'ratio':>8}")
+    rates: dict[str, dict[str, float]] = {}
+    for mode, params in (
+        ("greedy", SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens)),
+        ("sampled", SamplingParams(temperature=1.0, seed=0, max_new_tokens=args.max_new_tokens)),
+    ):
+        row = {}
+        for name, module in variants.items():
+            pol = TransformersPolicy(module, tok, device=device, batch_size=len(prompts))
+            row[name], _ = _gen_rate(pol, prompts, params)
+        rates[mode] = row
+        a, b = row.values()
+        print(f"{'generate ' + mode + ' (tokens/s)':<34}{a:>16.1f}{b:>16.1f}{b / a:>8.2f}")
+    for i, name in enumerate(variants):
+        s_over_g = rates["sampled"][name] / rates["greedy"][name]
+        print(f"{'sampled / greedy, ' + ['adapter', 'merged'][i]:<34}{s_over_g:>16.2f}")
+    for rows in [int(r) for r in args.rows.split(",")]:
+        ms = [_decode_ms(m, rows, args.cache, device) for m in variants.values()]
+        label = f"decode step, {rows} rows (ms)"
+        print(f"{label:<34}{ms[0]:>16.1f}{ms[1]:>16.1f}{ms[0] / ms[1]:>8.2f}")
+    pm.model.train()
+    fp32 = _update_s_per_1k(pm.model, 4, 256 if not args.quick else 32, False, device)
+    bf16 = _update_s_per_1k(pm.model, 4, 256 if not args.quick else 32, True, device)
+    print(f"{'update s/1k tokens fp32 | bf16':<34}{fp32:>16.2f}{bf16:>16.2f}{fp32 / bf16:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
