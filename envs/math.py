@@ -91,6 +91,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -111,14 +112,18 @@ from verifiers.math_answer import extract_boxed, extract_marker_answer, extract_
 __all__ = ["MathConfig", "MathRewards", "env", "raw_env", "reasoner_answer"]
 
 _FORMAT_KEYS = ("answer_format", "choices", "aliases")
+# answer formats show placeholders, never a value a constant policy could answer with
 _ANSWER_RULES = {
-    "choice": "the letter of the chosen option, e.g. \\boxed{B}",
-    "qa": "a short answer (a few words), e.g. \\boxed{Paris}",
-    "bbh": "the answer in the form the question asks for, e.g. \\boxed{(A)}",
-    "yesno": "yes or no, e.g. \\boxed{yes}",
+    "choice": "the letter of the chosen option, as \\boxed{<letter>}",
+    "qa": "a short answer (a few words), as \\boxed{<answer>}",
+    "bbh": "the answer in the form the question asks for, as \\boxed{<answer>}",
+    "yesno": "yes or no, as \\boxed{<yes or no>}",
 }
 
 DATASETS = ("reasoning_gym", *dataset_names("math"))
+
+# a problem that is an arithmetic expression (reasoning-gym's basic_arithmetic)
+_EXPRESSION = re.compile(r"^Calculate ([0-9+\-*/(). ]{1,200})\.$")
 
 
 TEAM_CREDITS = ("final_turn", "ending_step")
@@ -472,17 +477,19 @@ class raw_env(ProgramEnv):
         return "\n".join(lines)
 
     def _prompt(self, agent: str) -> str:
+        """The role's instructions and answer rules first (the same text for every problem of a
+        role and turn kind, so a batch of prompts shares that prefix), then the problem and the
+        history."""
         cfg = self.config
-        parts = ["Problem:\n" + fence(self.instance.question.strip(), 12_000, "")]
+        problem = "Problem:\n" + fence(self.instance.question.strip(), 12_000, "")
         hist = self._history_text()
-        if hist:
-            parts.append(hist)
+        parts = [problem, hist] if hist else [problem]
         if agent == "reasoner":
             answer_rule = (
                 "Start with a short summary of your plan under **Reasoning Steps:**, then solve "
                 "the problem concisely. Finish with the final answer alone in \\boxed{...} (a "
                 "single number or simplified expression; several answers go in one box, "
-                "separated by commas), e.g. \\boxed{42}; nothing after the box."
+                "separated by commas), as \\boxed{<answer>}; nothing after the box."
             )
             other = _ANSWER_RULES.get(self.instance.answer_format)
             if other:
@@ -507,7 +514,7 @@ class raw_env(ProgramEnv):
                     "misread problem), keep the mathematically right answer. Then solve again "
                     "carefully."
                 )
-            return "\n\n".join([*parts, role + " " + answer_rule])
+            return "\n\n".join([role + " " + answer_rule, *parts])
         rule = (
             "Write one ```python code block (exactly one) with a program that computes the "
             "answer: standard library only, deterministic, no input, no network, at most "
@@ -523,7 +530,7 @@ class raw_env(ProgramEnv):
                 "cases, the question actually asked), then fix or rewrite your program; prefer "
                 "exact arithmetic (integers, fractions)."
             )
-        return "\n\n".join([*parts, role + " " + rule])
+        return "\n\n".join([role + " " + rule, *parts])
 
     def _render_text(self) -> str:
         p = self.instance
@@ -540,9 +547,15 @@ class raw_env(ProgramEnv):
 
     # ------------------------------------------------------------------ oracle
     def oracle(self, agent: str) -> str:
+        """A correct completion. The tool's program evaluates the problem's expression when the
+        question is one (``Calculate 37 * 56.``: ``print(37 * 56)``, computed, not copied) and
+        prints the reference answer otherwise; the reasoner states the reference answer."""
         ans = self.instance.answer
         if agent == "reasoner":
             return f"**Reasoning Steps:** use the known result.\n\n\\boxed{{{ans}}}"
+        expr = _EXPRESSION.match(self.instance.question.strip())
+        if expr is not None:
+            return f"```python\nprint({expr.group(1).strip()})\n```"
         return f"```python\nprint({ans!r})\n```"
 
 
