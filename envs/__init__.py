@@ -24,8 +24,9 @@ _GRID_NOTE = (
     "Measured so far (docs/learning.md), the 135M model has not learned to read the instance "
     "on a CPU: a gain no larger than the open-loop row is a fixed plan, not learning"
 )
-# on a CPU, the tool's demonstration is a one-line program instead of a search
-_ONE_LINE_TOOL = {"oracle_tool": ("answer", "CPU: the tool's demonstration is a one-line program")}
+# on a CPU, the prompts' fixed text (rules, role, format) is shortened: prefill of the text every
+# prompt shares is most of a CPU run's generation time
+_COMPACT = {"prompt_style": ("compact", "CPU: compact prompts (the fixed instructions shortened)")}
 
 register(
     "sudoku",
@@ -36,7 +37,7 @@ register(
     team_reward=True,
     award_lookahead=1,  # the tool's team term is the turn's value, paid at the planner's step
     cpu_options={"size": 4},
-    cpu_train_options=_ONE_LINE_TOOL,
+    cpu_train_options=_COMPACT,
     cpu_note=_GRID_NOTE,
 )
 register(
@@ -48,7 +49,7 @@ register(
     team_reward=True,
     award_lookahead=1,  # the tool's team term is the turn's value, paid at the planner's step
     cpu_options={"height": 6, "width": 6, "num_boxes": 1},
-    cpu_train_options=_ONE_LINE_TOOL,
+    cpu_train_options=_COMPACT,
     cpu_note=_GRID_NOTE,
 )
 register(
@@ -60,7 +61,7 @@ register(
     team_reward=True,
     award_lookahead=1,  # the tool's team term is the turn's value, paid at the planner's step
     cpu_options={"height": 6, "width": 6, "min_distance": 3},
-    cpu_train_options=_ONE_LINE_TOOL,
+    cpu_train_options=_COMPACT,
     cpu_note=_GRID_NOTE,
 )
 register(

@@ -5,6 +5,11 @@ terms on every step. So an evaluation table shows, beside the team, where trivia
 play land on the same validation instances:
 
 * ``no-op`` - every role answers nothing (``constant:``);
+* ``constant`` - every role repeats one fixed, correct-looking answer: the oracle's completion
+  at its first turn of one train-split instance (:func:`oracle_constants`; for a grid tool, a
+  search program with that level's map; for a planner, that level's solution). A cold-started
+  team that copies what its fine-tuning examples look like, without reading the instance,
+  scores like this;
 * ``demo answer`` - every role repeats the answer of its in-context demonstration (when the run
   shows demonstrations: a team that only learned to copy it scores the same);
 * ``oracle`` - the setting's scripted correct answers (the ceiling);
@@ -32,16 +37,54 @@ from adapters.policies.base import Policy
 from adapters.policies.oracle import OraclePolicy
 from adapters.policies.specs import constant_policy
 
-__all__ = ["evaluate_references", "open_loop_reference", "reference_policies"]
+__all__ = [
+    "evaluate_references",
+    "open_loop_reference",
+    "oracle_constants",
+    "reference_policies",
+]
+
+
+def oracle_constants(env_id: str, env_config: Mapping[str, Any], seed: int = 0) -> dict[str, str]:
+    """Each role's oracle completion at its first turn of one train-split instance (the
+    ``constant`` reference's answers); ``{}`` for a setting without an oracle.
+
+    >>> c = oracle_constants("plan_path", {"height": 5, "width": 5})
+    >>> sorted(c), c["planner"].split("####")[1].strip().startswith("[")
+    (['planner', 'tool'], True)
+    """
+    import envs
+    from adapters.rollout import derive_seed
+    from adapters.rollout.envpool import flush_dead_steps
+
+    raw = envs.make(env_id, **dict(env_config)).unwrapped
+    out: dict[str, str] = {}
+    try:
+        raw.reset(seed=derive_seed(seed, "constant"), options={"split": "train"})
+        flush_dead_steps(raw)
+        while raw.agents and len(out) < len(raw.possible_agents):
+            agent = raw.agent_selection
+            answer = raw.oracle(agent)
+            out.setdefault(agent, answer)
+            raw.step(answer)
+            flush_dead_steps(raw)
+    except NotImplementedError:
+        return {}
+    finally:
+        raw.close()
+    return out
 
 
 def reference_policies(
-    roles: Sequence[str], demos: Mapping[str, Sequence[Mapping[str, str]]] | None = None
+    roles: Sequence[str],
+    demos: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
+    constants: Mapping[str, str] | None = None,
 ) -> dict[str, tuple[dict[str, Policy], dict[str, str]]]:
     """``name -> (policies, role_policy)`` of the references (see the module docstring).
 
-    ``demos`` are the per-role demonstration messages (user, assistant, ...); a role's constant
-    answer is its first demonstration's answer ("" for a role without one).
+    ``demos`` are the per-role demonstration messages (user, assistant, ...); a role's demo
+    answer is its first demonstration's answer ("" for a role without one). ``constants``:
+    each role's constant answer (:func:`oracle_constants`; "" for a role it does not name).
 
     >>> refs = reference_policies(["tool", "planner"], {"planner": [
     ...     {"role": "user", "content": "level"}, {"role": "assistant", "content": "#### [U]"}]})
@@ -55,11 +98,13 @@ def reference_policies(
         r: next((m["content"] for m in (demos or {}).get(r, []) if m["role"] == "assistant"), "")
         for r in roles
     }
-    if any(answers.values()):
-        pols: dict[str, Policy] = {}
-        for text in answers.values():
-            pols.setdefault(f"constant:{text}", constant_policy(text))
-        out["demo answer"] = (pols, {r: f"constant:{a}" for r, a in answers.items()})
+    for name, fixed in (("constant", dict(constants or {})), ("demo answer", answers)):
+        if any(fixed.get(r) for r in roles):
+            pols: dict[str, Policy] = {}
+            for r in roles:
+                text = fixed.get(r, "")
+                pols.setdefault(f"constant:{text}", constant_policy(text))
+            out[name] = (pols, {r: f"constant:{fixed.get(r, '')}" for r in roles})
     out["oracle"] = ({"oracle": OraclePolicy()}, {r: "oracle" for r in roles})
     return out
 
@@ -68,12 +113,13 @@ def evaluate_references(
     env_id: str,
     roles: Sequence[str],
     demos: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
+    constants: Mapping[str, str] | None = None,
     **kwargs: Any,
 ) -> dict[str, EvalReport]:
     """Each reference's :class:`EvalReport`; ``kwargs`` go to :func:`evaluate` (episodes,
     env_config, split, seed, ...: pass the team's, so the instances are the same)."""
     out: dict[str, EvalReport] = {}
-    for name, (pols, mapping) in reference_policies(roles, demos).items():
+    for name, (pols, mapping) in reference_policies(roles, demos, constants).items():
         try:
             out[name] = evaluate(env_id, pols, role_policy=mapping, **kwargs)
         except NotImplementedError:  # a setting without an oracle

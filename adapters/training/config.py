@@ -83,6 +83,7 @@ AUTO_FIELDS = (
     "lora_dropout",
     "per_role",
     "demos",
+    "init",
     "gen_batch_size",
     "micro_batch_size",
     "micro_batch_tokens",
@@ -147,6 +148,13 @@ class TrainConfig:
     # ---- the model and which policy plays which role
     model: str = opt(
         "smollm2", "smollm2 (embedded), tiny, a local checkpoint, a hub name, or config:PATH"
+    )
+    init: str | None = opt(
+        None,
+        "where the policy starts: none (the model as it is) | cold-start[:ROLE,...] (fine-tuned "
+        "on the setting's oracle turns of every role, or of the roles named, train split: made "
+        "once, then cached; adapters.sft) | PATH (a peft adapter directory merged into the "
+        "model's weights)",
     )
     dtype: str = opt(
         "auto", "model dtype: auto (bfloat16 for LoRA on CUDA, else float32) | float32 | bfloat16"
@@ -304,6 +312,12 @@ class TrainConfig:
         None, "run directory (checkpoints, logs, plots); default runs/<env>-<algo>-<time>"
     )
     device: str = opt("auto", "auto | cpu | cuda | cuda:N")
+    generation_model: Literal["merged", "train"] = opt(
+        "merged",
+        "transformers backend: generate from a copy with the LoRA adapter merged, bfloat16 where "
+        "the device has it, refreshed after each update (merged) | on the training modules "
+        "(train)",
+    )
     backend: str = opt(
         "transformers",
         "rollout backend: transformers | vllm (needs vllm: scripts/setup_vllm.sh) | vllm-server "
@@ -373,6 +387,13 @@ class TrainConfig:
             )
         if self.keep is not None and self.keep not in KEEP_RULES:
             raise ConfigError(f"keep must be one of {KEEP_RULES}, got {self.keep!r}")
+        if self.init not in (None, "none") and not str(self.init).startswith("cold-start"):
+            adapter = Path(str(self.init)) / "adapter_config.json"
+            if not adapter.is_file():
+                raise ConfigError(
+                    f"init must be none, cold-start[:ROLE,...] or a peft adapter directory; "
+                    f"{self.init!r} has no adapter_config.json"
+                )
         if self.recipe is not None and self.recipe not in recipes.RECIPES:
             close = difflib.get_close_matches(self.recipe, list(recipes.RECIPES), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -522,11 +543,16 @@ class TrainConfig:
         c.recipe = recipe.name
         src = c.sources
 
+        per_setting = recipes.setting_values(recipe.name, c.env)
+        cpu_setting = {} if cuda else recipes.setting_values(recipe.name, c.env, cpu=True)
+
         def pick(name: str) -> tuple[Any, str] | None:
+            if name in cpu_setting:
+                value, why = cpu_setting[name]
+                return value, f"recipe {recipe.name}: {why}"
             if not cuda and name in recipe.cpu:
                 value, why = recipe.cpu[name]
                 return value, f"recipe {recipe.name}: {why}"
-            per_setting = recipes.setting_values(recipe.name, c.env)
             if name in per_setting:
                 value, why = per_setting[name]
                 return value, f"recipe {recipe.name}: {why}"
@@ -590,8 +616,12 @@ class TrainConfig:
             c.dtype = "bfloat16" if (cuda and lora) else "float32"
             src["dtype"] = "bfloat16 for LoRA on CUDA, else float32"
         if c.old_logprobs == "auto":
-            c.old_logprobs = "rollout" if c.dtype == "float32" else "recompute"
-            src["old_logprobs"] = "the sampler's in float32, recomputed in lower precision"
+            copy_samples = c.backend == "transformers" and c.generation_model == "merged"
+            c.old_logprobs = "rollout" if c.dtype == "float32" and not copy_samples else "recompute"
+            src["old_logprobs"] = (
+                "the sampler's in float32, recomputed in lower precision or when a merged "
+                "generation copy samples"
+            )
         if c.sampling is None:
             c.sampling = ESTIMATORS[c.algorithm or "at-grpo"].sampling
         if c.candidates is not None and c.keep_n is not None and c.keep_n > c.candidates:

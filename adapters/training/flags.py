@@ -10,6 +10,7 @@ JSON (:func:`parse_value`), so ``--instance '{"grid": ...}'`` and ``--lr 1e-4`` 
 from __future__ import annotations
 
 import typing
+from collections.abc import Collection
 from dataclasses import fields
 from typing import Any, Literal
 
@@ -64,14 +65,15 @@ _SHORTCUTS = {
 _FLAG_ALIASES = {"backend": ("--rollout-backend",)}
 
 
-def add_config_arguments(parser: Any) -> None:
-    """One flag per :class:`TrainConfig` field (defaults suppressed: only given flags count)."""
+def add_config_arguments(parser: Any, only: Collection[str] | None = None) -> None:
+    """One flag per :class:`TrainConfig` field (defaults suppressed: only given flags count);
+    ``only``: just these fields (and the shortcuts into ``env_config`` when it is among them)."""
     import argparse
 
     types = field_types()
     for f in fields(TrainConfig):
         name, tp = f.name, types[f.name]
-        if name in _NOT_FLAGS:
+        if name in _NOT_FLAGS or (only is not None and name not in only):
             continue
         flag = "--" + name.replace("_", "-")
         base, _ = strip_optional(tp)
@@ -107,6 +109,8 @@ def add_config_arguments(parser: Any) -> None:
                 choices=choices,
                 help=help_text,
             )
+    if only is not None and "env_config" not in only:
+        return
     parser.add_argument(
         "--mode", default=argparse.SUPPRESS, help="shortcut for --env-config mode=VALUE"
     )

@@ -349,11 +349,44 @@ SETTING_VALUES: dict[tuple[str, str], dict[str, Sourced]] = {
 }
 
 
-def setting_values(recipe: str, env_id: str) -> Mapping[str, Sourced]:
-    """The values ``recipe`` sets for one setting only (e.g. AT-GRPO's prompt cap for math).
+# The CPU runs of the AT-GRPO settings where a team can learn on a CPU (docs/learning.md): a
+# cold start teaches the tool to compute the answer from the instance (a search program that
+# reads the map, a program that evaluates the expression), and reinforcement learning then
+# teaches the other role to adopt its teammate's result, which is what AT-GRPO's team training
+# is about. (recipe, env id) -> field -> (value, source); CPU only, ahead of the recipe's CPU
+# scale-down.
+_TOOL_COLD_START: dict[str, Sourced] = {
+    "init": (
+        "cold-start:tool",
+        "CPU: the tool's oracle turns (train split) as a cold start; the other role learns to "
+        "adopt the tool's result by RL",
+    ),
+}
+_CPU_GRID: dict[str, Sourced] = {
+    **_TOOL_COLD_START,
+    "max_new_tokens": (320, "CPU: the oracle's search program (about 290 tokens) fits"),
+    "role_sampling": (
+        {"planner": {"max_new_tokens": 64}},
+        "CPU: a planner answer (#### and a move list) fits 64 tokens",
+    ),
+}
+CPU_SETTING_VALUES: dict[tuple[str, str], dict[str, Sourced]] = {
+    **{
+        (r, env): dict(_CPU_GRID)
+        for r in ("at-grpo", "at-grpo-per-role")
+        for env in ("sokoban", "plan_path")
+    },
+}
+
+
+def setting_values(recipe: str, env_id: str, cpu: bool = False) -> Mapping[str, Sourced]:
+    """The values ``recipe`` sets for one setting only (e.g. AT-GRPO's prompt cap for math);
+    ``cpu``: the values of a run without CUDA instead (:data:`CPU_SETTING_VALUES`).
 
     >>> setting_values("at-grpo", "math")["max_prompt_tokens"][0]
     8192
+    >>> setting_values("at-grpo", "sokoban", cpu=True)["init"][0]
+    'cold-start:tool'
     """
     import envs
 
@@ -361,13 +394,14 @@ def setting_values(recipe: str, env_id: str) -> Mapping[str, Sourced]:
         canonical = envs.spec(env_id).id
     except ValueError:
         return {}
-    return SETTING_VALUES.get((recipe, canonical), {})
+    table = CPU_SETTING_VALUES if cpu else SETTING_VALUES
+    return table.get((recipe, canonical), {})
 
 
 # Engineering values no paper fixes: field -> (CPU value, CUDA value, source)
 DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "eval_episodes": (
-        32,
+        64,
         64,
         "suite default: validation instances before/after training (fewer without a GPU, where "
         "the batched evaluation's speed-up is not yet established: benchmarks/eval_throughput.py)",
@@ -376,10 +410,12 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "micro_batch_size": (8, 16, "suite default: sequences per forward/backward"),
     "micro_batch_tokens": (2048, 32768, "suite default: padded tokens per forward/backward"),
     "demos": (
-        1,
         0,
-        "suite default: oracle demonstrations per role (the 135M model needs one)",
+        0,
+        "suite default: no demonstrations (a demonstration's answer is one a constant policy can "
+        "copy for credit; a cold start, --init, gives a small model its start instead)",
     ),
+    "init": ("none", "none", "suite default: the model as it is"),
     "keep": ("best", "best", "suite default (unused without tree sampling)"),
     "keep_n": (1, 1, "suite default"),
     "keep_scope": ("branch", "branch", "suite default"),

@@ -106,6 +106,8 @@ def build_run(config: TrainConfig, *, models: Any = None, resume: bool = False) 
         base.to(device)
     else:
         base, tokenizer = load_base_model(cfg.model, device, cfg.dtype, cfg.seed)
+    if cfg.init not in (None, "none"):
+        base = start_from(cfg, base, dist)
     # the setting: roles, run-wide shared objects, demonstrations that fit the token budget
     env_config = dict(cfg.env_config)
     roles = env_roles(cfg.env, env_config)
@@ -126,7 +128,10 @@ def build_run(config: TrainConfig, *, models: Any = None, resume: bool = False) 
         dist, trained, dp_mode=cfg.dp_mode, pad_id=pad_id, share_prompt=cfg.share_prompt_forward
     )
     sync = distributed.weight_sync(dist, dp, cfg)
-    backend = make_backend(cfg, trained, tokenizer, device, roles, demos, sync=sync)
+    sharded = getattr(dp, "mode", "") in ("fsdp", "hsdp")  # parallel.SHARDED_MODES
+    backend = make_backend(
+        cfg, trained, tokenizer, device, roles, demos, sync=sync, sharded=sharded
+    )
     policies = backend.policies()
     role_policy = dict(backend.role_policy)
     pool = make_env_pool(cfg)
@@ -158,6 +163,20 @@ def build_run(config: TrainConfig, *, models: Any = None, resume: bool = False) 
         pool=pool,
         engine=engine,
     )
+
+
+def start_from(cfg: TrainConfig, base: Any, dist: DistContext) -> Any:
+    """``base`` with ``cfg.init`` merged into its weights: the setting's cached oracle cold
+    start (made by rank 0 on first use) or a peft adapter directory
+    (:mod:`adapters.training.coldstart`)."""
+    from adapters.training.coldstart import apply_init, cold_start_of, ensure_cold_start
+
+    if str(cfg.init).startswith("cold-start"):
+        made = str(ensure_cold_start(cfg, cold_start_of(cfg))) if dist.is_main else None
+        where = str(dist.broadcast_object(made))
+    else:
+        where = str(cfg.init)
+    return apply_init(base, where)
 
 
 def prepare_run_dir(out: Path, cfg: TrainConfig, resume: bool) -> None:

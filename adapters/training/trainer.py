@@ -71,7 +71,11 @@ from typing import Any
 
 from adapters.evaluation import EvalReport, compare_reports, evaluate
 from adapters.evaluation.passes import evaluate_datasets
-from adapters.evaluation.references import evaluate_references, open_loop_reference
+from adapters.evaluation.references import (
+    evaluate_references,
+    open_loop_reference,
+    oracle_constants,
+)
 from adapters.rollout import RolloutResult, Sample, derive_seed, episode_specs, write_jsonl
 from adapters.training import checkpoints, distributed
 from adapters.training.config import TrainConfig, UpdateConfig
@@ -335,7 +339,8 @@ class Trainer(Run):
         return report
 
     def references(self) -> dict[str, Any]:
-        """The scripted reference policies (no-op, the demonstration's answer, the oracle) on
+        """The scripted reference policies (no-op, a constant answer, the demonstration's
+        answer, the oracle) on
         the evaluation's instances (:mod:`adapters.evaluation.references`), played once and kept
         in ``eval_references.json``; name -> report dict."""
         cfg = self.cfg
@@ -348,6 +353,7 @@ class Trainer(Run):
             cfg.env,
             self.roles,
             self.demos,
+            oracle_constants(cfg.env, self.env_config, cfg.seed),
             episodes=cfg.eval_episodes,
             env_config=self.env_config,
             split=cfg.eval_split,

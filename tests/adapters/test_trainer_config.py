@@ -17,8 +17,14 @@ def test_defaults_resolve_per_device():
     assert (cpu.candidates, cpu.instances_per_step, cpu.steps) == (4, 1, 6)
     # the paper's horizon T = 4 on both devices (the CPU run shrinks sizes, not the protocol)
     assert gpu.env_config == {"max_turns": 4}
-    assert cpu.env_config == {"max_turns": 4, "oracle_tool": "answer"}  # a one-line tool demo
-    assert cpu.dtype == "float32" and cpu.old_logprobs == "rollout"
+    assert cpu.env_config == {"max_turns": 4, "prompt_style": "compact"}
+    # a cold start from the tool's oracle turns, no demonstration (no answer key in a prompt)
+    assert cpu.init == "cold-start:tool" and cpu.demos == 0 == gpu.demos
+    assert gpu.init == "none"
+    # the merged bfloat16 generation copy samples, so the training model recomputes pi_old
+    assert cpu.dtype == "float32" and cpu.old_logprobs == "recompute"
+    exact = TrainConfig(generation_model="train").resolved(cuda=False)
+    assert exact.old_logprobs == "rollout"
     # on CUDA the AT-GRPO recipe: full fine-tuning, lr 1e-6, 150 steps, batch 128 (A.2.1)
     assert (gpu.lora_rank, gpu.lr, gpu.steps, gpu.instances_per_step) == (0, 1e-6, 150, 128)
     assert (gpu.candidates, gpu.temperature, gpu.ppo_minibatches) == (4, 1.0, 2)

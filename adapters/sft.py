@@ -1,0 +1,132 @@
+"""Cold start from a setting's oracle: ``python -m adapters.sft --env sokoban``.
+
+Plays the setting's oracle on train-split instances and fine-tunes the model on every role's
+turns (the exact prompt the trained policy would see -> the oracle's completion; loss on the
+completion only) with TRL's ``SFTTrainer``, then saves a LoRA adapter directory
+(:mod:`adapters.training.coldstart`). The prompts are those of a training run with the same
+flags (``--env``, ``--env-config``, ``--recipe``, ``--model``, ``--system-prompt``, ...: the
+setting's CPU options apply on a machine without CUDA, as in ``adapters.train``).
+
+Examples::
+
+    python -m adapters.sft --env sokoban                      # into the cache --init uses
+    python -m adapters.sft --env plan_path --episodes 64 --output runs/cold-plan-path
+    python -m adapters.sft --env sokoban --export sokoban-oracle.jsonl --episodes 256 --no-train
+    python -m adapters.train --env sokoban --init runs/cold-plan-path    # start RL from it
+    python -m adapters.evaluate --env sokoban --policy runs/cold-plan-path
+
+Without ``--output`` the adapter goes where ``adapters.train --init cold-start`` looks for it
+(``$MAS_CACHE_DIR/coldstart/<env>-<hash of everything that shapes it>``). A second call with the
+same ``--output`` resumes from the last checkpoint. ``--export PATH`` writes the examples as JSON
+lines in TRL's prompt-completion format (``datasets.load_dataset("json", data_files=PATH)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Sequence
+
+from adapters.training.flags import add_config_arguments, overrides_from_args
+
+__all__ = ["build_parser", "main"]
+
+# the TrainConfig fields that shape a cold start's prompts and model
+_RUN_FIELDS = (
+    "env",
+    "recipe",
+    "env_config",
+    "model",
+    "device",
+    "system_prompt",
+    "prompt_prefix",
+    "chat_template_kwargs",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from adapters.training.coldstart import ColdStartConfig
+
+    p = argparse.ArgumentParser(
+        prog="python -m adapters.sft",
+        description="Fine-tune a model on a setting's oracle turns (a cold start for RL).",
+        allow_abbrev=False,
+    )
+    add_config_arguments(p, only=_RUN_FIELDS)
+    defaults = ColdStartConfig()
+    for f in dataclasses.fields(ColdStartConfig):
+        flag = "--" + f.name.replace("_", "-")
+        value = getattr(defaults, f.name)
+        if f.name == "roles":
+            p.add_argument(flag, default=None, help="comma-separated roles (default: all)")
+        elif isinstance(value, bool):
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+        else:
+            p.add_argument(flag, type=type(value), default=value, help=f"default {value}")
+    p.add_argument("--output", default=None, help="adapter directory (default: the cache)")
+    p.add_argument("--export", default=None, metavar="PATH", help="write the examples (JSONL)")
+    p.add_argument("--no-train", action="store_true", help="only write --export")
+    p.add_argument("--max-steps", type=int, default=-1, help="stop after N optimizer steps")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from adapters.training.coldstart import (
+        ColdStartConfig,
+        cold_start_dir,
+        make_cold_start,
+        oracle_examples,
+        write_examples,
+    )
+    from adapters.training.config import ConfigError, TrainConfig, config_from_dict
+
+    args = build_parser().parse_args(argv)
+    given = {k: v for k, v in vars(args).items() if k in _RUN_FIELDS or k in ("mode", "max_turns")}
+    try:
+        train_cfg = config_from_dict(overrides_from_args(argparse.Namespace(**given)))
+        train_cfg = train_cfg.resolved()
+        names = [f.name for f in dataclasses.fields(ColdStartConfig)]
+        values = {n: getattr(args, n) for n in names}
+        if values["roles"]:
+            values["roles"] = tuple(r.strip() for r in values["roles"].split(",") if r.strip())
+        cfg = ColdStartConfig(**values)
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    assert isinstance(train_cfg, TrainConfig)
+    if args.no_train:
+        if not args.export:
+            print("error: --no-train writes --export PATH only; give one", file=sys.stderr)
+            return 2
+        from adapters.training.backends import prompt_prefix
+
+        examples = oracle_examples(
+            train_cfg.env,
+            dict(train_cfg.env_config),
+            cfg.episodes,
+            cfg.seed,
+            prefix=prompt_prefix(train_cfg),
+            roles=cfg.roles,
+        )
+        digest = write_examples(examples, args.export)
+        print(f"{len(examples)} examples -> {args.export} (sha256 {digest[:16]})")
+        return 0
+    if args.max_steps > 0 and not args.output:
+        print("error: --max-steps makes a partial cold start: give --output", file=sys.stderr)
+        return 2
+    out = args.output or str(cold_start_dir(train_cfg, cfg))
+    print(
+        f"cold start: {train_cfg.model} on {cfg.episodes} oracle episodes of {train_cfg.env} "
+        f"{dict(train_cfg.env_config)} -> {out}",
+        flush=True,
+    )
+    made = make_cold_start(train_cfg, cfg, out, export=args.export, max_steps=args.max_steps)
+    print(f"done: {made} (use it with --init {made}, or --policy {made} to evaluate)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

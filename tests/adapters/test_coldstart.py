@@ -1,0 +1,130 @@
+"""The oracle cold start: examples, ``python -m adapters.sft``, ``--init`` (tiny model, toy grid)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+pytest.importorskip("trl")
+
+import envs  # noqa: E402
+from adapters.policies import SamplingParams, TransformersPolicy  # noqa: E402
+from adapters.policies.models import load_base_model  # noqa: E402
+from adapters.training.coldstart import apply_init, oracle_examples  # noqa: E402
+
+from .conftest import TINY_PLAN_PATH  # noqa: E402
+
+TOY = {**TINY_PLAN_PATH, "height": 4, "width": 4, "prompt_style": "compact"}
+
+
+def test_examples_are_the_prompts_the_policy_sees_on_train_instances_only():
+    prefix = [{"role": "system", "content": "be brief"}]
+    ex = oracle_examples("plan_path", TOY, 3, seed=0, prefix=prefix)
+    assert [e["role"] for e in ex] == ["tool", "planner"] * 3  # the oracle solves at turn 1
+    raw = envs.make("plan_path", **TOY).unwrapped
+    for e in ex:
+        raw.reset(seed=e["seed"], options={"split": "train"})
+        assert raw.instance_id == e["instance_id"]
+        if e["role"] == "planner":
+            raw.step(raw.oracle("tool"))
+        assert e["prompt"] == [
+            *prefix,
+            {"role": "user", "content": raw.observe(e["role"])["prompt"]},
+        ]
+        assert e["completion"] == [{"role": "assistant", "content": raw.oracle(e["role"])}]
+    # the tool's completion is a search over the map copied from the prompt, not an answer
+    tool = ex[0]["completion"][0]["content"]
+    assert "deque" in tool and "def solve(m)" in tool
+    assert tool.splitlines()[-2].endswith('""")) + "]")')  # the map comes last
+    assert ex[1]["completion"][0]["content"].startswith("The tool's proposal solves it.")
+    only = oracle_examples("plan_path", TOY, 3, seed=0, roles=["tool"])
+    assert [e["role"] for e in only] == ["tool"] * 3
+    # train-split instances only: none of them is a validation instance
+    val = {r["instance_id"] for r in oracle_examples("plan_path", TOY, 3, seed=0)}
+    raw.reset(seed=1, options={"split": "val"})
+    assert raw.instance_id not in val
+
+
+def _greedy_agreement(model, tok, examples) -> float:
+    """Mean number of leading tokens the greedy completion shares with the oracle's."""
+    pol = TransformersPolicy(model, tok, device="cpu", batch_size=8)
+    outs = pol.generate(
+        [e["prompt"] for e in examples], SamplingParams(temperature=0, max_new_tokens=40)
+    )
+    total = 0
+    for e, (c,) in zip(examples, outs):
+        want = tok(e["completion"][0]["content"], add_special_tokens=False)["input_ids"]
+        n = 0
+        for a, b in zip(c.token_ids, want):
+            if a != b:
+                break
+            n += 1
+        total += n
+    return total / len(examples)
+
+
+def test_sft_command_exports_trains_and_moves_the_greedy_policy_toward_the_oracle(tmp_path):
+    from datasets import load_dataset
+
+    from adapters.sft import main
+
+    out, data = tmp_path / "cs", tmp_path / "data.jsonl"
+    args = ["--env", "plan_path", "--model", "tiny", "--device", "cpu", "--output", str(out)]
+    args += [f"--env-config={k}={v}" for k, v in TOY.items()]
+    args += ["--episodes", "12", "--roles", "tool", "--epochs", "6", "--lr", "3e-3"]
+    args += ["--batch-size", "4", "--grad-accum", "1", "--export", str(data), "--no-bf16"]
+    assert main(args) == 0
+    ds = load_dataset("json", data_files=str(data))["train"]
+    assert len(ds) == 12 and set(ds["role"]) == {"tool"}
+    assert ds[0]["prompt"][-1]["role"] == "user" and ds[0]["completion"][0]["role"] == "assistant"
+    card = json.loads((out / "coldstart.json").read_text())
+    assert card["examples"] == 12 and card["optimizer_steps"] == 18
+    assert card["losses"][-1]["loss"] < card["losses"][0]["loss"] / 2
+    # unseen (validation) instances: the greedy completions move toward the oracle's
+    val = oracle_examples("plan_path", TOY, 6, seed=77, roles=["tool"], split="val")
+    base, tok = load_base_model("tiny", "cpu", "float32")
+    before = _greedy_agreement(base, tok, val)
+    tuned, _ = load_base_model("tiny", "cpu", "float32")
+    after = _greedy_agreement(apply_init(tuned, out), tok, val)
+    assert before < 1 and after > 10, (before, after)
+
+
+def test_init_starts_training_from_the_merged_cold_start(tmp_path):
+    from adapters.sft import main
+    from adapters.training.config import TrainConfig
+    from adapters.training.trainer import Trainer
+
+    out = tmp_path / "cs"
+    args = ["--env", "plan_path", "--model", "tiny", "--device", "cpu", "--output", str(out)]
+    args += [f"--env-config={k}={v}" for k, v in TOY.items()]
+    args += ["--episodes", "2", "--max-steps", "2", "--no-bf16"]
+    assert main(args) == 0
+    merged, _ = load_base_model("tiny", "cpu", "float32")
+    merged = apply_init(merged, out)
+    cfg = TrainConfig(
+        env="plan_path",
+        env_config=TOY,
+        model="tiny",
+        init=str(out),
+        lora_rank=4,
+        steps=0,
+        eval_episodes=0,
+        device="cpu",
+        progress=False,
+        save_final=False,
+        output_dir=str(tmp_path / "run"),
+    )
+    tr = Trainer(cfg, log=lambda s: None)
+    want = merged.state_dict()
+    got = {
+        k.replace(".base_layer", ""): v for k, v in tr.models["shared"].model.state_dict().items()
+    }
+    for name, value in want.items():
+        assert torch.equal(got[name], value), name
+    tr.close()
+    with pytest.raises(ValueError, match=r"adapter_config\.json"):
+        TrainConfig(init=str(tmp_path / "nothing-here")).resolved()
