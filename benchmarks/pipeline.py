@@ -58,6 +58,7 @@ from adapters.rollout.episodes import derive_seed
 from adapters.rollout.pipeline import AgentPipeline
 from adapters.rollout.records import Sample
 from adapters.rollout.segments import SegmentConfig
+from benchmarks._quick import parse_args
 
 ENV = "solver_verifier_corrector"
 REJECT = "Critical error: the final answer is wrong.\nVerdict: incorrect"
@@ -235,7 +236,8 @@ def run_synchronous(policy: TransformersPolicy, args: argparse.Namespace) -> Run
         born: list[float] = []
         wave = 0
         while live:  # engine.run's loop, timed per wave
-            live = engine._wave(live, step, wave, rng, sib, samples, [])
+            completions = engine._generate(live, args.candidates, seed=step * 7919 + wave)
+            live = engine._finish_wave(live, completions, step, wave, rng, sib, samples, [])
             born += [time.perf_counter()] * (len(samples) - len(born))
             wave += 1
         t_train = time.perf_counter()
@@ -340,10 +342,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tail-share", type=float, default=0.03)
     ap.add_argument("--segment-tokens", type=int, default=32)
     ap.add_argument("--max-segments", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="3 problems")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.problems = 3
+    args = parse_args(ap, argv, problems=3)
     if args.segment_tokens * args.max_segments < args.long:
         ap.error("--segment-tokens x --max-segments must cover --long")
     import torch
