@@ -173,8 +173,8 @@ class TrainConfig:
     )
     chat_template_kwargs: dict[str, Any] = opt(
         doc=(
-            "JSON for apply_chat_template, e.g. '{\"enable_thinking\": false}' (Qwen3's "
-            "no-thinking mode, as in the paper)"
+            "apply_chat_template argument KEY=VALUE (repeatable) or a JSON mapping, e.g. "
+            "enable_thinking=false (Qwen3's no-thinking mode, as in the AT-GRPO paper)"
         ),
         factory=dict,
     )
