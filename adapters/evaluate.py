@@ -188,6 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--limit", type=int, default=None, help="only the first LIMIT problems")
     bench.add_argument(
+        "--setup",
+        default=None,
+        metavar="NAME[,NAME]",
+        help="paper:comas: the inference setups to run (vanilla, consistency, autogen, debate; "
+        "CoMAS 4.1), each a row per policy; default vanilla",
+    )
+    bench.add_argument(
         "--judge",
         default=None,
         metavar="SPEC",
@@ -227,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    if args.setup and not (args.suite or "").startswith("paper:"):
+        parser.error("--setup chooses CoMAS's inference setups of --suite paper:comas")
     if args.suite is not None and args.suite.startswith("paper:"):
         from adapters.evaluation.papers import main_paper_suite
 

@@ -56,6 +56,11 @@ checks, acceptance after four accepting checks in a row, and input limits in tok
 Its tables report the Solver alone and the Reasoning System (the final answer of the process);
 both come from the same episodes: the first agent's own answer and the system's final one.
 
+**CoMAS's setups** (4.1, "Setups"; the paper follows MASLab's implementations): ``--setup``
+``vanilla`` (default), ``consistency``, ``autogen``, ``debate``, or several comma-separated; each
+setup of each policy is one row (``consistency:P``). :mod:`adapters.evaluation.setups` says what
+each one does and what had to be chosen.
+
 CoMAS keeps a random 500 problems of a larger benchmark and gives no seed; here the 500 whose
 text hashes lowest are kept (:func:`~adapters.evaluation.passes.hash_subsample`), a fixed subset.
 """
@@ -230,7 +235,7 @@ PAPER_SUITES: dict[str, PaperSuite] = {
         ),
         PaperSuite(
             "comas",
-            "CoMAS Table 1 (Vanilla setup)",
+            "CoMAS Table 1",
             (
                 ("Math", (("gsm8k", "GSM8K"), ("math500", "MATH-500"))),
                 ("Coding", (("humaneval", "HumanEval"), ("mbpp", "MBPP"))),
@@ -480,6 +485,15 @@ def main_paper_suite(
             f"{', '.join(refused)}: --suite paper:NAME chooses its own settings and datasets "
             "(use --data-dir)"
         )
+    from adapters.evaluation.setups import setup_spec, with_setups
+
+    setups = [x.strip() for x in (getattr(args, "setup", None) or "vanilla").split(",")]
+    unknown = [x for x in setups if x not in suite.setups]
+    if unknown:
+        parser.error(
+            f"--setup {','.join(unknown)}: paper:{suite.name} reports {', '.join(suite.setups)}"
+        )
+    policies = [setup_spec(x, p) for x in setups for p in args.policy]
     benches, skipped = plan_paper_suite(suite, args.data_dir, limit=args.limit)
     if skipped:
         print(f"skipping (no file in {args.data_dir}): {', '.join(skipped)}", file=sys.stderr)
@@ -489,7 +503,7 @@ def main_paper_suite(
         )
         return 2
     try:
-        run = paper_pass_args(suite, args, benches)
+        run = paper_pass_args(suite, args, benches, policies)
     except ValueError as e:
         parser.error(str(e))
     out = Path(args.out or f"runs/paper-{suite.name}")
@@ -497,7 +511,7 @@ def main_paper_suite(
         results = run_passes(
             run,
             out,
-            policy_factory=_default_factory(args, args.concurrency),  # type: ignore[arg-type]
+            policy_factory=with_setups(_default_factory(args, args.concurrency)),  # type: ignore[arg-type]
             progress=not args.no_progress,
             command=command,
         )
