@@ -350,17 +350,8 @@ def plot(results: dict[str, dict], png: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(
-        build_parser(),
-        argv,
-        envs="sokoban",
-        model="tiny",
-        episodes=2,
-        eval_every=0,
-        max_steps=1,
-        budget_min=0.05,
-        threads=1,
-    )
+    quick = dict(envs="sokoban", model="tiny", episodes=2, eval_every=0, max_steps=1, threads=1)
+    args = parse_args(build_parser(), argv, budget_min=0.05, **quick)
     from adapters.training.flags import parse_key_values
 
     args.methods = {m.strip() for m in args.methods.split(",") if m.strip()}

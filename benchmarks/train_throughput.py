@@ -82,17 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(
-        build_parser(),
-        argv,
-        model="tiny",
-        steps=1,
-        warmup=1,
-        instances=1,
-        candidates=2,
-        max_new_tokens=8,
-        threads=1,
-    )
+    quick = dict(model="tiny", steps=1, instances=1, candidates=2, max_new_tokens=8)
+    args = parse_args(build_parser(), argv, **quick)
     import torch
 
     from adapters.policies.models import model_from_config
