@@ -234,6 +234,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    try:
+        args.chat_template_kwargs = _template_kwargs(args)
+    except ValueError as e:
+        parser.error(str(e))
     if args.setup and not (args.suite or "").startswith("paper:"):
         parser.error("--setup chooses CoMAS's inference setups of --suite paper:comas")
     if args.suite is not None and args.suite.startswith("paper:"):
@@ -345,7 +349,10 @@ def _given(value: float | None, default: float) -> float:
 
 
 def _template_kwargs(args: argparse.Namespace) -> dict[str, object]:
-    return parse_mapping_items(args.chat_template_kwargs, "--chat-template-kwargs")
+    given = args.chat_template_kwargs
+    if isinstance(given, dict):  # already parsed (main)
+        return given
+    return parse_mapping_items(given, "--chat-template-kwargs")
 
 
 def _command(argv: Sequence[str] | None) -> str:

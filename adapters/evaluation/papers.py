@@ -331,9 +331,8 @@ def paper_pass_args(
 ) -> PassArgs:
     """The pass a ``--suite paper:NAME`` command line runs: the suite's protocol, with the
     values the command line gives instead (``None`` = not given), each change listed in
-    ``protocol``."""
-    from adapters.training.flags import parse_mapping_items
-
+    ``protocol``; ``args.chat_template_kwargs`` is a mapping (``adapters.evaluate`` parses the
+    flag)."""
     protocol = [f"{suite.title}: the paper's protocol"]
     protocol += [f"{key}: {why}" for key, why in suite.sources.items()]
     chosen: dict[str, Any] = {}
@@ -365,9 +364,7 @@ def paper_pass_args(
         seed=getattr(args, "seed", 0),
         chunk_size=getattr(args, "chunk_size", 16),
         judge=getattr(args, "judge", None),
-        chat_template_kwargs=parse_mapping_items(
-            list(getattr(args, "chat_template_kwargs", None) or []), "--chat-template-kwargs"
-        ),
+        chat_template_kwargs=dict(getattr(args, "chat_template_kwargs", None) or {}),
         template_switches=dict(suite.template_switches),
         protocol=tuple(protocol),
     )
