@@ -258,7 +258,7 @@ QWEN3_LIKE = (
 
 
 def test_at_grpo_sets_no_thinking_where_the_template_has_the_switch_5_1(tmp_path):
-    from adapters.evaluation.passes import _prepared
+    from adapters.evaluation.passes import _prepared, protocol_lines
     from adapters.policies.specs import parse_policy_spec
 
     run = _resolved("at-grpo")
@@ -274,3 +274,6 @@ def test_at_grpo_sets_no_thinking_where_the_template_has_the_switch_5_1(tmp_path
     assert "<think>" not in before and after.endswith("<think>\n\n</think>\n\n")
     assert qwen.max_prompt_tokens == 8192  # A.2.1's prompt limit reaches the policy
     assert "chat template rendered with {'enable_thinking': False}" in qwen.template_note
+    header = protocol_lines({"arguments": run.fingerprint(), "template": {"q": qwen.template_note}})
+    assert "Chat template: tiny: chat template rendered with {'enable_thinking': False}" in header
+    assert "template_switches: 5.1: Qwen3 in the no-thinking mode" in header
