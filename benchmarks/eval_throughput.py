@@ -180,7 +180,7 @@ def run_mode(mode: str, trainer: Any, episodes: int) -> tuple[float, float, int]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(build_parser(), argv, episodes=2, threads=1)
+    args = parse_args(build_parser(), argv, episodes=1, threads=1)
     import tempfile
 
     import torch
