@@ -50,11 +50,16 @@ Full benchmark passes (``--dataset``; :mod:`adapters.evaluation.passes`): every 
 benchmark read from ``--data-path`` (a file or directory in the dataset's released format;
 without it the Hugging Face cache), each played ``--samples`` times in the setting's single mode,
 reported as pass@1 (= avg@samples) and, with ``--pass-k K``, unbiased pass@K, with 95%
-intervals; resumable like ``--suite``::
+intervals, at most 4,096 new tokens per completion unless ``--max-new-tokens`` says otherwise;
+resumable like ``--suite``::
 
     python -m adapters.evaluate --env math --dataset aime24 --data-path aime_2024.jsonl \
         --policy openai:http://127.0.0.1:8000/v1#m --samples 32 --temperature 0.6 \
         --top-p 0.95 --pass-k 8 --out runs/aime24
+
+``--chat-template-kwargs KEY=VALUE`` (repeatable) is given to every policy that renders a chat
+template (e.g. ``enable_thinking=false``, Qwen3's no-thinking mode); ``--suite paper:NAME`` runs
+a paper's evaluation with its protocol (:mod:`adapters.evaluation.papers`).
 
 This module only parses arguments; the work is done by :mod:`adapters.evaluation` (``evaluate``,
 ``EvalReport``; importing them from here still works but is deprecated) and
@@ -82,7 +87,7 @@ from adapters.evaluation import (
 )
 from adapters.policies.specs import build_policies, parse_policy_spec
 from adapters.rollout import env_roles
-from adapters.training.flags import parse_key_values, parse_value
+from adapters.training.flags import parse_key_values, parse_mapping_items, parse_value
 
 # EvalReport, evaluate, build_policies and parse_policy_spec moved to adapters.evaluation and
 # adapters.policies.specs; they stay importable from here for existing code (deprecated).
@@ -123,10 +128,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-config", action="append", default=[], metavar="KEY=VALUE", help="(--env)")
     p.add_argument("--instance", default=None, help="explicit instance as JSON (--env)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument(
-        "--max-new-tokens", type=int, default=None, help="(default: 256; with --suite the suite's)"
+        "--temperature", type=float, default=None, help="(default: 0; paper:NAME the paper's)"
+    )
+    p.add_argument("--top-p", type=float, default=None, help="(default: 1; paper:NAME the paper's)")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="(default: 256; --suite: the suite's; --dataset: 4096; paper:NAME: the paper's)",
+    )
+    p.add_argument(
+        "--chat-template-kwargs",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="repeatable: an apply_chat_template argument for every policy that renders a chat "
+        "template (an openai: server gets them as chat_template_kwargs), e.g. "
+        "enable_thinking=false; a JSON mapping works too",
     )
     p.add_argument("--system-prompt", default=None, help="system message for model policies")
     p.add_argument(
@@ -161,11 +180,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="directory holding NAME.jsonl / .json / .parquet / .csv or NAME/ per dataset",
     )
-    bench.add_argument("--samples", type=int, default=1, help="samples per problem (avg@N)")
+    bench.add_argument(
+        "--samples", type=int, default=None, help="samples per problem (avg@N; default 1)"
+    )
     bench.add_argument(
         "--pass-k", type=int, action="append", default=[], help="repeatable: report pass@K"
     )
     bench.add_argument("--limit", type=int, default=None, help="only the first LIMIT problems")
+    bench.add_argument(
+        "--setup",
+        default=None,
+        metavar="NAME[,NAME]",
+        help="paper:comas: the inference setups to run (vanilla, consistency, autogen, debate; "
+        "CoMAS 4.1), each a row per policy; default vanilla",
+    )
     bench.add_argument(
         "--judge",
         default=None,
@@ -206,6 +234,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    try:
+        args.chat_template_kwargs = _template_kwargs(args)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.setup and not (args.suite or "").startswith("paper:"):
+        parser.error("--setup chooses CoMAS's inference setups of --suite paper:comas")
     if args.suite is not None and args.suite.startswith("paper:"):
         from adapters.evaluation.papers import main_paper_suite
 
@@ -223,7 +257,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     max_new_tokens = 256 if args.max_new_tokens is None else args.max_new_tokens
     roles = env_roles(args.env, env_config)
     policies, role_policy = build_policies(
-        args.policy, roles, device=args.device, dtype=args.dtype, batch_size=args.batch_size
+        args.policy,
+        roles,
+        device=args.device,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        chat_template_kwargs=_template_kwargs(args),
     )
     if args.system_prompt or args.demos:
         policies, role_policy = with_prompt_prefixes(
@@ -244,8 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         role_policy=role_policy,
         split=args.split,
         seed=args.seed,
-        temperature=args.temperature,
-        top_p=args.top_p,
+        temperature=_given(args.temperature, 0.0),
+        top_p=_given(args.top_p, 1.0),
         max_new_tokens=max_new_tokens,
         instance=instance,
     )
@@ -271,8 +310,9 @@ def _main_suite(
             chunk_size=args.chunk_size,
             seed=args.seed,
             split=args.split,
-            temperature=args.temperature,
-            top_p=args.top_p,
+            temperature=_given(args.temperature, 0.0),
+            top_p=_given(args.top_p, 1.0),
+            chat_template_kwargs=_template_kwargs(args),
             max_new_tokens=(
                 suite.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
             ),
@@ -304,6 +344,17 @@ def _main_suite(
     return 0
 
 
+def _given(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def _template_kwargs(args: argparse.Namespace) -> dict[str, object]:
+    given = args.chat_template_kwargs
+    if isinstance(given, dict):  # already parsed (main)
+        return given
+    return parse_mapping_items(given, "--chat-template-kwargs")
+
+
 def _command(argv: Sequence[str] | None) -> str:
     return "python -m adapters.evaluate " + shlex.join(sys.argv[1:] if argv is None else list(argv))
 
@@ -311,7 +362,7 @@ def _command(argv: Sequence[str] | None) -> str:
 def _main_passes(
     parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str] | None
 ) -> int:
-    from adapters.evaluation.passes import Benchmark, PassArgs, run_passes
+    from adapters.evaluation.passes import DEFAULT_MAX_NEW_TOKENS, Benchmark, PassArgs, run_passes
     from adapters.evaluation.suite import _default_factory
     from envs.data.registry import find_data_file
 
@@ -339,14 +390,15 @@ def _main_passes(
         run = PassArgs(
             benchmarks=tuple(benches),
             policies=tuple(args.policy),
-            samples=args.samples,
+            samples=args.samples or 1,
             ks=tuple(args.pass_k),
-            temperature=args.temperature,
-            top_p=args.top_p,
-            max_new_tokens=256 if args.max_new_tokens is None else args.max_new_tokens,
+            temperature=_given(args.temperature, 0.0),
+            top_p=_given(args.top_p, 1.0),
+            max_new_tokens=_given(args.max_new_tokens, DEFAULT_MAX_NEW_TOKENS),  # type: ignore[arg-type]
             seed=args.seed,
             chunk_size=args.chunk_size,
             judge=args.judge,
+            chat_template_kwargs=_template_kwargs(args),
         )
     except ValueError as e:
         parser.error(str(e))

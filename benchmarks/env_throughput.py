@@ -1,6 +1,7 @@
 """Environment throughput: resets/s and complete oracle episodes/s per setting.
 
     python benchmarks/env_throughput.py [--seconds 3] [--only sokoban,sudoku]
+    python benchmarks/env_throughput.py --quick     # 0.1 s per measurement (a smoke run)
 
 Resets include instance generation and verification (unique Sudoku solutions, solved Sokoban
 levels, reachable Plan-Path goals). Oracle episodes include the tool agents' programs running in
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import envs
 import sandboxes
+from benchmarks._quick import parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,14 +168,14 @@ def fmt(x: float | None, digits: int = 0) -> str:
     return "-" if x is None else f"{x:,.{digits}f}"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
     ap.add_argument("--only", default="", help="comma-separated env ids")
     ap.add_argument("--no-baseline", action="store_true", help="skip the naive-subprocess baseline")
-    args = ap.parse_args()
+    args = parse_args(ap, argv, seconds=0.1)
     only = {s for s in args.only.split(",") if s}
     sandbox = sandboxes.default()
     naive = NaiveSubprocessSandbox()

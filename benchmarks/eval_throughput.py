@@ -78,6 +78,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._quick import parse_args
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 MODES = ("sequential", "chunked", "batched")
@@ -178,7 +180,7 @@ def run_mode(mode: str, trainer: Any, episodes: int) -> tuple[float, float, int]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv, episodes=1, threads=1)
     import tempfile
 
     import torch

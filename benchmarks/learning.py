@@ -98,6 +98,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._quick import parse_args
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SETTINGS = ("sokoban", "plan_path", "sudoku")
@@ -348,7 +350,8 @@ def plot(results: dict[str, dict], png: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    quick = dict(envs="sokoban", model="tiny", episodes=2, eval_every=0, max_steps=1, threads=1)
+    args = parse_args(build_parser(), argv, budget_min=0.05, **quick)
     from adapters.training.flags import parse_key_values
 
     args.methods = {m.strip() for m in args.methods.split(",") if m.strip()}

@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/rollout_scaling.py                 # sokoban and plan_path, 1 and 2 workers
-    python benchmarks/rollout_scaling.py --quick         # fewer episodes, one repeat
+    python benchmarks/rollout_scaling.py --quick         # 4 episodes, one repeat (a smoke run)
     python benchmarks/rollout_scaling.py --envs sokoban --episodes 64 --workers 1 2 4
 
 Every row runs the same episodes (seeds ``0..episodes-1``, one parallel-sampling episode per
@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.policies import OraclePolicy
 from adapters.rollout import EpisodeSpec, LocalEnvPool, RolloutConfig, RolloutEngine
+from benchmarks._quick import parse_args
 
 ENV_CONFIGS: dict[str, dict] = {
     "sokoban": {},  # paper setting: 6 x 6, 2 boxes
@@ -68,10 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--episodes", type=int, default=48)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads-per-worker", type=int, default=1)
-    ap.add_argument("--quick", action="store_true", help="16 episodes, one repeat")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.episodes, args.repeat = 16, 1
+    args = parse_args(ap, argv, episodes=4, repeat=1)
 
     import ray
 

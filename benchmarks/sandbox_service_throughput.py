@@ -3,6 +3,7 @@
 
     python benchmarks/sandbox_service_throughput.py [--jobs 400] [--workers 2]
         [--clients 1,4,16] [--backend local|docker] [--repeat 3]
+    python benchmarks/sandbox_service_throughput.py --quick   # 20 jobs, 1 and 4 clients, once
 
 The service runs as a real server process (``python -m adapters.serve_sandbox --port 0``) with
 ``--workers`` sandbox workers; clients are threads, each with its own keep-alive HTTP session,
@@ -30,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 import requests  # noqa: E402
 
 import sandboxes  # noqa: E402
+from benchmarks._quick import parse_args  # noqa: E402
 
 PROGRAMS = {
     "trivial": ("print(1)\n", "", "1\n"),
@@ -90,14 +92,14 @@ def service_rate(url: str, code: str, stdin: str, want: str, n: int, clients: in
         return _best(lambda: list(pool.map(one, range(n))), n, repeat)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=400)
     p.add_argument("--workers", type=int, default=sandboxes.base.default_workers())
     p.add_argument("--clients", default="1,4,16", help="comma-separated client thread counts")
     p.add_argument("--backend", choices=("local", "docker"), default="local")
     p.add_argument("--repeat", type=int, default=3)
-    args = p.parse_args()
+    args = parse_args(p, argv, jobs=20, clients="1,4", repeat=1)
     clients = [int(c) for c in args.clients.split(",")]
     limits = sandboxes.Limits(memory_mb=512)
 

@@ -1,6 +1,7 @@
 """Sandbox throughput: executions per second of tiny programs, per backend.
 
     python benchmarks/sandbox_throughput.py [--jobs 300] [--naive-jobs 60] [--no-docker]
+    python benchmarks/sandbox_throughput.py --quick   # 20 jobs, once, local backend only
 
 Two programs: ``print(1)`` ("trivial") and a stdin-reading solution that sums two integers
 ("stdin"). For each, the table lists executions per second of
@@ -45,6 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import sandboxes
+from benchmarks._quick import parse_args
 from sandboxes.calls import Call
 
 PROGRAMS = {
@@ -165,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=3, help="rounds; the best one counts")
     ap.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPUs)")
     ap.add_argument("--no-docker", action="store_true", help="skip the Docker backend")
-    args = ap.parse_args(argv)
+    args = parse_args(ap, argv, jobs=20, naive_jobs=5, repeat=1, no_docker=True)
     cpus = os.cpu_count() or 1
 
     local = sandboxes.LocalSandbox(workers=args.workers)

@@ -3,6 +3,7 @@
     python benchmarks/scaling.py                          # tiny model, Sokoban, 3 steps per run
     python benchmarks/scaling.py --model smollm2 --instances 4 --steps 4
     python benchmarks/scaling.py --skip-measure           # the projection with default costs
+    python benchmarks/scaling.py --quick                  # 2 instances x K=2, 1 step (smoke run)
 
 **Measured.** The same run (global batch ``--instances`` x K candidates, AT-GRPO tree
 sampling, LoRA) is trained with ``python -m torch.distributed.run --standalone --nproc-per-node N
@@ -58,6 +59,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._quick import parse_args  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -207,7 +211,7 @@ def project(args: argparse.Namespace, gpus: int, env_s_per_sample: float, cv: fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv, instances=2, candidates=2, max_new_tokens=4, steps=1)
     env_s_per_sample, rec = 2e-3, 2000.0
     cv = args.straggler_cv
     if not args.skip_measure:
@@ -218,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             f"measured on CPU ({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} "
             f"at the end): env {args.env}, model {args.model}, {args.instances} instances x "
             f"K={args.candidates} per step, {args.max_new_tokens} new tokens, LoRA with DDP, "
-            f"{args.steps} steps (means over steps 2..{args.steps}), one thread per rank\n"
+            f"{args.steps} steps (means over steps {min(2, args.steps)}..{args.steps}), one "
+            "thread per rank\n"
         )
         print(f"{'ranks':>5} {'samples':>8} {'step s':>8} {'gen s':>7} {'env s':>7}", end="")
         print(f" {'update s':>8} {'samples/s':>10} {'vs 1 rank':>9}")

@@ -46,6 +46,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._quick import parse_args
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
@@ -80,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    quick = dict(model="tiny", steps=1, instances=1, candidates=2, max_new_tokens=8)
+    args = parse_args(build_parser(), argv, **quick)
     import torch
 
     from adapters.policies.models import model_from_config

@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/verifier_throughput.py            # full run (about a minute)
-    python benchmarks/verifier_throughput.py --quick    # smaller sizes
+    python benchmarks/verifier_throughput.py --quick    # toy sizes, once (a smoke run)
 
 Math rows grade ``(prediction, gold)`` pairs: integers (the in-process fast path) and LaTeX
 expressions (the math-verify worker pool; every pair is distinct, so the result cache never
@@ -37,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._quick import parse_args
 from verifiers.code_tests import TestCase, check_compiles, outputs_match, run_tests_many
 from verifiers.math_answer import grade, grade_many
 
@@ -192,12 +193,11 @@ def code_rows(n_prog: int, repeat: int) -> list[tuple[str, float, float, float]]
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smaller workloads")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-code", action="store_true", help="skip the sandbox rows")
     ap.add_argument("--no-math", action="store_true", help="skip the math rows")
-    args = ap.parse_args(argv)
-    n_int, n_tex, n_prog = (5000, 40, 40) if args.quick else (20000, 120, 100)
+    args = parse_args(ap, argv, repeat=1)
+    n_int, n_tex, n_prog = (500, 10, 10) if args.quick else (20000, 120, 100)
 
     print(f"verifier throughput ({os.cpu_count()} cores, best of {args.repeat})\n")
     if not args.no_math:

@@ -5,8 +5,9 @@ id (alias)         ``solver_verifier_corrector`` (``marsrl``)
 agents             ``solver``, ``verifier``, ``corrector``
 actions            completion text (``str``)
 observations       ``{"prompt": str}``
-horizon            ``max_steps`` agent steps (default 5: Solver, V1, C1, V2, C2); ends early
-                   when the verifier accepts or its verdict does not parse
+horizon            ``max_steps`` agent steps (default 5: Solver, V1, C1, V2, C2) and at most
+                   ``max_checks`` verifier reports; ends early when the verifier accepts or
+                   its verdict does not parse
 render modes       ``human``, ``ansi``
 =================  ==========================================================
 
@@ -18,6 +19,28 @@ the public inference script asks for several, then the verifier re-checks the sa
 Otherwise the corrector rewrites the solution given the report, and the verifier checks the new
 one: Solver, V1, C1, V2, C2, V, C, ... until acceptance or ``max_steps`` steps (a natural end:
 termination, with the final answer chosen as below).
+
+Training and evaluation limits. MarsRL caps a problem at five rollout steps "during the
+training phase" (section 3.1: Solver, V1, C1, V2, C2), the defaults here. The paper evaluates
+the Figure 1 process with the public inference script (``vc_reasoning_system.py`` of the MarsRL
+repository, cited in section 4.1), whose limits differ: the solver answers, the verifier checks,
+and then at most ten more rounds each make one check (after a rejection, the corrector first
+rewrites the solution); a solution is accepted after four accepting checks in a row. Those are
+:data:`EVALUATION_CONFIG`: ``max_checks=11``, ``accept_after=4``, ``max_steps=22`` (one solver
+step, eleven checks, ten corrections: the step cap never binds before the check cap), and no
+quoting cap in characters (``max_entry_chars`` at its maximum): the evaluation bounds prompts in
+tokens, the policy's ``max_prompt_tokens`` (MarsRL 4.1: 32k input tokens; the
+``paper:marsrl`` suite sets it). Where the public script lets a verifier report without a
+"correct" read as a rejection, the evaluation here checks the same solution again
+(``unparsed_verdict="retry"``, counted as one of the eleven checks): an unparsed report is
+never shown to the corrector as an error report (see below).
+
+Reasoning blocks. A completion of a thinking model starts with its reasoning and ends it with
+``</think>``; what the next agent is shown (the solution to check, the report to act on) is the
+text after the last ``</think>`` (``strip_thinking=True``, as the public inference script does),
+so a quoted solution is its write-up, not the search that led to it. Answers and verdicts are
+read from the whole completion (the last ``\boxed{}`` and the last verdict line win, and they
+come after the reasoning).
 
 Verdicts are parsed by :func:`parse_verdict`: the last ``Verdict:`` (or ``Correctness:``) line
 or ``\\boxed{correct|incorrect}`` decides; "incorrect", "not correct", "wrong", "has errors",
@@ -71,7 +94,9 @@ a hash of the question; ``problems=[...]`` to ``envs.make``; or
 ``mode="single"`` does not exist: the setting is multi-agent by construction.
 
 Version history: v0 (initial); v1 (an unparsed verdict ends the episode instead of reaching
-the corrector as an error report, MarsRL 3.3; ``unparsed_verdict="retry"``).
+the corrector as an error report, MarsRL 3.3; ``unparsed_verdict="retry"``); v2 (``max_checks``
+and :data:`EVALUATION_CONFIG`, the public inference script's limits; quoted completions without
+their reasoning block, ``strip_thinking``).
 """
 
 from __future__ import annotations
@@ -90,6 +115,7 @@ from verifiers.extract import clip_text
 from verifiers.math_answer import extract_boxed, grade
 
 __all__ = [
+    "EVALUATION_CONFIG",
     "SolverVerifierCorrectorConfig",
     "SolverVerifierCorrectorRewards",
     "VerdictParse",
@@ -229,14 +255,16 @@ class SolverVerifierCorrectorRewards(RewardConfig):
 
 @dataclass(frozen=True)
 class SolverVerifierCorrectorConfig(EnvConfig):
-    """max_steps: agent steps per episode (paper: 5). accept_after: consecutive accepting verdicts
-    that end the episode. dataset / dataset_size / dataset_seed / dataset_options: the
+    """max_steps: agent steps per episode (paper: 5). max_checks: verifier reports per episode
+    (None: no cap). accept_after: consecutive accepting verdicts that end the episode.
+    strip_thinking: quote completions from after their last ``</think>``. dataset / dataset_size / dataset_seed / dataset_options: the
     reasoning-gym pool and its generator's options (or a registered math set with
     ``data_path``).
     max_entry_chars: longest solution/report quoted in a prompt. max_turns: truncation cap in
     correction cycles (default does not bind)."""
 
     max_steps: int = 5
+    max_checks: int | None = None
     accept_after: int = 1
     dataset: str = "gsm_symbolic"
     dataset_size: int = 2000
@@ -244,6 +272,7 @@ class SolverVerifierCorrectorConfig(EnvConfig):
     dataset_options: dict[str, Any] | None = None
     data_path: str | None = None
     max_entry_chars: int = 20_000
+    strip_thinking: bool = True
     unparsed_verdict: Literal["end", "retry"] = "end"
     max_turns: int = 1000
     rewards: SolverVerifierCorrectorRewards = field(default_factory=SolverVerifierCorrectorRewards)
@@ -259,8 +288,14 @@ class SolverVerifierCorrectorConfig(EnvConfig):
             raise ValueError("max_steps must be a positive int")
         if not isinstance(self.accept_after, int) or self.accept_after < 1:
             raise ValueError("accept_after must be a positive int")
-        if self.dataset_size < 1 or self.max_entry_chars < 100:
-            raise ValueError("dataset_size must be >= 1 and max_entry_chars >= 100")
+        if self.max_checks is not None and (
+            not isinstance(self.max_checks, int) or self.max_checks < 1
+        ):
+            raise ValueError("max_checks must be a positive int or None")
+        if self.dataset_size < 1 or not 100 <= self.max_entry_chars <= _MAX_STORED:
+            raise ValueError(
+                f"dataset_size must be >= 1 and max_entry_chars in [100, {_MAX_STORED}]"
+            )
         if self.unparsed_verdict not in ("end", "retry"):
             raise ValueError("unparsed_verdict must be 'end' or 'retry'")
 
@@ -288,6 +323,15 @@ class _Report:
 
 
 _VERDICT_FORMAT = "Verdict: correct\nor\nVerdict: incorrect"
+
+EVALUATION_CONFIG: dict[str, Any] = {
+    "max_checks": 11,
+    "accept_after": 4,
+    "max_steps": 22,
+    "max_entry_chars": _MAX_STORED,
+    "unparsed_verdict": "retry",
+}
+"""The limits of MarsRL's evaluation process (module docstring: the public inference script)."""
 
 
 class raw_env(QuestionPoolInstances, TurnBasedEnv):
@@ -365,6 +409,8 @@ class raw_env(QuestionPoolInstances, TurnBasedEnv):
 
     # ------------------------------------------------------------------ text
     def _clip(self, text: str) -> str:
+        if self.config.strip_thinking and "</think>" in text:
+            text = text[text.rfind("</think>") + len("</think>") :].strip()
         return clip_text(text, self.config.max_entry_chars)
 
     def _prompt(self, agent: str) -> str:
@@ -444,8 +490,12 @@ class raw_env(QuestionPoolInstances, TurnBasedEnv):
         else:
             sol.flags += int(v.value is False)
             self._streak = 0
+        checks_left = self.config.max_checks is None or len(self._reports) < self.config.max_checks
         if self._streak >= self.config.accept_after:
             self._accepted = idx
+            self._role = "verifier"
+            self._finish()
+        elif not checks_left:  # the evaluation's last check: no correction follows it
             self._role = "verifier"
             self._finish()
         elif v.value is None:  # not an error report: never sent to the corrector (MarsRL 3.3)

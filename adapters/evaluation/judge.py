@@ -10,12 +10,19 @@ file keyed by a hash of the judge spec and the three texts, so a resumed or repe
 the judge only about new answers. :func:`judge_summary` gives pass@1 under the judge, how many
 verdicts did not parse (counted wrong), and the agreement with the exact-match grading (the
 share of records where both say the same, and Cohen's kappa).
+
+The judge decodes as MAE's did (:class:`JudgeSampling`, MAE Appendix B.5, Table 4: temperature
+1.0, top-p 0.95, at most 1,000 new tokens), so it may reason before its verdict. Each verdict is
+sampled with a seed derived from its cache key, so the same run gives the same verdicts; the
+sampling values are part of the key (and of ``run.json``), so a run with other values asks
+again.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +31,33 @@ from adapters.policies.base import Policy, SamplingParams
 from envs.core.splits import stable_hash
 from verifiers.answer_formats import final_answer_text, parse_judgement
 
-__all__ = ["JUDGE_TEMPLATE", "cohen_kappa", "judge_prompt", "judge_records", "judge_summary"]
+__all__ = [
+    "JUDGE_TEMPLATE",
+    "JudgeSampling",
+    "cohen_kappa",
+    "judge_prompt",
+    "judge_records",
+    "judge_summary",
+]
+
+
+@dataclass(frozen=True)
+class JudgeSampling:
+    """How the judge decodes: MAE Appendix B.5, Table 4 (temperature 1.0, top-p 0.95, max tokens
+    1000).
+
+    >>> JudgeSampling()
+    JudgeSampling(temperature=1.0, top_p=0.95, max_new_tokens=1000)
+    """
+
+    temperature: float = 1.0
+    top_p: float = 0.95
+    max_new_tokens: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.max_new_tokens < 1:
+            raise ValueError(f"invalid judge sampling {self}")
+
 
 JUDGE_TEMPLATE = (
     "You grade answers to benchmark questions.\n\n"
@@ -56,12 +89,14 @@ def judge_records(
     *,
     judge_spec: str,
     cache_path: str | Path,
-    max_new_tokens: int = 16,
+    sampling: JudgeSampling | None = None,
     save: Callable[[Path, str], None] | None = None,
 ) -> None:
     """Set ``record["judge_correct"]`` (True / False, or None when the verdict did not parse)
     on every record whose ``problem_id`` is in ``problems``; ``record["judge_answer"]`` is the
-    answer the judge saw. New verdicts are added to the cache file."""
+    answer the judge saw. The judge decodes with ``sampling`` (default: MAE Table 4). New
+    verdicts are added to the cache file."""
+    sampling = sampling or JudgeSampling()
     path = Path(cache_path)
     cache: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
     todo: list[tuple[dict[str, Any], str, str]] = []
@@ -72,7 +107,7 @@ def judge_records(
         answer = final_answer_text(rec.get("completion", "")) or ""
         refs = [prob.answer, *getattr(prob, "aliases", ())]
         prompt = judge_prompt(prob.question, refs, answer)
-        key = stable_hash([judge_spec, prob.question, refs, answer])
+        key = stable_hash([judge_spec, asdict(sampling), prob.question, refs, answer])
         rec["judge_answer"] = answer
         if not answer:
             rec["judge_correct"] = False  # nothing to judge: wrong, as exact match says
@@ -82,7 +117,13 @@ def judge_records(
         else:
             todo.append((rec, key, prompt))
     if todo:
-        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens)
+        params = SamplingParams(
+            n=1,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_new_tokens=sampling.max_new_tokens,
+            prompt_seeds=tuple(int(k[:8], 16) for _r, k, _p in todo),
+        )
         prompts = [[{"role": "user", "content": p}] for _r, _k, p in todo]
         outs = judge.generate(prompts, params)
         for (rec, key, _p), comps in zip(todo, outs):

@@ -22,6 +22,22 @@ once; the papers' single-model numbers). Each policy spec plays every role.
 each with a 95% Student-t interval over problems (:func:`~adapters.evaluation.stats.
 mean_interval`).
 
+**Limits and decoding.** A pass decodes at most ``max_new_tokens`` new tokens per completion
+(default :data:`DEFAULT_MAX_NEW_TOKENS` = 4,096, the smallest response limit of the five papers,
+AT-GRPO A.2.1 and CoMAS Appendix C; the paper suites set their paper's own,
+:mod:`adapters.evaluation.papers`), left-truncates prompts longer than ``max_prompt_tokens``
+tokens (``None``: the model's context; an HTTP server applies its own), samples with
+``temperature`` / ``top_p`` / ``top_k``, and renders chat templates with
+``chat_template_kwargs`` (``template_switches`` are set only where a policy's template reads
+them: a paper's switch such as Qwen3's ``enable_thinking``; what was done per policy is in
+``results.json`` under ``template`` and in the report's header). ``protocol`` lines say where
+the values come from and what a command line changed; the report and ``run.json`` carry them.
+
+**Setting columns.** Where the setting's first agent is a solver whose answer is graded on its
+own (MarsRL's solver-verifier-corrector), each record also says whether that first answer was
+right (``solver_correct``), and the row has ``solver`` (pass@1 of the Solver alone) beside the
+system's metrics: MarsRL's tables report both.
+
 **Resuming.** ``OUT/run.json`` holds the arguments; each chunk of ``chunk_size`` problems (all
 their samples) of one benchmark and policy is saved at once to ``OUT/units/`` (temporary name,
 then rename), so the same command continues a killed run and other arguments are refused.
@@ -39,6 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapters.evaluation.judge import JudgeSampling
 from adapters.evaluation.stats import mean_interval
 from adapters.evaluation.suite import _check_run_file, write_atomic
 from adapters.policies.base import Policy
@@ -53,6 +70,7 @@ from adapters.rollout import (
 from verifiers.extract import clip_text
 
 __all__ = [
+    "DEFAULT_MAX_NEW_TOKENS",
     "Benchmark",
     "PassArgs",
     "benchmark_problems",
@@ -64,7 +82,8 @@ __all__ = [
     "score_records",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: decoding limits, chat template arguments, judge sampling, protocol
+DEFAULT_MAX_NEW_TOKENS = 4096
 COMPLETION_CHARS = 4000
 """The last completion of each episode is kept in its record (clipped to this many characters),
 so answers can be re-graded (e.g. by an LLM judge) without playing again."""
@@ -158,16 +177,24 @@ class PassArgs:
     ks: tuple[int, ...] = ()
     temperature: float = 0.0
     top_p: float = 1.0
-    max_new_tokens: int = 256
+    top_k: int = -1
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    max_prompt_tokens: int | None = None
     seed: int = 0
     chunk_size: int = 16
     judge: str | None = None  # a policy spec grading non-code answers TRUE/FALSE (MAE 5.1)
+    judge_sampling: JudgeSampling = field(default_factory=JudgeSampling)
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    template_switches: Mapping[str, Any] = field(default_factory=dict)  # only where read
+    protocol: tuple[str, ...] = ()  # where the values come from, what was changed
 
     def __post_init__(self) -> None:
         if not self.benchmarks or not self.policies:
             raise ValueError("a pass needs at least one benchmark and one policy")
         if self.samples < 1 or self.chunk_size < 1:
             raise ValueError("samples and chunk size must be >= 1")
+        if self.max_new_tokens < 1 or (self.max_prompt_tokens or 1) < 1:
+            raise ValueError("max_new_tokens and max_prompt_tokens must be >= 1")
         bad = [k for k in self.ks if not 1 <= k <= self.samples]
         if bad:
             raise ValueError(f"pass@k needs 1 <= k <= samples ({self.samples}); got {bad}")
@@ -179,6 +206,9 @@ class PassArgs:
         out = asdict(self)
         out["benchmarks"] = [b.to_dict() for b in self.benchmarks]
         out["policies"], out["ks"] = list(self.policies), list(self.ks)
+        out["chat_template_kwargs"] = dict(self.chat_template_kwargs)
+        out["template_switches"] = dict(self.template_switches)
+        out["protocol"] = list(self.protocol)
         return {"format": FORMAT_VERSION, "kind": "passes", **out}
 
 
@@ -191,7 +221,8 @@ def play_pass(
     samples: int = 1,
     temperature: float = 0.0,
     top_p: float = 1.0,
-    max_new_tokens: int = 256,
+    top_k: int = -1,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     seed: int = 0,
     on_episode: Callable[[Any], None] | None = None,
     role_policy: Mapping[str, str] | None = None,
@@ -219,6 +250,7 @@ def play_pass(
         sampling="parallel",
         temperature=temperature,
         top_p=top_p,
+        top_k=top_k,
         max_new_tokens=max_new_tokens,
     )
     if isinstance(policy, Mapping):
@@ -241,7 +273,11 @@ def play_pass(
         engine.close()
     tokens: dict[int, int] = {}
     last: dict[int, tuple[int, str]] = {}  # instance -> (step, completion) of its last step
+    solver: dict[int, bool] = {}  # instance -> the first agent's own answer right (module doc)
     for smp in result.samples:
+        correct = smp.reward_parts.get("components", {}).get("correct")
+        if smp.step == 0 and smp.role == "solver" and correct is not None:
+            solver[smp.instance] = bool(correct)
         tokens[smp.instance] = tokens.get(smp.instance, 0) + (
             len(smp.completion_ids) or len(smp.logprobs)
         )
@@ -262,6 +298,7 @@ def play_pass(
                 "turns": e.turns,
                 "completion_tokens": tokens.get(e.instance, 0),
                 "completion": clip_text(last.get(e.instance, (0, ""))[1], COMPLETION_CHARS),
+                **({"solver_correct": solver[e.instance]} if e.instance in solver else {}),
             }
         )
     return sorted(records, key=lambda r: (r["index"], r["sample"]))
@@ -333,6 +370,11 @@ def score_records(
     }
     if samples > 1:
         out[f"avg@{samples}"] = out["pass@1"]
+    if any("solver_correct" in r for r in records):  # MarsRL's Solver column
+        solver: dict[int, list[bool]] = {}
+        for r in records:  # a problem the setting refused (no solver step) counts wrong
+            solver.setdefault(int(r["index"]), []).append(bool(r.get("solver_correct")))
+        out["solver"] = mean_interval([sum(xs) / len(xs) for xs in solver.values()]).to_dict()
     for k in ks:
         out[f"pass@{k}"] = mean_interval([pass_at_k(samples, c, k) for c in counts]).to_dict()
     return out
@@ -396,11 +438,13 @@ def _play_chunks(
     built: dict[str, Policy],
     policy_factory: Callable[[str], Policy],
     progress: bool,
-) -> list[dict[str, Any]]:
-    """The records of one benchmark and policy: saved chunks are read, missing ones played."""
+) -> tuple[list[dict[str, Any]], str]:
+    """The records of one benchmark and policy (saved chunks are read, missing ones played) and
+    what was done with the policy's chat template (saved with each chunk)."""
     from tqdm.auto import tqdm
 
     records: list[dict[str, Any]] = []
+    template = ""
     chunks = range(0, len(problems), args.chunk_size)
     with tqdm(total=len(problems) * args.samples, disable=not progress, unit="ep") as bar:
         bar.set_postfix_str(f"{bench.label} {spec}")
@@ -414,7 +458,7 @@ def _play_chunks(
                 bar.update(len(data["records"]))
             else:
                 if spec not in built:
-                    built[spec] = policy_factory(spec)
+                    built[spec] = _prepared(policy_factory(spec), args)
                 recs = play_pass(
                     bench,
                     built[spec],
@@ -423,14 +467,31 @@ def _play_chunks(
                     samples=args.samples,
                     temperature=args.temperature,
                     top_p=args.top_p,
+                    top_k=args.top_k,
                     max_new_tokens=args.max_new_tokens,
                     seed=args.seed,
                     on_episode=lambda _e: bar.update(1),
                 )
-                data = {"unit": unit, "records": recs}
+                data = {"unit": unit, "records": recs, "template": built[spec].template_note}  # type: ignore[attr-defined]
                 write_atomic(path, json.dumps(data))
             records.extend(data["records"])
-    return records
+            template = data.get("template") or template
+    return records, template
+
+
+def _prepared(policy: Policy, args: PassArgs) -> Policy:
+    """A policy under evaluation with the pass's prompt limit and chat template arguments;
+    ``policy.template_note`` says what was done with its template."""
+    from adapters.policies.specs import set_chat_template_kwargs
+
+    if args.max_prompt_tokens is not None and hasattr(policy, "max_prompt_tokens"):
+        policy.max_prompt_tokens = args.max_prompt_tokens
+    notes = [
+        set_chat_template_kwargs(policy, args.chat_template_kwargs),
+        set_chat_template_kwargs(policy, args.template_switches, only_where_read=True),
+    ]
+    policy.template_note = "; ".join(n for n in notes if n)  # type: ignore[attr-defined]
+    return policy
 
 
 def run_passes(
@@ -450,13 +511,14 @@ def run_passes(
     built: dict[str, Policy] = {}
     rows: list[dict[str, Any]] = []
     all_records: list[dict[str, Any]] = []
+    template: dict[str, str] = {}
     for bench in args.benchmarks:
         problems = benchmark_problems(bench)
         if not problems:
             raise ValueError(f"benchmark {bench.label!r} has no problems")
         for pi, spec in enumerate(args.policies):
             try:
-                records = _play_chunks(
+                records, note = _play_chunks(
                     args, bench, problems, spec, pi, root, built, policy_factory, progress
                 )
             except NotImplementedError as e:  # e.g. the oracle on a set without solutions
@@ -469,6 +531,8 @@ def run_passes(
                     }
                 )
                 continue
+            if note:
+                template[spec] = note
             for r in records:
                 r.update(benchmark=bench.label, policy=spec)
             row = {
@@ -488,12 +552,18 @@ def run_passes(
                     built[args.judge],
                     judge_spec=args.judge,
                     cache_path=root / "judge_cache.json",
+                    sampling=args.judge_sampling,
                     save=write_atomic,
                 )
                 row["judge"] = judge_summary(records, args.samples)
             rows.append(row)
             all_records.extend(records)
-    results = {"arguments": args.fingerprint(), "rows": rows, "records": all_records}
+    results = {
+        "arguments": args.fingerprint(),
+        "template": template,
+        "rows": rows,
+        "records": all_records,
+    }
     write_atomic(root / "results.json", json.dumps(results, indent=1))
     write_atomic(root / "report.md", markdown(results, command=command))
     (root / "charts").mkdir(exist_ok=True)
@@ -507,12 +577,29 @@ def metric_names(samples: int, ks: Sequence[int]) -> list[str]:
     return names + [f"pass@{k}" for k in ks if f"pass@{k}" not in ("pass@1",)]
 
 
+def protocol_lines(results: Mapping[str, Any]) -> list[str]:
+    """The header lines of a pass's reports: decoding limits, where the protocol's values come
+    from and what was changed, and what was done with each policy's chat template."""
+    a = results["arguments"]
+    prompt = a.get("max_prompt_tokens")
+    lines = [
+        f"Decoding: at most {a['max_new_tokens']} new tokens per completion, prompts "
+        + (f"left-truncated at {prompt} tokens" if prompt else "up to the model's context")
+        + f"; T {a['temperature']}, top-p {a['top_p']}, top-k {a.get('top_k', -1)}"
+    ]
+    lines += list(a.get("protocol", []))
+    lines += [f"Chat template: {note}" for note in results.get("template", {}).values()]
+    return lines
+
+
 def markdown(results: Mapping[str, Any], command: str | None = None) -> str:
     """A table: one row per benchmark and policy, ``mean ± half-width`` (95%) per metric."""
     from adapters.evaluation.report import fmt_interval
 
     a = results["arguments"]
     names = metric_names(a["samples"], a["ks"])
+    if any("solver" in r for r in results["rows"]):  # the Solver alone (MarsRL's tables)
+        names.append("solver")
     lines = [
         f"# Benchmark passes ({a['samples']} sample(s) per problem, T {a['temperature']}, "
         f"top-p {a['top_p']})",
@@ -520,6 +607,7 @@ def markdown(results: Mapping[str, Any], command: str | None = None) -> str:
     ]
     if command:
         lines += [f"`{command}`", ""]
+    lines += [*(f"- {x}" for x in protocol_lines(results)), ""]
     lines.append("| benchmark | policy | problems | " + " | ".join(names) + " |")
     lines.append("|---|---|---|" + "---|" * len(names))
     for row in results["rows"]:

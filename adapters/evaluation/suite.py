@@ -188,6 +188,7 @@ class SuiteArgs:
     device: str | None = None
     dtype: str | None = None
     batch_size: int = 16
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -210,6 +211,9 @@ class SuiteArgs:
             "entries": [e.to_dict() for e in self.suite.entries],
         }
         out["policies"] = list(self.policies)
+        out["chat_template_kwargs"] = dict(self.chat_template_kwargs)
+        if not self.chat_template_kwargs:  # run directories written before the field match
+            del out["chat_template_kwargs"]
         return {"format": FORMAT_VERSION, **out}
 
 
@@ -407,9 +411,17 @@ def open_loop_chunks(
 
 
 def _default_factory(args: SuiteArgs, concurrency: int) -> Callable[[str], Policy]:
+    """Policies of a run's specs on its device (a suite's ``chat_template_kwargs`` applied; a
+    pass applies its own, :mod:`adapters.evaluation.passes`)."""
+    kwargs = args.chat_template_kwargs if isinstance(args, SuiteArgs) else {}
+
     def build(spec: str) -> Policy:
         p = parse_policy_spec(
-            spec, device=args.device, dtype=args.dtype, batch_size=args.batch_size
+            spec,
+            device=args.device,
+            dtype=args.dtype,
+            batch_size=args.batch_size,
+            chat_template_kwargs=kwargs,
         )
         if hasattr(p, "max_concurrency"):  # an HTTP policy: requests in flight per generate
             p.max_concurrency = max(1, concurrency)

@@ -27,6 +27,7 @@ __all__ = [
     "Message",
     "check_prompts",
     "left_truncate",
+    "template_reads",
     "to_messages",
 ]
 
@@ -88,6 +89,27 @@ def left_truncate(ids: list[int], max_len: int, what: str = "prompt") -> list[in
         )
         return ids[-max_len:]
     return ids
+
+
+def template_reads(policy: Any, key: str) -> bool | None:
+    """Whether the chat template a policy renders reads ``key`` (e.g. Qwen3's
+    ``enable_thinking`` switch); ``None`` when the template cannot be read here (an HTTP server,
+    a scripted policy).
+
+    >>> class Tok:
+    ...     chat_template = "{% if enable_thinking is defined and not enable_thinking %}..."
+    >>> class P:
+    ...     tokenizer = Tok()
+    >>> template_reads(P(), "enable_thinking"), template_reads(P(), "tools"), template_reads(1, "x")
+    (True, False, None)
+    """
+    tok = getattr(policy, "tokenizer", None)
+    if tok is None:
+        return None
+    template = getattr(tok, "chat_template", None) or ""
+    if isinstance(template, Mapping):  # named templates
+        template = " ".join(str(t) for t in template.values())
+    return key in str(template)
 
 
 class ChatTemplatePrompts:

@@ -6,18 +6,31 @@ Specs: ``oracle`` (the env's scripted correct answer), ``constant:TEXT`` (always
 written by the trainer (``adapter_config.json``; the base is loaded from the path it names),
 ``openai:BASE_URL[#MODEL]`` (any OpenAI-compatible server; without ``#MODEL`` the first model the
 server lists). :func:`build_policies` maps roles to policies from ``SPEC`` / ``ROLE=SPEC`` values.
+
+``chat_template_kwargs`` (``--chat-template-kwargs`` of both command lines) reaches every policy
+that renders a chat template: a transformers model applies it itself, an ``openai:`` server
+receives it as the request's ``chat_template_kwargs`` (vLLM's and SGLang's field; a strict API
+may refuse it); scripted policies have no template. ``max_prompt_tokens`` is the length at which
+a transformers model left-truncates a prompt (a server applies its own context limit).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from adapters.policies.base import Policy
+from adapters.policies.chat import template_reads
 
-__all__ = ["build_policies", "constant_policy", "parse_policy_spec", "split_role_spec"]
+__all__ = [
+    "build_policies",
+    "constant_policy",
+    "parse_policy_spec",
+    "set_chat_template_kwargs",
+    "split_role_spec",
+]
 
 
 def constant_policy(text: str) -> Policy:
@@ -33,9 +46,62 @@ def constant_policy(text: str) -> Policy:
 
 
 def parse_policy_spec(
-    spec: str, *, device: str | None = None, dtype: str | None = None, batch_size: int = 16
+    spec: str,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    batch_size: int = 16,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    max_prompt_tokens: int | None = None,
 ) -> Policy:
     """Build a policy from a spec string (see the module docstring)."""
+    policy = _build(spec, device, dtype, batch_size, max_prompt_tokens)
+    set_chat_template_kwargs(policy, chat_template_kwargs or {})
+    return policy
+
+
+def set_chat_template_kwargs(
+    policy: Policy, kwargs: Mapping[str, Any], *, only_where_read: bool = False
+) -> str:
+    """Give ``kwargs`` to a policy that renders a chat template (module docstring) and say what
+    was done, for a report (``""`` when there is nothing to say). ``only_where_read``: only when
+    the policy's template reads every key (a paper's protocol switch such as Qwen3's
+    ``enable_thinking``, which other templates do not know); an HTTP server's template cannot
+    be read here, so it is then left alone.
+
+    >>> p = constant_policy("x")
+    >>> set_chat_template_kwargs(p, {"enable_thinking": False})
+    ''
+    """
+    kwargs = dict(kwargs)
+    name = getattr(policy, "name", type(policy).__name__)
+    if not kwargs:
+        return ""
+    if hasattr(policy, "chat_template_kwargs"):  # renders the template itself
+        missing = [k for k in kwargs if not template_reads(policy, k)]
+        if only_where_read and missing:
+            return f"{name}: its chat template has no {', '.join(missing)} switch (not set)"
+        policy.chat_template_kwargs = {**policy.chat_template_kwargs, **kwargs}  # type: ignore[attr-defined]
+        return f"{name}: chat template rendered with {kwargs}"
+    if isinstance(getattr(policy, "extra_body", None), dict):  # a server renders it
+        if only_where_read:
+            return (
+                f"{name}: the server's chat template cannot be read here, {kwargs} not sent "
+                "(--chat-template-kwargs sends them)"
+            )
+        body = policy.extra_body  # type: ignore[attr-defined]
+        body["chat_template_kwargs"] = {**body.get("chat_template_kwargs", {}), **kwargs}
+        return f"{name}: chat_template_kwargs {kwargs} sent with every request"
+    return ""  # a scripted policy renders no template
+
+
+def _build(
+    spec: str,
+    device: str | None,
+    dtype: str | None,
+    batch_size: int,
+    max_prompt_tokens: int | None,
+) -> Policy:
     if spec.lstrip().startswith("constant:"):  # the text is kept exactly, spaces included
         return constant_policy(spec.lstrip()[len("constant:") :])
     spec = spec.strip()
@@ -61,25 +127,30 @@ def parse_policy_spec(
     from adapters.policies.models import load_policy_model, tiny_model
     from adapters.policies.transformers_policy import TransformersPolicy
 
+    model_kw: dict[str, Any] = {
+        "device": device,
+        "batch_size": batch_size,
+        "max_prompt_tokens": max_prompt_tokens,
+    }
     if spec == "tiny":
         m, tok = tiny_model(device=device)
-        return TransformersPolicy(m, tok, device=device, batch_size=batch_size, name="tiny")
+        return TransformersPolicy(m, tok, name="tiny", **model_kw)
     if spec.lower() in ("smollm2", "smollm2-135m", "smollm2-135m-instruct"):
         m, tok = load_policy_model(None, device=device, dtype=dtype)
-        return TransformersPolicy(m, tok, device=device, batch_size=batch_size, name="smollm2")
+        return TransformersPolicy(m, tok, name="smollm2", **model_kw)
     path = Path(spec)
     if path.is_dir() and (path / "adapter_config.json").is_file():
-        return _adapter_policy(path, device=device, dtype=dtype, batch_size=batch_size)
+        return _adapter_policy(path, dtype=dtype, **model_kw)
     if path.exists() or "/" in spec:
         m, tok = load_policy_model(spec, device=device, dtype=dtype)
-        return TransformersPolicy(m, tok, device=device, batch_size=batch_size, name=spec)
+        return TransformersPolicy(m, tok, name=spec, **model_kw)
     raise ValueError(
         f"unknown policy spec {spec!r}: use oracle, constant:TEXT, smollm2, tiny, a local model "
         "or adapter directory, or openai:BASE_URL[#MODEL]"
     )
 
 
-def _adapter_policy(path: Path, *, device: Any, dtype: Any, batch_size: int) -> Policy:
+def _adapter_policy(path: Path, *, device: Any, dtype: Any, **model_kw: Any) -> Policy:
     """A LoRA adapter directory (peft ``save_pretrained``) on top of its base model."""
     from peft import PeftModel
 
@@ -93,7 +164,7 @@ def _adapter_policy(path: Path, *, device: Any, dtype: Any, batch_size: int) -> 
     model, tok = load_policy_model(base_name, device=device, dtype=dtype or "float32")
     peft_model = PeftModel.from_pretrained(model, str(path))
     merged = peft_model.merge_and_unload()
-    return TransformersPolicy(merged, tok, device=device, batch_size=batch_size, name=str(path))
+    return TransformersPolicy(merged, tok, device=device, name=str(path), **model_kw)
 
 
 def split_role_spec(raw: str) -> tuple[str | None, str]:
@@ -116,6 +187,7 @@ def build_policies(
     device: str | None = None,
     dtype: str | None = None,
     batch_size: int = 16,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Policy], dict[str, str]]:
     """``(policies, role_policy)`` from ``--policy`` values (``SPEC`` or ``ROLE=SPEC``)."""
     default: str | None = None
@@ -143,6 +215,12 @@ def build_policies(
         assert chosen is not None
         spec = chosen
         if spec not in built:
-            built[spec] = parse_policy_spec(spec, device=device, dtype=dtype, batch_size=batch_size)
+            built[spec] = parse_policy_spec(
+                spec,
+                device=device,
+                dtype=dtype,
+                batch_size=batch_size,
+                chat_template_kwargs=chat_template_kwargs,
+            )
         role_policy[r] = spec
     return built, role_policy

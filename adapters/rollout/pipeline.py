@@ -31,9 +31,18 @@ sampled (0 without segments: a stage is decoded and trained in the same step).
 
 Segment rollouts (``segments=SegmentConfig(L, M)``, UloRL section 2.3, which MarsRL adds inside
 each agent's decoding): a step then decodes at most ``L`` tokens of every in-flight completion
-(:mod:`adapters.rollout.segments`), and an agent stage is stepped in the env once all K
-completions of every branch of its instance have finished; a long completion holds only its own
-trajectory, never the step.
+(:mod:`adapters.rollout.segments`); a long completion holds only its own trajectory, never the
+step. UloRL adds a trajectory that finishes within a stage to the training buffer at once. The
+advantage of a sample is relative to its group (the K candidates of one input: GRPO, MarsRL
+2.2), and a group whose members have not all finished has no mean yet, so group completeness is
+the release rule here: a completion that finishes waits, stepped in its env clone for its
+reward, only for the other members of its own group, and the group enters the step's batch in
+the step its last member finishes (a partial group's advantage would favour the completions
+that finish first, the short ones). Which candidates go on to the next agent is decided when
+every group of the instance's stage is in (MarsRL's selection pools an instance's candidates:
+``keep_scope="instance"``), so a group trained early is logged with ``kept`` false; the
+candidates chosen later are marked then. The batch's ``waits`` count, per sample, the steps
+between its completion's end and its group's release.
 
 How a trainer drives it (:mod:`adapters.training.schedule` does, for ``--pipeline agent``):
 replace ``engine.run(specs, seed)`` by ``pipeline.step(specs, seed)``, admit
@@ -55,7 +64,7 @@ from dataclasses import dataclass, field, replace
 
 from adapters.policies.base import Completion
 from adapters.rollout.engine import RolloutEngine, _Branch
-from adapters.rollout.envpool import EpisodeSpec
+from adapters.rollout.envpool import EpisodeSpec, StepOutcome
 from adapters.rollout.episodes import derive_seed
 from adapters.rollout.records import Episode, RolloutResult, Sample
 from adapters.rollout.segments import SegmentConfig, SegmentedGenerator
@@ -88,6 +97,8 @@ class _Decoding:
     slots: list[Completion | None]
     oldest: int  # the oldest policy version among its tokens so far
     finished_at: list[int] = field(default_factory=list)  # step each slot's completion ended
+    outcomes: list[StepOutcome] | None = None  # stepped when its group was complete
+    recorded: list[Sample] = field(default_factory=list)  # its group's samples (released)
 
 
 class AgentPipeline:
@@ -149,15 +160,7 @@ class AgentPipeline:
             lags = [0] * len(samples)
             waits = [0] * len(samples)
         else:
-            done, completions, branch_lags, finished = self._segment_stage(live, n, seed)
-            if done:
-                self._ready = eng._finish_wave(
-                    done, completions, seed, self.steps, self._rng, self._sibling_rng,
-                    samples, episodes,
-                )  # fmt: skip
-            # _finish_wave appends each branch's K samples in order
-            lags = [lag for comps, lag in zip(completions, branch_lags) for _ in comps]
-            waits = [self.steps - at for ats in finished for at in ats]
+            lags, waits = self._segment_stage(live, n, seed, samples, episodes)
         ages = [self.steps - self._admitted[s.instance] for s in samples]
         inside = {b.instance for b in self._ready}
         inside |= {d.branch.instance for d in self._decoding.values()}
@@ -182,12 +185,19 @@ class AgentPipeline:
 
     # ------------------------------------------------------------------ segments
     def _segment_stage(
-        self, live: list[_Branch], n: int, seed: int
-    ) -> tuple[list[_Branch], list[list[Completion]], list[int], list[list[int]]]:
-        """Submit the newly ready branches, decode one segment everywhere, and return the
-        branches whose instance has all its completions of this stage (with their oldest
-        policy version as a lag)."""
+        self,
+        live: list[_Branch],
+        n: int,
+        seed: int,
+        samples: list[Sample],
+        episodes: list[Episode],
+    ) -> tuple[list[int], list[int]]:
+        """Submit the newly ready branches and decode one segment everywhere; release every group
+        whose K completions are all in (stepped for their rewards, appended to ``samples``), and
+        advance every instance whose groups of this stage are all in. Returns the released
+        samples' lags (versions since their oldest token) and waits (module docstring)."""
         eng = self.engine
+        parallel = eng.config.sampling == "parallel"
         for b in live:
             role = b.view.agent or ""
             pid = eng.policy_id_for(role)
@@ -203,22 +213,36 @@ class AgentPipeline:
                 d.slots[f.sample] = f.completion
                 d.finished_at[f.sample] = self.steps
                 d.oldest = min([d.oldest, *(v for _, v in f.partial.versions)])
+        lags: list[int] = []
+        waits: list[int] = []
         by_instance: dict[int, list[_Decoding]] = defaultdict(list)
         for d in self._decoding.values():
+            if d.outcomes is None and all(c is not None for c in d.slots):  # a complete group
+                comps = [c for c in d.slots if c is not None]
+                (d.outcomes,) = eng._step_candidates(
+                    [d.branch], [comps], samples, self._sibling_rng
+                )
+                first = len(samples)
+                eng._record([d.branch], [comps], [d.outcomes], [[]], parallel, samples)
+                d.recorded = samples[first:]
+                lags += [self.steps - d.oldest] * len(comps)
+                waits += [self.steps - at for at in d.finished_at]
             by_instance[d.branch.instance].append(d)
-        done: list[_Branch] = []
-        completions: list[list[Completion]] = []
-        lags: list[int] = []
-        finished: list[list[int]] = []
         for group in by_instance.values():
-            if all(c is not None for d in group for c in d.slots):
-                for d in group:
-                    del self._decoding[d.branch.view.branch_id]
-                    done.append(d.branch)
-                    completions.append([c for c in d.slots if c is not None])
-                    lags.append(self.steps - d.oldest)
-                    finished.append(d.finished_at)
-        return done, completions, lags, finished
+            if any(d.outcomes is None for d in group):
+                continue  # the keep rule pools the instance's candidates: wait for all
+            branches = [d.branch for d in group]
+            outcomes = [d.outcomes for d in group if d.outcomes is not None]
+            keeps, leaf_of = eng._keep(branches, outcomes, parallel, self._rng, seed, self.steps)
+            recorded = [smp for d in group for smp in d.recorded]
+            firsts = [sum(len(x.recorded) for x in group[:i]) for i in range(len(group))]
+            for d, keep in zip(group, keeps):
+                for c in keep:
+                    d.recorded[c].kept = True
+                del self._decoding[d.branch.view.branch_id]
+            nxt = eng._advance(branches, outcomes, keeps, leaf_of, firsts, recorded, episodes)
+            self._ready += eng._retire_done(nxt, episodes)
+        return lags, waits
 
     def _generator(self, pid: str, role: str, n: int, seed: int) -> SegmentedGenerator:
         key = (pid, role)

@@ -88,6 +88,8 @@ AUTO_FIELDS = (
     "micro_batch_size",
     "micro_batch_tokens",
     "pipeline",
+    "segment_tokens",
+    "max_segments",
 )
 # dict fields merged key by key over the recipe's value
 MERGED_FIELDS = ("chat_template_kwargs", "role_sampling")
@@ -181,8 +183,8 @@ class TrainConfig:
     )
     chat_template_kwargs: dict[str, Any] = opt(
         doc=(
-            "JSON for apply_chat_template, e.g. '{\"enable_thinking\": false}' (Qwen3's "
-            "no-thinking mode, as in the paper)"
+            "apply_chat_template argument KEY=VALUE (repeatable) or a JSON mapping, e.g. "
+            "enable_thinking=false (Qwen3's no-thinking mode, as in the AT-GRPO paper)"
         ),
         factory=dict,
     )
@@ -280,10 +282,14 @@ class TrainConfig:
         "none (whole trajectories per step) | agent (MarsRL 3.3: one agent stage of every "
         "in-flight trajectory per step; default on CUDA for the marsrl recipe)",
     )
-    segment_tokens: int = opt(
-        0, "--pipeline agent: decode at most this many tokens per completion per step (0 = off)"
+    segment_tokens: int | None = opt(
+        None,
+        "--pipeline agent: decode at most this many tokens per completion per step (0 = off; "
+        "default: the recipe's, MarsRL on CUDA 16384)",
     )
-    max_segments: int = opt(0, "--pipeline agent: segments a completion may take (0 = off)")
+    max_segments: int | None = opt(
+        None, "--pipeline agent: segments a completion may take (0 = off; MarsRL on CUDA 4)"
+    )
     max_staleness: int = opt(
         0,
         "generation runs ahead of the update by at most N policy versions (0 = synchronous); "
@@ -438,9 +444,10 @@ class TrainConfig:
         if self.pipeline not in (None, "none", "agent"):
             raise ConfigError(f"pipeline must be 'none' or 'agent', got {self.pipeline!r}")
         for name in ("segment_tokens", "max_segments", "max_staleness"):
-            if getattr(self, name) < 0:
+            if (getattr(self, name) or 0) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if (self.segment_tokens > 0) != (self.max_segments > 0):
+        given = [v for v in (self.segment_tokens, self.max_segments) if v is not None]
+        if any(given) and not (len(given) == 2 and all(given)):  # one alone may only be 0
             raise ConfigError("segment_tokens and max_segments are set together (0 = off)")
         if self.segment_tokens and self.pipeline == "none":
             raise ConfigError("segment rollouts run inside the agent pipeline: --pipeline agent")
@@ -579,6 +586,12 @@ class TrainConfig:
             if got is not None:
                 setattr(c, name, copy.deepcopy(got[0]))
                 src[name] = got[1]
+        if 0 in (self.segment_tokens, self.max_segments):  # one given as 0: segments off
+            c.segment_tokens = c.max_segments = 0
+            src["segment_tokens"] = src["max_segments"] = "user (0: off)"
+        if c.pipeline == "none" and src.get("segment_tokens") != "user":
+            c.segment_tokens = c.max_segments = 0  # segments run inside the agent pipeline only
+            src["segment_tokens"] = src["max_segments"] = "off without --pipeline agent"
         for name in MERGED_FIELDS:  # the recipe's keys, then the user's on top
             got = pick(name)
             user = getattr(c, name)

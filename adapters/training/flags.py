@@ -28,6 +28,7 @@ __all__ = [
     "merge_config",
     "overrides_from_args",
     "parse_key_values",
+    "parse_mapping_items",
     "parse_value",
 ]
 
@@ -53,7 +54,30 @@ def parse_key_values(items: list[str], flag: str) -> dict[str, Any]:
     return out
 
 
-_NOT_FLAGS = {"sources"}  # filled by TrainConfig.resolved(), not a setting
+def parse_mapping_items(items: list[str], flag: str) -> dict[str, Any]:
+    """Repeated ``KEY=VALUE`` items, or mappings as JSON / YAML, merged left to right (the
+    form of ``--chat-template-kwargs``).
+
+    >>> parse_mapping_items(["enable_thinking=false"], "--x")
+    {'enable_thinking': False}
+    >>> parse_mapping_items(['{"enable_thinking": false}', "a=1"], "--x")
+    {'enable_thinking': False, 'a': 1}
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        value = parse_value(item) if item.lstrip().startswith("{") else None
+        if isinstance(value, dict):
+            out.update({str(k): v for k, v in value.items()})
+        else:
+            out.update(parse_key_values([item], flag))
+    return out
+
+
+_NOT_FLAGS = {"sources"}
+_MAPPING_FLAGS = {
+    "env_config",
+    "chat_template_kwargs",
+}  # repeatable KEY=VALUE  # filled by TrainConfig.resolved(), not a setting
 _SHORTCUTS = {
     "mode": "env_config.mode",
     "max_turns": "env_config.max_turns",
@@ -80,7 +104,7 @@ def add_config_arguments(parser: Any, only: Collection[str] | None = None) -> No
         help_text = f.metadata.get("help", "")  # the field's one line (config.py)
         if name == "algorithm":  # the estimator table's names (advantages.ESTIMATORS)
             help_text = "; ".join(f"{k}: {e.summary}" for k, e in ESTIMATORS.items())
-        if name == "env_config":
+        if name in _MAPPING_FLAGS:
             parser.add_argument(
                 flag,
                 action="append",
@@ -169,6 +193,9 @@ def overrides_from_args(args: Any) -> dict[str, Any]:
             env_cfg[short] = given.pop(short)
     if env_cfg:
         out["env_config"] = env_cfg
+    if "chat_template_kwargs" in given:
+        items = given.pop("chat_template_kwargs") or []
+        out["chat_template_kwargs"] = parse_mapping_items(items, "--chat-template-kwargs")
     for name, value in given.items():
         if name in names:
             out[name] = _convert(name, value)

@@ -36,6 +36,7 @@ from adapters.training.masking import length_mask
 __all__ = [
     "PLAIN_HEAD_TYPES",
     "ChunkedLogprob",
+    "batch_entropy",
     "batch_logprobs",
     "chunked_entropy",
     "completion_logprobs",
@@ -371,6 +372,30 @@ def _full_logprobs(
     cw = max(len(c) for c in completions)
     rows = [lp[i, width - len(c) :] for i, c in enumerate(completions)]
     return torch.stack([torch.nn.functional.pad(r, (0, cw - len(r))) for r in rows])
+
+
+def batch_entropy(
+    model: Any, items: Sequence[TrainItem], cfg: UpdateConfig, pad_id: int
+) -> tuple[float, int]:
+    """``(sum of the per-token entropies, number of tokens)`` of ``model`` over the items'
+    completions (no grad, in micro-batches, each item at its sampling temperature): the
+    model-level entropy of a batch is the ratio of the sums over every rank
+    (:mod:`adapters.training.masking`)."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for mb in micro_batches(items, cfg.micro_batch_size, cfg.micro_batch_tokens):
+            lengths = [len(it.completion_ids) for it in mb]
+            _lp, ent = completion_logprobs_and_entropy(
+                model,
+                [it.prompt_ids for it in mb],
+                [it.completion_ids for it in mb],
+                pad_id=pad_id,
+                temperature=mb[0].temperature,
+            )
+            mask = length_mask(lengths, ent.shape[1]).to(ent.device)
+            total += float((ent.float() * mask).sum())
+            count += sum(lengths)
+    return total, count
 
 
 def batch_logprobs(

@@ -7,13 +7,21 @@ Completions in a batch have different lengths. Every per-token tensor of the tra
 :func:`mastered_positive_mask` is MarsRL's dynamic masking of well-mastered positive tokens
 (MarsRL §2.3, which defers to UloRL, Du et al. 2025, arXiv 2507.19766, §3.2.2 Eq. 9-10): a token
 of a positive sample whose probability is at least ``tau`` is dropped from the policy-gradient
-sum, but only for samples whose mean token entropy is below the target ``sigma``. UloRL's
-values: ``tau = 0.99``, ``sigma = 0.2`` (its "Hyperparameter Settings"). Choices where UloRL is
-terse, kept here: "positive" is a sample with advantage > 0 (UloRL's rewards are 0/1, where this
-is the same set wherever the gradient is non-zero); the probability and the entropy are the
-current policy's, detached (UloRL makes one optimizer step per rollout, where they equal the
-behaviour policy's); masked tokens leave the numerator only, the token-mean denominator still
-counts them (Eq. 10's ``1 / sum |o_i|``).
+sum, but only while the *model's* entropy is below the target ``sigma`` (the gate is one switch
+for the whole update, read from the model, not from each sample). UloRL's values: ``tau =
+0.99``, ``sigma = 0.2`` (its "Hyperparameter Settings").
+
+The model-level entropy (:func:`adapters.training.logprobs.batch_entropy`): the token-mean
+entropy of the policy over the step's whole training batch of that policy (every rank's
+tokens), taken with the weights as they are before the update's first optimizer step, at each
+sample's sampling temperature. UloRL names the model's current entropy without saying how it is
+estimated, and its authors' repository (``liushulinle/ULORL``) holds the paper, not code, so
+this is a choice; a running average over steps would be the other one (one more option, not
+built). Other choices where UloRL is terse: "positive" is a sample with advantage > 0 (UloRL's
+rewards are 0/1, where this is the same set wherever the gradient is non-zero); the token
+probabilities are the current policy's, detached (UloRL makes one optimizer step per rollout,
+where they equal the behaviour policy's); masked tokens leave the numerator only, the
+token-mean denominator still counts them (Eq. 10's ``1 / sum |o_i|``).
 """
 
 from __future__ import annotations
@@ -81,43 +89,48 @@ def length_mask(lengths: Sequence[int], width: int) -> torch.Tensor:
 
 def mastered_positive_mask(
     logprobs: torch.Tensor,
-    entropy: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
+    model_entropy: float,
     tau: float = 0.99,
     target_entropy: float = 0.2,
 ) -> torch.Tensor:
     """The (B, T) 0/1 tensor that is 1 on the well-mastered positive tokens to drop (UloRL Eq. 10).
 
-    ``I[i, t] = 1`` iff sample ``i`` is positive (advantage > 0), ``exp(logprobs[i, t]) >= tau``,
-    and the sample's mean token entropy ``H_i = mean_t entropy[i, t]`` is below
-    ``target_entropy``; 0 on padding. ``advantages`` is (B,) or (B, T) (its first valid token is
-    the sample's sign). The loss keeps ``mask * (1 - I)`` in its numerator.
+    ``I[i, t] = 1`` iff the model's entropy ``model_entropy`` is below ``target_entropy``,
+    sample ``i`` is positive (advantage > 0) and ``exp(logprobs[i, t]) >= tau``; 0 on padding.
+    ``advantages`` is (B,) or (B, T) (its first valid token is the sample's sign). The loss keeps
+    ``mask * (1 - I)`` in its numerator.
 
     >>> lp = torch.log(torch.tensor([[0.995, 0.5], [0.999, 0.999]]))
-    >>> ent = torch.tensor([[0.1, 0.1], [0.1, 0.1]])
-    >>> mastered_positive_mask(lp, ent, torch.tensor([1.0, -1.0]), torch.ones(2, 2)).tolist()
+    >>> adv, m = torch.tensor([1.0, -1.0]), torch.ones(2, 2)
+    >>> mastered_positive_mask(lp, adv, m, model_entropy=0.1).tolist()
     [[1.0, 0.0], [0.0, 0.0]]
+    >>> mastered_positive_mask(lp, adv, m, model_entropy=0.3).tolist()  # the gate is shut
+    [[0.0, 0.0], [0.0, 0.0]]
     """
-    check_token_shapes(mask, logprobs, entropy)
+    check_token_shapes(mask, logprobs)
     if not 0.0 < tau <= 1.0:
         raise ValueError(f"tau must be in (0, 1], got {tau}")
+    if not math.isfinite(model_entropy) or model_entropy < 0:
+        raise ValueError(f"model_entropy must be a finite value >= 0, got {model_entropy}")
     m = mask.to(logprobs.dtype)
+    if model_entropy >= target_entropy:
+        return torch.zeros_like(m)
     adv = advantages if advantages.dim() == 1 else advantages[:, 0]
     with torch.no_grad():
         positive = (adv > 0).to(m.dtype)[:, None]
-        low_entropy = (masked_mean(entropy.detach(), m, dim=-1) < target_entropy).to(m.dtype)
         mastered = logprobs.detach().double() >= math.log(tau)
-        return mastered.to(m.dtype) * positive * low_entropy[:, None] * m
+        return mastered.to(m.dtype) * positive * m
 
 
 def without_mastered_positives(
     advantages: torch.Tensor,
     logprobs: torch.Tensor,
-    entropy: torch.Tensor,
     mask: torch.Tensor,
     *,
+    model_entropy: float,
     tau: float,
     target_entropy: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,7 +143,7 @@ def without_mastered_positives(
     >>> adv = torch.tensor([[1.0, 1.0]])
     >>> lp = torch.log(torch.tensor([[0.999, 0.5]]))
     >>> out, dropped = without_mastered_positives(
-    ...     adv, lp, torch.zeros(1, 2), torch.ones(1, 2), tau=0.99, target_entropy=0.2
+    ...     adv, lp, torch.ones(1, 2), model_entropy=0.1, tau=0.99, target_entropy=0.2
     ... )
     >>> out.tolist(), dropped.tolist()
     ([[0.0, 1.0]], [[1.0, 0.0]])
@@ -138,6 +151,11 @@ def without_mastered_positives(
     if advantages.dim() == 1:
         advantages = advantages[:, None].expand_as(logprobs)
     dropped = mastered_positive_mask(
-        logprobs, entropy, advantages, mask, tau=tau, target_entropy=target_entropy
+        logprobs,
+        advantages,
+        mask,
+        model_entropy=model_entropy,
+        tau=tau,
+        target_entropy=target_entropy,
     )
     return advantages * (1 - dropped.to(advantages.dtype)), dropped

@@ -329,12 +329,20 @@ RECIPES: dict[str, Recipe] = {
             "lora_rank": (0, "full fine-tuning (MarsRL §4)"),
             "per_role": (False, "MarsRL §4: all agents share the same model and hyperparameters"),
             "pipeline": ("agent", "MarsRL §3.3: agentic pipeline parallelism"),
+            "segment_tokens": (
+                16384,
+                "MarsRL §4: 64k response tokens in at most 4 segments of 16k (UloRL's segment "
+                "rollout, §2.3)",
+            ),
+            "max_segments": (4, "MarsRL §4: at most 4 segments"),
         },
         env_config={"max_steps": (5, "MarsRL §3.2: Solver, V1, C1, V2, C2 at most")},
         cpu={
             **_CPU_COMMON,
             "candidates": (4, "CPU scale-down: group size 4 (still keeps 2)"),
             "pipeline": ("none", "CPU scale-down: whole trajectories per step"),
+            "segment_tokens": (0, "CPU scale-down: no segments (they need the agent pipeline)"),
+            "max_segments": (0, "CPU scale-down: no segments"),
         },
     ),
 }
@@ -430,6 +438,8 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "mpt_target_entropy": (0.2, 0.2, "suite default (UloRL's sigma; used when masking is on)"),
     "role_sampling": ({}, {}, "suite default: the same sampling for every role"),
     "pipeline": ("none", "none", "suite default: whole trajectories per step"),
+    "segment_tokens": (0, 0, "suite default: no segment rollouts"),
+    "max_segments": (0, 0, "suite default: no segment rollouts"),
 }
 
 

@@ -197,12 +197,16 @@ class PipelineRollout:
         """The pipeline's counters, random states and in-flight branches with their envs
         (pickled from a local env pool), in order: those waiting for their next stage, those
         being decoded in segments (with the completions of their stage that finished) and the
-        segment generators' partial completions (:meth:`SegmentedGenerator.state_dict`)."""
+        segment generators' partial completions (:meth:`SegmentedGenerator.state_dict`); a
+        decoding branch whose group is complete and stepped keeps its candidates' envs too."""
         p = self.pipeline
         pool = p.engine.pool
 
         def env(b: Any) -> bytes:  # an engine branch
             return pickle.dumps(pool.raw(b.view.branch_id))
+
+        def clone(o: Any) -> bytes:  # a stepped candidate (StepOutcome) of a complete group
+            return pickle.dumps(pool.raw(o.branch.branch_id))
 
         return {
             "steps": p.steps,
@@ -211,7 +215,10 @@ class PipelineRollout:
             "sibling_rng": p._sibling_rng.getstate(),
             "admitted": dict(p._admitted),
             "ready": [(b, env(b)) for b in p._ready],
-            "decoding": [(bid, d, env(d.branch)) for bid, d in p._decoding.items()],
+            "decoding": [
+                (bid, d, env(d.branch), [clone(o) for o in d.outcomes or []])
+                for bid, d in p._decoding.items()
+            ],
             "generators": [(key, g.state_dict()) for key, g in p._generators.items()],
         }
 
@@ -234,9 +241,16 @@ class PipelineRollout:
         p._ready = [restored(b, env) for b, env in state["ready"]]
         p._decoding = {}
         ids: dict[Hashable, Hashable] = {}
-        for old_id, d, env in state.get("decoding", []):
+        for old_id, d, env, *stepped in state.get("decoding", []):
             branch = restored(d.branch, env)
             ids[old_id] = branch.view.branch_id
+            if d.outcomes is not None:  # a complete group, stepped: its candidates' clones
+                raws = [pickle.loads(e) for e in stepped[0]]
+                outs = [
+                    replace(o, branch=view_of(pool._register(r), r))
+                    for o, r in zip(d.outcomes, raws)
+                ]
+                d = replace(d, outcomes=outs)
             p._decoding[branch.view.branch_id] = replace(d, branch=branch)
         p._generators = {}
         for (pid, role), gen_state in state.get("generators", []):

@@ -14,9 +14,13 @@ before zero-advantage samples are skipped, so equal-reward groups still count in
 ``n`` mini-batches each optimizer step divides its sum by ``G / n``, an estimate of the whole
 batch's Eq. 3 per step; G counts each rank's groups, exact when ranks hold whole groups) plus
 an optional ``kl_loss_coef`` x :func:`~adapters.training.losses.kl_loss` against the reference,
-minus an optional ``entropy_coef`` x the token-mean entropy of the policy (MAE's entropy bonus). With ``mpt_mask_tau > 0`` the well-mastered tokens of positive samples leave the
-policy-gradient term while the entropy is below ``mpt_target_entropy`` (MarsRL 2.3, UloRL
-Eq. 10; :func:`~adapters.training.masking.without_mastered_positives`). Each epoch makes ``ppo_minibatches`` optimizer steps (or steps of
+minus an optional ``entropy_coef`` x the token-mean entropy of the policy (MAE's entropy
+bonus). With ``mpt_mask_tau > 0`` the well-mastered tokens of positive samples leave the
+policy-gradient term while the model's entropy is below ``mpt_target_entropy`` (MarsRL 2.3,
+UloRL Eq. 10; :func:`~adapters.training.masking.without_mastered_positives`): the model's
+entropy is measured once per update, the token mean over the policy's whole batch on every rank
+before the first optimizer step (one forward pass more; logged as ``model_entropy``). Each
+epoch makes ``ppo_minibatches`` optimizer steps (or steps of
 ``minibatch_size`` samples). Each policy gets only its own samples (``Sample.policy_id``, AT-GRPO Eq. 2) and steps
 only its own optimizer; minibatches and micro-batches come from :mod:`adapters.training.batch`,
 log-probs from :mod:`adapters.training.logprobs`.
@@ -53,6 +57,7 @@ from adapters.training.batch import TrainItem
 from adapters.training.config import TrainConfig, UpdateConfig
 from adapters.training.distributed import SINGLE, DataParallel
 from adapters.training.logprobs import (
+    batch_entropy,
     batch_logprobs,
     completion_logprobs,
     completion_logprobs_and_entropy,
@@ -125,10 +130,18 @@ def update_policy(
     n_groups = len(set(groups))
     eq3 = {id(it): w * n_groups for it, w in zip(items, group_mean_weights(groups))}
     all_items = len(items)
+    model_entropy = 0.0
+    if mpt_tau > 0:  # UloRL's gate reads the model's entropy over the whole batch (masking.py)
+        pm.activate()
+        pm.model.eval()
+        ent_sum, ent_count = batch_entropy(pm.model, items, cfg, pad_id)
+        model_entropy = dp.total(ent_sum) / max(1.0, dp.total(ent_count))
     if cfg.skip_zero_advantage and not use_kl and ent_coef == 0:
         items = [it for it in items if it.advantages is not None and bool(it.advantages.any())]
     stats: dict[str, float] = defaultdict(float)
     stats["samples_trained"] = float(len(items))
+    if mpt_tau > 0:
+        stats["model_entropy"] = model_entropy
     if not dp.total(len(items)):
         return dict(stats)
     pm.activate()
@@ -166,7 +179,7 @@ def update_policy(
                     completions = [it.completion_ids for it in micro]
                     temperature = micro[0].temperature  # one per micro-batch (batch.py)
                     entropy = None
-                    if ent_coef > 0 or mpt_tau > 0:
+                    if ent_coef > 0:
                         lp, entropy = dp.forward(
                             pm,
                             completion_logprobs_and_entropy,
@@ -188,12 +201,12 @@ def update_policy(
                     old = pad_rows([it.old_logprobs for it in micro], width).to(dev)
                     adv = pad_rows([it.advantages for it in micro], width).to(dev)  # type: ignore[misc]
                     masked_frac = None
-                    if mpt_tau > 0 and entropy is not None:  # UloRL Eq. 10 (MarsRL 2.3)
+                    if mpt_tau > 0:  # UloRL Eq. 10 (MarsRL 2.3)
                         adv, dropped = without_mastered_positives(
                             adv,
                             lp,
-                            entropy,
                             mask,
+                            model_entropy=model_entropy,
                             tau=mpt_tau,
                             target_entropy=cfg.mpt_target_entropy,
                         )

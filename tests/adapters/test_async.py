@@ -189,6 +189,26 @@ def test_pipeline_config():
         TrainConfig(pipeline="none", segment_tokens=8, max_segments=2)
 
 
+def test_marsrl_cuda_recipe_turns_segments_on_section_4():
+    # MarsRL 4: 64k response tokens in at most 4 segments of 16k (UloRL 2.3's segment rollout)
+    c = TrainConfig(env="marsrl").resolved(cuda=True)
+    assert (c.pipeline, c.segment_tokens, c.max_segments, c.max_new_tokens) == (
+        "agent",
+        16384,
+        4,
+        65536,
+    )
+    assert "MarsRL §4" in c.sources["segment_tokens"]
+    cpu = TrainConfig(env="marsrl").resolved(cuda=False)  # whole trajectories: no segments
+    assert (cpu.pipeline, cpu.segment_tokens, cpu.max_segments) == ("none", 0, 0)
+    off = TrainConfig(env="marsrl", pipeline="none").resolved(cuda=True)
+    assert (off.segment_tokens, off.max_segments) == (0, 0)
+    assert off.sources["segment_tokens"] == "off without --pipeline agent"
+    zero = TrainConfig(env="marsrl", segment_tokens=0).resolved(cuda=True)
+    assert (zero.pipeline, zero.segment_tokens, zero.max_segments) == ("agent", 0, 0)
+    assert TrainConfig(env="sokoban").resolved(cuda=True).segment_tokens == 0
+
+
 def test_segments_in_the_pipeline_lag_by_the_steps_a_completion_spans(tmp_path):
     """UloRL 2.3 segments of 2 tokens, at most 2: a completion longer than 2 tokens is decoded
     over two steps and trains one version after its first token was sampled."""

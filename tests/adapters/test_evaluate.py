@@ -160,3 +160,26 @@ def test_constant_specs_are_the_trivial_baselines():
     pols, mapping = build_policies(["tool=constant:a=b", "planner=oracle"], ["tool", "planner"])
     assert mapping == {"tool": "constant:a=b", "planner": "oracle"}
     assert [c.text for c in pols["constant:a=b"].generate(["x"])[0]] == ["a=b"]
+
+
+def test_chat_template_kwargs_reach_every_policy_that_renders_a_template():
+    from adapters.evaluate import _template_kwargs, build_parser
+    from adapters.policies.specs import parse_policy_spec
+
+    args = build_parser().parse_args(
+        ["--env", "math", "--policy", "tiny", "--chat-template-kwargs", "enable_thinking=false"]
+    )
+    kwargs = _template_kwargs(args)
+    assert kwargs == {"enable_thinking": False}
+    server = parse_policy_spec("openai:http://127.0.0.1:9/v1#m", chat_template_kwargs=kwargs)
+    assert server.extra_body == {"chat_template_kwargs": {"enable_thinking": False}}
+    template = (
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+        "{% if enable_thinking is defined and not enable_thinking %}[no-think]{% endif %}"
+    )
+    rendered = []
+    for kw in (kwargs, None):
+        model = parse_policy_spec("tiny", chat_template_kwargs=kw)
+        model.tokenizer.chat_template = template
+        rendered.append(model.render([{"role": "user", "content": "q"}]))
+    assert rendered == ["q[no-think]", "q"]

@@ -178,6 +178,28 @@ def test_judge_grading_agreement_and_cache(tmp_path):
     assert "agreement" in (tmp_path / "report.md").read_text()
 
 
+def test_judge_decodes_with_mae_table_4_sampling(tmp_path):
+    seen = []
+
+    class Recording(ScriptedPolicy):
+        def generate(self, prompts, params=None):
+            seen.append(params)
+            return super().generate(prompts, params)
+
+    judge = Recording(lambda _p: "TRUE", name="judge")
+    args = PassArgs(
+        benchmarks=(Benchmark("aime24", str(BENCH5), setting="math"),),
+        policies=("oracle",),
+        judge="judge",
+    )
+    run_passes(args, tmp_path, policy_factory=lambda s: judge if s == "judge" else factory(s))
+    (params,) = seen  # MAE Appendix B.5, Table 4: T 1.0, top-p 0.95, up to 1000 tokens
+    assert (params.temperature, params.top_p, params.max_new_tokens) == (1.0, 0.95, 1000)
+    assert len(params.prompt_seeds) == 5 and len(set(params.prompt_seeds)) == 5  # reproducible
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["judge_sampling"] == {"temperature": 1.0, "top_p": 0.95, "max_new_tokens": 1000}
+
+
 def test_unparsable_judge_counts_wrong(tmp_path):
     mute = ScriptedPolicy(lambda _p: "I cannot say.", name="mute")
     args = PassArgs(

@@ -105,34 +105,93 @@ def test_pipeline_trains_the_samples_a_synchronous_rollout_makes():
     assert len(staged) == 4 + 4 * 8
 
 
-def test_segmented_stages_wait_for_every_completion_of_their_instance():
-    """With segments a stage enters the env only once all K completions of its instance are
-    done; a completion that needed s segments was written by policies up to s - 1 steps old."""
+def _char_pipeline(seed: int = 1):
     pytest.importorskip("transformers")
     from adapters.policies import TransformersPolicy
 
     from .conftest import make_char_model
 
-    model, tok = make_char_model(seed=1, eos_bias=2.5)
+    model, tok = make_char_model(seed=seed, eos_bias=2.5)
     policy = TransformersPolicy(model, tok, device="cpu", batch_size=8, name="char")
     cfg = RolloutConfig(
         candidates=2, keep="adaptive", keep_n=2, keep_scope="instance", max_new_tokens=12
     )
     engine = RolloutEngine(ENV, policy, cfg, env_config={"max_steps": 5})
-    pipe = AgentPipeline(engine, segments=SegmentConfig(4, 3))
+    return engine, AgentPipeline(engine, segments=SegmentConfig(4, 3))
+
+
+def test_segmented_groups_enter_the_batch_when_their_last_member_finishes():
+    """UloRL 2.3 with GRPO groups: a group (the K candidates of one input) is trained in the
+    step its longest completion finishes, whatever the instance's other group does; the next
+    agent starts once every group of the stage is in; a completion that needed s segments was
+    written by policies up to s - 1 steps old."""
+    engine, pipe = _char_pipeline()
     batches = [pipe.step([_spec(0), _spec(1)], seed=0), *pipe.drain()]
     engine.close()
-    trained = [(b.step, s, lag) for b in batches for s, lag in zip(b.samples, b.lags)]
-    solver = [(step, s, lag) for step, s, lag in trained if s.role == "solver"]
-    assert len(solver) == 4  # 2 problems x K
+    released: dict[tuple[int, int], dict[str, tuple[int, list]]] = defaultdict(dict)
+    for b in batches:
+        for smp, lag in zip(b.samples, b.lags):
+            step, members = released[(smp.instance, smp.step)].setdefault(smp.group, (b.step, []))
+            assert step == b.step  # a group is released whole, in one step
+            members.append((smp, lag))
+    early = 0
     for inst in (0, 1):
-        mine = [(step, s, lag) for step, s, lag in solver if s.instance == inst]
-        longest = max(len(s.completion_ids) for _, s, _ in mine)
-        segments_needed = (longest - 1) // 4 + 1
-        # trained in the step in which the instance's longest completion finished
-        assert {step for step, _, _ in mine} == {segments_needed - 1}
-        assert {lag for *_, lag in mine} == {segments_needed - 1}
-    assert any(lag > 0 for *_, lag in trained)  # the test exercises multi-segment completions
+        start = 0  # the step the stage's branches are submitted (the Solver: admission)
+        for stage in range(5):
+            groups = released.get((inst, stage))
+            if not groups:
+                break
+            for step, members in groups.values():
+                longest = max(len(smp.completion_ids) for smp, _ in members)
+                assert step == start + (longest - 1) // 4  # segments of 4 tokens
+                assert {lag for _, lag in members} == {step - start}
+                assert len(members) == 2  # K
+            ends = [step for step, _ in groups.values()]
+            early += len(set(ends)) > 1  # one group trained before its sibling
+            kept = [smp for _, members in groups.values() for smp, _ in members if smp.kept]
+            assert len(kept) <= 2  # keep_n of the instance's pool
+            start = max(ends) + 1
+    assert early > 0  # the test exercises groups of one stage finishing at different steps
+    assert any(lag > 0 for b in batches for lag in b.lags)  # and multi-segment completions
+
+
+def test_a_checkpoint_with_a_group_waiting_for_its_sibling_resumes_exactly():
+    """A stage whose first group is stepped and released while the second is still decoding:
+    the state (the waiting group's stepped env clones, the partial completions) is pickled and
+    restored into a fresh pipeline, which then trains exactly what the uninterrupted one does."""
+    import pickle
+
+    from adapters.training.schedule import PipelineRollout
+
+    def key(b):
+        return [(s.instance, s.step, s.group, s.candidate, s.completion, s.kept) for s in b.samples]
+
+    def fresh():
+        engine, pipe = _char_pipeline()
+        pr = PipelineRollout(engine, segments=pipe.segments)
+        return engine, pr
+
+    engine, pr = fresh()
+    whole = [key(pr.pipeline.step([_spec(0), _spec(1)], seed=0))]
+    waiting_at = None
+    while pr.pipeline.in_flight:
+        if waiting_at is None and any(d.outcomes for d in pr.pipeline._decoding.values()):
+            waiting_at = len(whole)
+        whole.append(key(pr.pipeline.step((), seed=0)))
+    engine.close()
+    assert waiting_at is not None  # some group waited for its sibling at a step boundary
+    engine, pr = fresh()
+    for _ in range(waiting_at):
+        pr.pipeline.step([_spec(0), _spec(1)] if pr.pipeline.steps == 0 else (), seed=0)
+    state = pickle.loads(pickle.dumps(pr.state_dict()))
+    engine.close()
+    engine, resumed = fresh()
+    resumed.load_state_dict(state)
+    rest = []
+    while resumed.pipeline.in_flight:
+        rest.append(key(resumed.pipeline.step((), seed=0)))
+    engine.close()
+    assert rest == whole[waiting_at:]
 
 
 def test_instance_numbers_are_global_and_never_reused_while_in_flight():

@@ -91,6 +91,12 @@ def test_json_and_optional_values_on_the_command_line():
     assert cfg.steps is None and cfg.kl_loss_coef == 0.1
     assert cfg.prompt_prefix == [{"role": "system", "content": "be brief"}]
     assert cfg.chat_template_kwargs == {"enable_thinking": False}
+    cfg, _ = config_from_argv(
+        ["--chat-template-kwargs", "enable_thinking=false", "--chat-template-kwargs", "x=1"]
+    )
+    assert cfg.chat_template_kwargs == {"enable_thinking": False, "x": 1}
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        config_from_argv(["--chat-template-kwargs", "enable_thinking"])
 
 
 def test_save_load_round_trip(tmp_path):

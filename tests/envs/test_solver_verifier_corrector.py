@@ -10,7 +10,7 @@ from collections import defaultdict
 import pytest
 
 import envs
-from envs.solver_verifier_corrector import parse_verdict, select_final
+from envs.solver_verifier_corrector import EVALUATION_CONFIG, parse_verdict, select_final
 from tests.envs.contract import GARBAGE, oracle_policy, play
 
 Q = {"question": "What is 6 * 7?", "answer": "42"}
@@ -185,6 +185,42 @@ def test_most_verified_solution_is_the_final_answer():
     assert steps[-1][2]["accepted"] is False and raw.success is True
 
 
+def test_evaluation_process_accepts_after_four_checks_public_inference_script():
+    # vc_reasoning_system.py: a solution is accepted after 4 accepting checks in a row; a
+    # rejection sends it to the corrector and the count starts again for the new solution.
+    script = [RIGHT, ACCEPT, ACCEPT, REJECT, WRONG, REJECT, RIGHT, ACCEPT, ACCEPT, ACCEPT, ACCEPT]
+    steps, raw = run(script, **EVALUATION_CONFIG)
+    assert [a for a, *_ in steps] == ["solver"] + ["verifier"] * 3 + ["corrector", "verifier"] + [
+        "corrector"
+    ] + ["verifier"] * 4
+    assert all(raw.terminations.values()) and steps[-1][2]["accepted"] is True
+    assert steps[-1][2]["final_index"] == 2 and raw.success is True
+
+
+def test_evaluation_process_ends_after_eleven_checks_public_inference_script():
+    # one initial check and ten more rounds: after the 11th rejection no correction follows
+    script = [WRONG] + [REJECT, WRONG] * 10 + [REJECT]
+    steps, raw = run(script, **EVALUATION_CONFIG)
+    assert len(steps) == 22 and sum(a == "verifier" for a, *_ in steps) == 11
+    assert all(raw.terminations.values()) and steps[-1][2]["accepted"] is False
+    # the training limits would have stopped at five steps (MarsRL 3.1)
+    steps5, _ = run(script[:5])
+    assert [a for a, *_ in steps5][-1] == "corrector"
+
+
+def test_quoted_completions_leave_out_the_reasoning_block():
+    env = envs.make("marsrl")
+    env.reset(seed=0, options={"instance": Q})
+    env.step("<think>scratch: maybe 48? no, 42</think>\n6 * 7 = 42, so \\boxed{42}")
+    prompt = env.observe("verifier")["prompt"]
+    assert "scratch" not in prompt and "6 * 7 = 42, so \\boxed{42}" in prompt
+    assert env.unwrapped._solutions[0].correct  # graded on the whole completion
+    env = envs.make("marsrl", strip_thinking=False)
+    env.reset(seed=0, options={"instance": Q})
+    env.step("<think>scratch</think> \\boxed{42}")
+    assert "scratch" in env.observe("verifier")["prompt"]
+
+
 def test_select_final_rule():
     assert select_final([0], [0]) == 0
     assert select_final([1, 1], [0, 1]) == 0  # fewer rejections
@@ -225,6 +261,8 @@ def test_limits_modes_and_errors():
         envs.make("marsrl").reset(options={"instance": {"question": "Why?"}})
     with pytest.raises(ValueError, match="max_steps"):
         envs.make("marsrl", max_steps=0)
+    with pytest.raises(ValueError, match="max_checks"):
+        envs.make("marsrl", max_checks=0)
     raw = envs.make("marsrl").unwrapped
     assert [raw.adaptive_preference(a) for a in raw.possible_agents] == ["low", "high", "low"]
     it = iter(GARBAGE)

@@ -24,8 +24,13 @@ __all__ = [
 
 # how the step's statistics combine the policies' (update_policy's) ones
 AVERAGED = ("loss", "pg_loss", "clip_frac", "approx_kl", "grad_norm")  # over trained policies
-AVERAGED_IF_PRESENT = ("kl_loss", "entropy", "mpt_masked_frac", "is_weight_mean")  # with a KL
-# loss, an entropy bonus, the masking of well-mastered positive tokens, or stale rollouts
+AVERAGED_IF_PRESENT = (  # with a KL loss, an entropy bonus, the masking of well-mastered
+    "kl_loss",  # positive tokens (and the model entropy that gates it), or stale rollouts
+    "entropy",
+    "mpt_masked_frac",
+    "model_entropy",
+    "is_weight_mean",
+)
 COUNTED = ("samples_trained", "tokens_trained", "optimizer_steps")  # summed over policies
 PER_POLICY = ("loss", "grad_norm")  # also logged as KEY/POLICY when there are several
 
