@@ -122,11 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", type=int, default=1000, help="tokens in the cache of a decode step")
     p.add_argument("--lora-rank", type=int, default=8)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave)")
-    p.add_argument("--quick", action="store_true", help="a few seconds on the tiny model")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.model, args.prompts, args.max_new_tokens = "tiny", 4, 8
-        args.rows, args.cache = "4", 64
+    p.add_argument("--update-length", type=int, default=256, help="tokens per update sequence")
+    from benchmarks._quick import parse_args
+
+    args = parse_args(
+        p, argv, model="tiny", prompts=4, max_new_tokens=8, rows="4", cache=64, update_length=32
+    )
     import torch
 
     from adapters.policies import SamplingParams, TransformersPolicy
@@ -168,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         label = f"decode step, {rows} rows (ms)"
         print(f"{label:<34}{ms[0]:>16.1f}{ms[1]:>16.1f}{ms[0] / ms[1]:>8.2f}")
     pm.model.train()
-    fp32 = _update_s_per_1k(pm.model, 4, 256 if not args.quick else 32, False, device)
-    bf16 = _update_s_per_1k(pm.model, 4, 256 if not args.quick else 32, True, device)
+    fp32 = _update_s_per_1k(pm.model, 4, args.update_length, False, device)
+    bf16 = _update_s_per_1k(pm.model, 4, args.update_length, True, device)
     print(f"{'update s/1k tokens fp32 | bf16':<34}{fp32:>16.2f}{bf16:>16.2f}{fp32 / bf16:>8.2f}")
     return 0
 

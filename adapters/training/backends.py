@@ -246,6 +246,7 @@ class TransformersBackend(_RolePolicies):
         for pid, pm in models.items():
             if copies:
                 self.copies[pid] = GenerationCopy(pm, dtype)
+                self._stale.add(pid)  # refreshed before its first generation (after a resume)
                 inner[pid] = policy(self.copies[pid].model, pid)
                 activate[pid] = functools.partial(self._fresh, pid)
                 continue

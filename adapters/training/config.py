@@ -551,7 +551,11 @@ class TrainConfig:
         src = c.sources
 
         per_setting = recipes.setting_values(recipe.name, c.env)
-        cpu_setting = {} if cuda else recipes.setting_values(recipe.name, c.env, cpu=True)
+        # the CPU values a setting's recipe tunes for the embedded model (its cold start, ...)
+        embedded = str(c.model).lower() in recipes.EMBEDDED_MODELS
+        cpu_setting = (
+            recipes.setting_values(recipe.name, c.env, cpu=True) if embedded and not cuda else {}
+        )
 
         def pick(name: str) -> tuple[Any, str] | None:
             if name in cpu_setting:

@@ -361,8 +361,8 @@ SETTING_VALUES: dict[tuple[str, str], dict[str, Sourced]] = {
 # cold start teaches the tool to compute the answer from the instance (a search program that
 # reads the map, a program that evaluates the expression), and reinforcement learning then
 # teaches the other role to adopt its teammate's result, which is what AT-GRPO's team training
-# is about. (recipe, env id) -> field -> (value, source); CPU only, ahead of the recipe's CPU
-# scale-down.
+# is about. (recipe, env id) -> field -> (value, source); CPU runs of the embedded model only
+# (other models keep the recipe's generic CPU scale-down), ahead of the recipe's CPU values.
 _TOOL_COLD_START: dict[str, Sourced] = {
     "init": (
         "cold-start:tool",
@@ -372,12 +372,15 @@ _TOOL_COLD_START: dict[str, Sourced] = {
 }
 _CPU_GRID: dict[str, Sourced] = {
     **_TOOL_COLD_START,
+    "eval_episodes": (64, "CPU: 64 distinct validation instances before and after training"),
     "max_new_tokens": (320, "CPU: the oracle's search program (about 290 tokens) fits"),
     "role_sampling": (
         {"planner": {"max_new_tokens": 64}},
         "CPU: a planner answer (#### and a move list) fits 64 tokens",
     ),
 }
+# the model names the CPU setting values are tuned for (the embedded SmolLM2-135M-Instruct)
+EMBEDDED_MODELS = ("smollm2", "smollm2-135m", "smollm2-135m-instruct")
 CPU_SETTING_VALUES: dict[tuple[str, str], dict[str, Sourced]] = {
     **{
         (r, env): dict(_CPU_GRID)
@@ -409,7 +412,7 @@ def setting_values(recipe: str, env_id: str, cpu: bool = False) -> Mapping[str, 
 # Engineering values no paper fixes: field -> (CPU value, CUDA value, source)
 DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "eval_episodes": (
-        64,
+        32,
         64,
         "suite default: validation instances before/after training (fewer without a GPU, where "
         "the batched evaluation's speed-up is not yet established: benchmarks/eval_throughput.py)",

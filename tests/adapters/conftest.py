@@ -133,6 +133,8 @@ def tiny_train_config(tmp_path, name: str = "run", **overrides):
         save_final=False,
         lr=1e-2,
         ppo_minibatches=1,  # one optimizer step per batch (the CPU recipe makes 4)
+        init="none",  # no cold start (the CPU recipe fine-tunes on the oracle first)
+        role_sampling={"planner": {"max_new_tokens": 6}},  # the CPU recipe gives it 64
         output_dir=str(tmp_path / name),
     )
     base.update(overrides)

@@ -314,7 +314,12 @@ def test_micro_batches_never_mix_sampling_temperatures():
 
 
 def test_role_temperature_log_probs_match_the_sampler(tmp_path):
-    cfg = _tiny_cfg(tmp_path, temperature=0.9, role_sampling={"planner": {"temperature": 0.5}})
+    cfg = _tiny_cfg(
+        tmp_path,
+        temperature=0.9,
+        role_sampling={"planner": {"temperature": 0.5}},
+        generation_model="train",  # exact log-probs: sampled by the float32 training modules
+    )
     tr = Trainer(cfg, models=_char_models(), log=lambda s: None)
     samples = tr.rollout(1).samples
     for role, temp in (("tool", 0.9), ("planner", 0.5)):

@@ -84,7 +84,9 @@ def test_shared_prompt_forward_equals_full_forward_values_and_gradients():
 
 
 def test_rollout_logprobs_match_training_logprobs(tmp_path):
-    tr = trainer(tmp_path, temperature=0.8)
+    """Generating on the float32 training modules (``generation_model="train"``), the sampler's
+    log-probs are the training model's (the merged bfloat16 copy's are close, and recomputed)."""
+    tr = trainer(tmp_path, temperature=0.8, generation_model="train")
     samples = tr.rollout(1).samples
     s = samples[0]
     lp = completion_logprobs(
