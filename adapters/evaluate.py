@@ -70,23 +70,28 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from adapters.evaluation import (
-    ArgumentMismatch,
-    EvalReport,
-    SuiteArgs,
-    evaluate,
-    resolve_suite,
-    run_suite,
-    with_prompt_prefixes,
-)
-from adapters.policies.specs import build_policies, parse_policy_spec
-from adapters.rollout import env_roles
-from adapters.training.flags import parse_key_values, parse_value
+from adapters import cli
 
 # EvalReport, evaluate, build_policies and parse_policy_spec moved to adapters.evaluation and
-# adapters.policies.specs; they stay importable from here for existing code (deprecated).
-__all__ = ["EvalReport", "build_parser", "build_policies", "evaluate", "main", "parse_policy_spec"]
+# adapters.policies.specs; they stay importable from here for existing code (deprecated), loaded
+# on first use so that --help and argument errors answer before anything heavy is imported.
+__all__ = ["build_parser", "main"]
+_MOVED = {
+    "EvalReport": "adapters.evaluation",
+    "evaluate": "adapters.evaluation",
+    "build_policies": "adapters.policies.specs",
+    "parse_policy_spec": "adapters.policies.specs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import importlib
+
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,7 +145,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: checkpoint's)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--json", default=None, help="write the report as JSON here (--env)")
+    p.add_argument(
+        "--json",
+        default=None,
+        help="write the report as JSON here (--env), and the episode viewer beside it "
+        "(FILE.html; python -m adapters.view)",
+    )
+    p.add_argument(
+        "--no-view",
+        action="store_true",
+        help="do not write the episode viewer page beside --json or a suite's results.json",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench = p.add_argument_group("full benchmark passes (--env with --dataset)")
     bench.add_argument(
         "--dataset",
@@ -185,7 +201,6 @@ def build_parser() -> argparse.ArgumentParser:
     suite.add_argument(
         "--concurrency", type=int, default=16, help="requests in flight per openai: policy"
     )
-    suite.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
@@ -201,7 +216,12 @@ _SETTING_FLAGS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    return cli.run(lambda: parser, lambda args: _main(parser, args, argv), argv)
+
+
+def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) -> int:
+    if args.episodes is not None and args.episodes < 1:
+        parser.error("--episodes must be at least 1")
     if args.threads:
         import torch
 
@@ -214,14 +234,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main_suite(parser, args, argv)
     if args.dataset:
         return _main_passes(parser, args, argv)
-    env_config = parse_key_values(args.env_config, "--env-config")
-    if args.mode:
-        env_config["mode"] = args.mode
-    if args.max_turns:
-        env_config["max_turns"] = args.max_turns
+    import envs
+    from adapters.evaluation import evaluate, with_prompt_prefixes
+    from adapters.policies.specs import build_policies, check_policy_specs
+    from adapters.rollout import env_roles
+    from adapters.training.flags import parse_key_values, parse_value
+
+    with cli.bad_input("--env"):
+        envs.spec(args.env)
+    with cli.bad_input("--env-config"):
+        env_config = parse_key_values(args.env_config, "--env-config")
+        if args.mode:
+            env_config["mode"] = args.mode
+        if args.max_turns:
+            env_config["max_turns"] = args.max_turns
+        roles = env_roles(args.env, env_config)
     instance = parse_value(args.instance) if args.instance else None
+    if instance is not None:
+        with cli.bad_input("--instance"):
+            envs.make(args.env, **env_config).reset(options={"instance": instance})
+    with cli.bad_input("--policy"):
+        check_policy_specs(args.policy, roles)  # loads nothing; a server must answer
+    json_path = _output_file(args.json, "--json")
     max_new_tokens = 256 if args.max_new_tokens is None else args.max_new_tokens
-    roles = env_roles(args.env, env_config)
     policies, role_policy = build_policies(
         args.policy, roles, device=args.device, dtype=args.dtype, batch_size=args.batch_size
     )
@@ -236,29 +271,73 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_new_tokens=max_new_tokens,
             seed=args.seed,
         )
-    report = evaluate(
-        args.env,
-        policies,
-        episodes=8 if args.episodes is None else args.episodes,
-        env_config=env_config,
-        role_policy=role_policy,
-        split=args.split,
-        seed=args.seed,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_new_tokens=max_new_tokens,
-        instance=instance,
-    )
+    episodes = 8 if args.episodes is None else args.episodes
+    with _progress(episodes, f"eval {args.env}", args.no_progress) as bar:
+        report = evaluate(
+            args.env,
+            policies,
+            episodes=episodes,
+            env_config=env_config,
+            role_policy=role_policy,
+            split=args.split,
+            seed=args.seed,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_new_tokens=max_new_tokens,
+            instance=instance,
+            on_episode=lambda _e: bar.update(1),
+        )
     print(report.table())
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
-        print(f"wrote {args.json}")
+    if json_path is not None:
+        json_path.write_text(json.dumps(report.to_dict(), indent=2))
+        print(f"wrote {json_path}")
+        if not args.no_view:
+            _write_view(json_path)
     return 0
+
+
+def _progress(total: int, desc: str, disabled: bool) -> Any:
+    """A progress bar over ``total`` episodes on stderr."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="ep", disable=disabled, dynamic_ncols=True)
+
+
+def _output_file(name: str | None, flag: str) -> Path | None:
+    """``name`` as a path whose directory exists (made now), checked before the work starts."""
+    if name is None:
+        return None
+    path = Path(name)
+    with cli.bad_input(flag):
+        if path.is_dir():
+            raise IsADirectoryError(f"{path} is a directory; give a file name")
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _write_view(path: Path) -> None:
+    """Write the episode viewer of ``path`` beside it; a failure is reported, not raised (the
+    evaluation itself is already saved)."""
+    from adapters.evaluation.viewer import write_viewer
+
+    try:
+        page, n = write_viewer(path)
+    except Exception as exc:
+        print(
+            f"warning: no episode viewer ({type(exc).__name__}: {exc}); "
+            f"python -m adapters.view {path} --debug shows why",
+            file=sys.stderr,
+        )
+        return
+    print(f"wrote {page} (the episode viewer, {n} episodes: open it in a browser)")
 
 
 def _main_suite(
     parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str] | None
 ) -> int:
+    from adapters.evaluation import ArgumentMismatch, SuiteArgs, resolve_suite, run_suite
+    from adapters.policies.specs import check_policy_specs
+
     given = [flag for key, flag in _SETTING_FLAGS.items() if getattr(args, key)]
     if given:
         parser.error(f"{', '.join(given)} describe one setting (--env); a suite sets its own")
@@ -284,6 +363,8 @@ def _main_suite(
         )
     except ValueError as e:
         parser.error(str(e))
+    with cli.bad_input("--policy"):
+        check_policy_specs(args.policy)
     out = Path(args.out or f"runs/suite-{re.sub(r'[^A-Za-z0-9_.-]+', '_', suite.name)}")
     command = "python -m adapters.evaluate " + shlex.join(
         sys.argv[1:] if argv is None else list(argv)
@@ -297,10 +378,11 @@ def _main_suite(
             command=command,
         )
     except ArgumentMismatch as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise cli.UsageError(str(e)) from e
     print((out / "report.md").read_text())
     print(f"wrote {out / 'results.json'}, {out / 'report.md'} and {out / 'charts'}/")
+    if not args.no_view:
+        _write_view(out / "results.json")
     return 0
 
 
@@ -311,15 +393,21 @@ def _command(argv: Sequence[str] | None) -> str:
 def _main_passes(
     parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str] | None
 ) -> int:
+    from adapters.evaluation import ArgumentMismatch
     from adapters.evaluation.passes import Benchmark, PassArgs, run_passes
     from adapters.evaluation.suite import _default_factory
+    from adapters.policies.specs import check_policy_specs
+    from adapters.training.flags import parse_key_values
     from envs.data.registry import find_data_file
 
     if len(args.data_path) > len(args.dataset):
         parser.error("more --data-path than --dataset")
     if args.instance or args.json:
         parser.error("--instance and --json are not used by a full pass (--dataset)")
-    env_config = parse_key_values(args.env_config, "--env-config")
+    with cli.bad_input("--env-config"):
+        env_config = parse_key_values(args.env_config, "--env-config")
+    with cli.bad_input("--policy"):
+        check_policy_specs(args.policy)
     benches = []
     for i, name in enumerate(args.dataset):
         path = args.data_path[i] if i < len(args.data_path) else None
@@ -360,8 +448,7 @@ def _main_passes(
             command=_command(argv),
         )
     except ArgumentMismatch as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise cli.UsageError(str(e)) from e
     print((out / "report.md").read_text())
     print(f"wrote {out / 'results.json'}, {out / 'report.md'} and {out / 'charts'}/")
     return 0
