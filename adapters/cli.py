@@ -37,8 +37,9 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
-__all__ = ["EXTRAS", "UsageError", "bad_input", "error_line", "run"]
+__all__ = ["EXTRAS", "UsageError", "bad_input", "error_line", "run", "serve_until_interrupted"]
 
 # the optional dependencies of pyproject.toml by import name -> the extra that installs them
 # (tests/adapters/test_cli_errors.py checks this table against pyproject.toml)
@@ -136,3 +137,13 @@ def run(
             raise
         print(f"error: {line}", file=sys.stderr)
         return 2
+
+
+def serve_until_interrupted(server: Any) -> None:
+    """Run a ``socketserver`` server until Ctrl-C, then close it (the serving commands)."""
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

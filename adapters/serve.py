@@ -76,12 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
         name = "smollm2-135m-instruct"
     server = make_server(policy, args.host, args.port, name)
     print(f"serving {server.model_name} at {server.url}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    cli.serve_until_interrupted(server)
     return 0
 
 

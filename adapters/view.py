@@ -96,12 +96,7 @@ def _serve(page: Path, host: str, port: int) -> None:
     with cli.bad_input("--port"):
         server = ThreadingHTTPServer((host, port), Handler)
     print(f"serving it at http://{host}:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    cli.serve_until_interrupted(server)
 
 
 if __name__ == "__main__":

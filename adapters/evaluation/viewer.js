@@ -179,8 +179,9 @@
     const body = el("div", "body");
     if (ep.note) body.append(el("div", "warn", String(ep.note)));
     const returns = Object.entries(ep.returns || {}).map(([r, v]) => `${r} ${fmt(v)}`).join(", ");
-    body.append(el("div", "muted", `policies: ${Object.entries(run.policies).map(([r, p]) => `${r}=${p}`).join(", ")}; returns: ${returns}`));
-    if (ep.grids && ep.grids.length) body.append(legend(ep), boardBox("start", ep.grids[0]));
+    body.append(el("div", "muted", `policies: ${policiesText(run)}; returns: ${returns}`));
+    if (ep.grids && ep.grids.length) body.append(legend(ep));
+    if (ep.grids && !ep.steps.length) body.append(boardBox("start", ep.grids[0]));
     ep.steps.forEach((_, i) => body.append(stepBlock(ep, i, run)));
     if (!ep.steps.length) body.append(el("p", "muted", "no steps recorded"));
     return body;
@@ -246,7 +247,6 @@
     const right = el("div", null, el("h2", null, String(rb.label)));
     for (const [ep, col] of [[a, left], [b, right]]) {
       if (ep.note) col.append(el("div", "warn", String(ep.note)));
-      if (ep.grids && ep.grids.length) col.append(boardBox("start", ep.grids[0]));
     }
     const n = Math.max(a.steps.length, b.steps.length);
     for (let i = 0; i < n; i++) {
@@ -308,18 +308,24 @@
   }
 
   // ------------------------------------------------------------------ page
+  function policiesText(run) {
+    const names = [...new Set(Object.values(run.policies))];
+    return names.length === 1 ? String(names[0]) : Object.entries(run.policies).map(([r, p]) => `${r}=${p}`).join(", ");
+  }
+
   function summaryTable() {
     const t = el("table");
+    const showPolicies = data.runs.some((r) => policiesText(r) !== String(r.label));
     t.append(el("tr", null, el("th", null, "evaluation"), el("th", null, "setting"), el("th", "num", "episodes"),
       el("th", "num", "success"), el("th", null, "progress measure"), el("th", "num", "progress"),
-      el("th", "num", "team reward"), el("th", "num", "shaped reward"), el("th", null, "policies")));
+      el("th", "num", "team reward"), el("th", "num", "shaped reward"), showPolicies ? el("th", null, "policies") : null));
     for (const run of data.runs) {
       const eps = data.episodes.filter((e) => e.run === run.id);
       t.append(el("tr", null, el("td", null, String(run.label)), el("td", null, `${run.setting}:${run.mode}`),
         el("td", "num", String(eps.length)), el("td", "num", fmt(mean(eps.map((e) => (e.success ? 1 : 0))), 2)),
         el("td", null, String(run.progress_label)), el("td", "num", fmt(mean(eps.map((e) => e.progress)), 2)),
         el("td", "num", fmt(mean(eps.map((e) => e.team)))), el("td", "num", fmt(mean(eps.map((e) => e.reward)))),
-        el("td", "muted", Object.entries(run.policies).map(([r, p]) => `${r}=${p}`).join(", "))));
+        showPolicies ? el("td", "muted", policiesText(run)) : null));
     }
     return t;
   }

@@ -149,6 +149,12 @@ EVAL_SERIES = (
 _STYLES = (("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", (0, (5, 1))), ("P", "-"))
 
 
+def _style(j: int) -> dict[str, Any]:
+    """The ``j``-th series' marker, line style and fill: equal series stay told apart."""
+    marker, line = _STYLES[j % len(_STYLES)]
+    return {"marker": marker, "linestyle": line, "fillstyle": "none" if j else "full"}
+
+
 def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
     xs, ys = [], []
     for r in rows:
@@ -222,17 +228,7 @@ def curve_figure(rows: list[dict[str, Any]], evals: list[dict[str, Any]]) -> Any
             for j, k in enumerate(ks):
                 xs, ys = _series(rows, k)
                 if xs:
-                    marker, style = _STYLES[j % len(_STYLES)]
-                    ax.plot(
-                        xs,
-                        ys,
-                        marker=marker,
-                        linestyle=style,
-                        markersize=3.5,
-                        linewidth=1.2,
-                        label=k,
-                        fillstyle="none" if j else "full",
-                    )
+                    ax.plot(xs, ys, markersize=3.5, linewidth=1.2, label=k, **_style(j))
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
@@ -262,17 +258,7 @@ def _plot_evals(
             [y - float(e.get(f"{key}_low", y)) for y, e in zip(ys, pts)],
             [float(e.get(f"{key}_high", y)) - y for y, e in zip(ys, pts)],
         ]
-        marker, style = _STYLES[j % len(_STYLES)]
-        ax.errorbar(
-            xs,
-            ys,
-            yerr=err,
-            marker=marker,
-            linestyle=style,
-            capsize=3,
-            fillstyle="none" if j else "full",
-            label=names.get(key, key),
-        )
+        ax.errorbar(xs, ys, yerr=err, capsize=3, label=names.get(key, key), **_style(j))
 
 
 @dataclass
