@@ -28,7 +28,11 @@ per instance (parallel sampling with K = 1). Instances come from ``--split`` (de
 with seeds derived from ``--seed``, so two evaluations with the same seed see the same
 instances. The table reports the success rate, the mean final team reward, mean turns and steps,
 and per agent the mean per-step reward and the mean episode return; ``--json`` writes the same
-numbers plus one record per episode.
+numbers plus one record per episode, and the episode viewer beside it (``FILE.html``,
+:mod:`adapters.view`; ``--no-view`` skips it). A progress bar counts the finished episodes and
+shows the generation wave. The setting, its options, an explicit instance and every policy spec
+are checked before any model loads (a local path must exist, an ``openai:`` server must answer
+within 5 s); a mistake ends in one ``error:`` line and exit status 2 (:mod:`adapters.cli`).
 
 Suites (:mod:`adapters.evaluation.suite`):
 
@@ -39,7 +43,8 @@ Suites (:mod:`adapters.evaluation.suite`):
 * ``all``: the same 14 entries at every setting's default size, 32 episodes, 256 tokens;
 * ``ID,ID:MODE,...``: those settings (``ID``: its entries of ``default``) at ``default``'s sizes.
 
-A suite run writes ``--out DIR`` (default ``runs/suite-NAME``): ``results.json``, ``report.md``
+A suite run writes ``--out DIR`` (default ``runs/suite-NAME``): ``results.json``,
+``episodes.html`` (the episode viewer), ``report.md``
 (success rate, team reward, reward per role, completion tokens and wall time, with 95%
 intervals) and ``charts/SETTING.png``, with a progress bar over all episodes. It saves every
 finished chunk of ``--chunk-size`` episodes, so the same command continues a killed run (other
@@ -286,6 +291,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
             max_new_tokens=max_new_tokens,
             instance=instance,
             on_episode=lambda _e: bar.update(1),
+            on_wave=lambda w, live: bar.set_postfix_str(f"wave {w + 1}, {live} live"),
         )
     print(report.table())
     if json_path is not None:

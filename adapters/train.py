@@ -23,7 +23,13 @@ machine a few-minute demonstration, on CUDA the paper-sized settings. See
 :mod:`adapters.training.trainer` for what a run writes and how resuming works. Started by
 ``torchrun`` or ``accelerate launch``, every process is one rank of a data-parallel run
 (:mod:`adapters.training.distributed`; ``instances_per_step`` is then the global batch); only rank
-0 prints. This module only parses arguments and starts the trainer.
+0 prints. This module only parses arguments, checks them and starts the trainer.
+
+``--steps 0`` evaluates the initial policies once (``eval_before.json``, the references and the
+episode viewer ``episodes.html``), says that it trained nothing, and stops. The setting, its
+options, an explicit instance and ``--model`` are checked before torch is imported and before the
+run directory is made; a mistake ends in one ``error:`` line and exit status 2
+(:mod:`adapters.cli`; ``--debug`` shows the traceback).
 """
 
 from __future__ import annotations
