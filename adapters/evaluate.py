@@ -324,10 +324,10 @@ def _output_file(name: str | None, flag: str) -> Path | None:
 def _write_view(path: Path) -> None:
     """Write the episode viewer of ``path`` beside it; a failure is reported, not raised (the
     evaluation itself is already saved)."""
-    from adapters.evaluation.viewer import write_viewer
+    from adapters.evaluation.viewer import AUTO_BUDGET_S, write_viewer
 
     try:
-        page, n = write_viewer(path)
+        page, n = write_viewer(path, budget_s=AUTO_BUDGET_S)
     except Exception as exc:
         print(
             f"warning: no episode viewer ({type(exc).__name__}: {exc}); "

@@ -28,7 +28,10 @@ and the viewer reads each step's prompt, reward parts, awards, progress and boar
 (:meth:`~envs.core.base.TurnBasedEnv.cell_grid`) from the env itself; nothing is parsed out of
 prompt text. A record whose replay pays other rewards than it recorded (a setting changed since)
 is shown with that warning; one that cannot be replayed (``replay=False``, or the setting needs
-what is not there, such as a sandbox) is shown from the record alone, with the reason.
+what is not there, such as a sandbox) is shown from the record alone, with the reason. Replaying
+re-runs the programs of the settings that run code, so the pages that training runs, suites and
+evaluations write by themselves stop replaying after :data:`AUTO_BUDGET_S` seconds (the rest is
+shown as recorded, and says so); ``python -m adapters.view`` replays everything.
 
 **Completions are untrusted.** What a policy wrote is data, never markup: the page's script puts
 every string into the document as text (``textContent``), never as HTML, and never makes a link,
@@ -50,6 +53,7 @@ import gzip
 import hashlib
 import json
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -58,7 +62,15 @@ from typing import Any
 
 from adapters.evaluation.records import replay
 
-__all__ = ["Source", "find_sources", "page_data", "render_page", "viewer_path", "write_viewer"]
+__all__ = [
+    "AUTO_BUDGET_S",
+    "Source",
+    "find_sources",
+    "page_data",
+    "render_page",
+    "viewer_path",
+    "write_viewer",
+]
 
 PAGE_NAME = "episodes.html"
 _RUN_ORDER = ("before", "after")
@@ -302,10 +314,14 @@ def episode_view(record: Mapping[str, Any], palette: _Palette, *, replay_it: boo
 # the page
 
 
-def page_data(path: str | Path, *, replay_records: bool = True) -> dict[str, Any]:
-    """Everything the page shows, as JSON (see the module docstring)."""
+def page_data(
+    path: str | Path, *, replay_records: bool = True, budget_s: float | None = None
+) -> dict[str, Any]:
+    """Everything the page shows, as JSON (see the module docstring). Replaying stops after
+    ``budget_s`` seconds (``None``: no limit); the remaining episodes are shown as recorded."""
     kind, sources = find_sources(path)
     palette = _Palette()
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     runs: list[dict[str, Any]] = []
     episodes: list[dict[str, Any]] = []
     for rid, src in enumerate(sources):
@@ -325,11 +341,18 @@ def page_data(path: str | Path, *, replay_records: bool = True) -> dict[str, Any
             }
         )
         for rec in records:
-            ep = episode_view(rec, palette, replay_it=replay_records)
+            late = deadline is not None and time.monotonic() > deadline
+            ep = episode_view(rec, palette, replay_it=replay_records and not late)
+            if replay_records and late:
+                ep["note"] = (
+                    f"not replayed: the page's replay budget ({budget_s:g} s) ran out; "
+                    "python -m adapters.view replays every episode"
+                )
             ep["run"] = rid
             episodes.append(ep)
+    where = Path(path).resolve()
     return {
-        "title": f"{kind}: {Path(path).resolve().name}",
+        "title": f"{kind}: {where.parent.name if where.name == 'results.json' else where.name}",
         "kind": kind,
         "runs": runs,
         "compare": _default_pairs(runs),
@@ -414,12 +437,22 @@ def render_page(data: Mapping[str, Any]) -> str:
     )
 
 
+# what a training run, a suite or an evaluation spends at most on replaying for its page (the
+# settings that run programs replay them: a code run's page could otherwise take minutes)
+AUTO_BUDGET_S = 120.0
+
+
 def write_viewer(
-    path: str | Path, out: str | Path | None = None, *, replay_records: bool = True
+    path: str | Path,
+    out: str | Path | None = None,
+    *,
+    replay_records: bool = True,
+    budget_s: float | None = None,
 ) -> tuple[Path, int]:
     """Write the page of ``path`` (a run directory, a suite's results or a report) to ``out``
-    (default :func:`viewer_path`); returns the file and the number of episodes on it."""
-    data = page_data(path, replay_records=replay_records)
+    (default :func:`viewer_path`); returns the file and the number of episodes on it.
+    ``budget_s`` bounds the time spent replaying (:func:`page_data`)."""
+    data = page_data(path, replay_records=replay_records, budget_s=budget_s)
     target = Path(out) if out is not None else viewer_path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")

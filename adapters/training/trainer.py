@@ -499,10 +499,10 @@ class Trainer(Run):
         :mod:`adapters.evaluation.viewer`); a failure is logged, never raised."""
         if not self.cfg.eval_episodes or not self.dist.is_main:
             return
-        from adapters.evaluation.viewer import write_viewer
+        from adapters.evaluation.viewer import AUTO_BUDGET_S, write_viewer
 
         try:
-            page, n = write_viewer(self.out)
+            page, n = write_viewer(self.out, budget_s=AUTO_BUDGET_S)
         except Exception as exc:
             self.log(f"no episode viewer ({type(exc).__name__}: {exc})")
             return

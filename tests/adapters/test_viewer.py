@@ -103,6 +103,14 @@ def test_a_doctored_record_is_flagged_and_an_unreplayable_one_shown_as_recorded(
     assert ep["grids"] is None and ep["steps"][0]["completion"] == "#### [R,R]"
 
 
+def test_replaying_stops_at_the_budget_and_says_so(tmp_path):
+    path = _write(tmp_path / "r.json", _report("sokoban", ["oracle"], episodes=2, **SOKOBAN_SINGLE))
+    spent = page_data(path, budget_s=0.0)["episodes"]
+    assert all("replay budget (0 s) ran out" in ep["note"] and ep["grids"] is None for ep in spent)
+    assert all(ep["steps"][0]["prompt"] for ep in spent)  # still shown, as recorded
+    assert all(ep["grids"] and not ep["note"] for ep in page_data(path)["episodes"])
+
+
 def test_sources_of_a_run_a_suite_and_a_report(tmp_path):
     rep = _report("plan_path", ["oracle"], episodes=1, mode="single")
     run = _run_dir(tmp_path, rep, rep)
