@@ -109,6 +109,13 @@ def _check_inputs(cfg: TrainConfig) -> None:
 
         with cli.bad_input("--model"):
             check_model_source(model)
+    if cfg.backend == "vllm-server":  # every replica must answer before a run is made
+        from adapters.policies.openai_compat import OpenAIPolicy
+        from adapters.policies.vllm_server import server_root
+
+        for url in cfg.vllm_servers:
+            with cli.bad_input("--vllm-servers"):
+                OpenAIPolicy(server_root(url) + "/v1", model="?").check_reachable()
 
 
 def _train(args: argparse.Namespace) -> int:

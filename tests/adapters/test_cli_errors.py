@@ -96,6 +96,14 @@ def test_train_input_errors_leave_no_run_directory(capsys, tmp_path, argv, expec
     assert not out.exists()
 
 
+def test_train_reports_an_unreachable_vllm_server(capsys, tmp_path):
+    url = f"http://127.0.0.1:{_closed_port()}"
+    argv = ["--backend", "vllm-server", "--vllm-servers", url, "--output-dir", str(tmp_path / "r")]
+    err = _one_error_line(capsys, train.main(argv))
+    assert f"error: --vllm-servers: no OpenAI-compatible server answers at {url}/v1" in err
+    assert not (tmp_path / "r").exists()
+
+
 def test_train_unknown_env_lists_the_aliases(capsys):
     err = _one_error_line(capsys, train.main(["--env", "comass"]))
     assert "comas (discussion)" in err and "sage (challenge_plan_solve)" in err
