@@ -398,7 +398,7 @@ class Trainer(Run):
             "step",
             bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} steps [{elapsed}<{remaining}{postfix}]",
         )
-        if self.step:
+        if self.step and not bar.disable:  # (a disabled bar keeps no clock)
             rows = read_jsonl(self.out / "metrics.jsonl")
             spent = sum(float(r.get("time/step", 0.0)) for r in rows if r["step"] <= self.step)
             bar.update(self.step)

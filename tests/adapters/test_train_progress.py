@@ -37,25 +37,29 @@ def test_training_bar_moves_per_wave_and_its_eta_survives_resume(tmp_path):
     tr.train()
     tr.close()
     out = tmp_path / "run"
-    spent = sum(r["time/step"] for r in read_jsonl(out / "metrics.jsonl"))
+    quiet = Trainer.resume(out, models=char_models(), steps=3)  # progress off: no bar, no clock
+    quiet.train()
+    quiet.close()
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3]
     tr = Trainer.resume(out, models=char_models(), steps=4, progress=True)
+    spent = sum(r["time/step"] for r in read_jsonl(out / "metrics.jsonl"))
     try:
         bar, step_done = tr._step_bar(4)
         d = bar.format_dict
-        assert d["n"] == 2 and d["total"] == 4
+        assert d["n"] == 3 and d["total"] == 4
         assert spent <= d["elapsed"] < spent + 5  # the earlier steps' time counts
         eta = bar.format_meter(**d).split("<")[1].split("]")[0]
         assert "?" not in eta  # an ETA at once, before any new step
         waves: list[tuple[int, int]] = []
         hook = tr._on_wave
         tr._on_wave = lambda w, live: (waves.append((w, live)), hook(w, live))
-        tr.rollout(3)
+        tr.rollout(4)
         assert [w for w, _live in waves] == list(range(len(waves))) and len(waves) >= 2
         assert waves[-1][1] == 0  # no branch live after the last wave
-        assert 2 < bar.n < 3  # moved within the step, short of its end
-        tr.step = 3
+        assert 3 < bar.n < 4  # moved within the step, short of its end
+        tr.step = 4
         step_done()
-        assert bar.n == 3
+        assert bar.n == 4
         bar.close()
     finally:
         tr.close()
