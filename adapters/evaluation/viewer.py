@@ -99,15 +99,15 @@ def _run_sources(run_dir: Path) -> list[Source]:
     out: list[Source] = []
     evals = {p.stem[len("eval_") :]: p for p in run_dir.glob("eval_*.json")}
     steps = sorted(k for k in evals if k.startswith("step"))
-    for tag in ["before", *steps, "after"]:
-        if tag in evals:
-            label = f"step {int(tag[4:])}" if tag.startswith("step") else tag
-            out.append(Source(label, _read_json(evals[tag])))
-    if "references" in evals:
-        refs = _read_json(evals["references"])
-        out += [Source(name, rep) for name, rep in refs.items() if _is_report(rep)]
-    if "open_loop" in evals:
-        out.append(Source("open loop", _read_json(evals["open_loop"])))
+    for tag in ["before", *steps, "after", "open_loop"]:
+        data = _read_json(evals[tag]) if tag in evals else None
+        if _is_report(data):
+            label = f"step {tag[4:].lstrip('0') or '0'}" if tag.startswith("step") else tag
+            out.append(Source(label.replace("_", " "), data))
+        if tag == "after" and "references" in evals:
+            refs = _read_json(evals["references"])
+            if isinstance(refs, dict):
+                out += [Source(str(name), rep) for name, rep in refs.items() if _is_report(rep)]
     return out
 
 

@@ -115,9 +115,13 @@ def test_sources_of_a_run_a_suite_and_a_report(tmp_path):
     rep = _report("plan_path", ["oracle"], episodes=1, mode="single")
     run = _run_dir(tmp_path, rep, rep)
     (run / "eval_references.json").write_text(json.dumps({"no-op": rep, "oracle": rep}))
+    for name in ("eval_step000020.json", "eval_open_loop.json"):
+        (run / name).write_text(json.dumps(rep))
+    (run / "eval_datasets_before.json").write_text('{"aime24": 0.5}')  # no episodes: left out
     kind, sources = find_sources(run)
     assert kind == "training run"
-    assert [s.label for s in sources] == ["before", "after", "no-op", "oracle"]
+    labels = [s.label for s in sources]
+    assert labels == ["before", "step 20", "after", "no-op", "oracle", "open loop"]
     suite = {"rows": [{"setting": "plan_path", "policy": "oracle", "per_episode": []}]}
     (tmp_path / "results.json").write_text(json.dumps(suite))
     assert find_sources(tmp_path / "results.json")[0] == "suite"
@@ -127,7 +131,7 @@ def test_sources_of_a_run_a_suite_and_a_report(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         find_sources(tmp_path / "missing")
     data = page_data(run)
-    assert data["compare"][0] == [0, 1]  # before -> after first
+    assert data["compare"][0] == [labels.index("before"), labels.index("after")]  # first
 
 
 def test_the_page_is_self_contained_and_hostile_text_is_never_markup(tmp_path):
