@@ -101,7 +101,7 @@ def _run_sources(run_dir: Path) -> list[Source]:
     steps = sorted(k for k in evals if k.startswith("step"))
     for tag in ["before", *steps, "after", "open_loop"]:
         data = _read_json(evals[tag]) if tag in evals else None
-        if _is_report(data):
+        if data is not None and _is_report(data):
             label = f"step {tag[4:].lstrip('0') or '0'}" if tag.startswith("step") else tag
             out.append(Source(label.replace("_", " "), data))
         if tag == "after" and "references" in evals:
