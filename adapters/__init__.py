@@ -9,7 +9,8 @@ and follows one training step through them):
 * :mod:`adapters.training` - config, recipes, the trainer loop, the update, checkpoints;
 * :mod:`adapters.integrations` - TRL, an OpenAI-compatible policy server;
 * command lines: ``python -m adapters.train``, ``python -m adapters.evaluate``,
-  ``python -m adapters.serve``.
+  ``python -m adapters.view`` (the episode viewer), ``python -m adapters.serve`` (and
+  ``serve_env``, ``serve_sandbox``); :mod:`adapters.cli` is what they share.
 
 Importing this package (or any layer's package) does not import torch.
 """

@@ -28,7 +28,11 @@ per instance (parallel sampling with K = 1). Instances come from ``--split`` (de
 with seeds derived from ``--seed``, so two evaluations with the same seed see the same
 instances. The table reports the success rate, the mean final team reward, mean turns and steps,
 and per agent the mean per-step reward and the mean episode return; ``--json`` writes the same
-numbers plus one record per episode.
+numbers plus one record per episode, and the episode viewer beside it (``FILE.html``,
+:mod:`adapters.view`; ``--no-view`` skips it). A progress bar counts the finished episodes and
+shows the generation wave. The setting, its options, an explicit instance and every policy spec
+are checked before any model loads (a local path must exist, an ``openai:`` server must answer
+within 5 s); a mistake ends in one ``error:`` line and exit status 2 (:mod:`adapters.cli`).
 
 Suites (:mod:`adapters.evaluation.suite`):
 
@@ -39,7 +43,8 @@ Suites (:mod:`adapters.evaluation.suite`):
 * ``all``: the same 14 entries at every setting's default size, 32 episodes, 256 tokens;
 * ``ID,ID:MODE,...``: those settings (``ID``: its entries of ``default``) at ``default``'s sizes.
 
-A suite run writes ``--out DIR`` (default ``runs/suite-NAME``): ``results.json``, ``report.md``
+A suite run writes ``--out DIR`` (default ``runs/suite-NAME``): ``results.json``,
+``episodes.html`` (the episode viewer), ``report.md``
 (success rate, team reward, reward per role, completion tokens and wall time, with 95%
 intervals) and ``charts/SETTING.png``, with a progress bar over all episodes. It saves every
 finished chunk of ``--chunk-size`` episodes, so the same command continues a killed run (other
@@ -75,23 +80,28 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from adapters.evaluation import (
-    ArgumentMismatch,
-    EvalReport,
-    SuiteArgs,
-    evaluate,
-    resolve_suite,
-    run_suite,
-    with_prompt_prefixes,
-)
-from adapters.policies.specs import build_policies, parse_policy_spec
-from adapters.rollout import env_roles
-from adapters.training.flags import parse_key_values, parse_mapping_items, parse_value
+from adapters import cli
 
 # EvalReport, evaluate, build_policies and parse_policy_spec moved to adapters.evaluation and
-# adapters.policies.specs; they stay importable from here for existing code (deprecated).
-__all__ = ["EvalReport", "build_parser", "build_policies", "evaluate", "main", "parse_policy_spec"]
+# adapters.policies.specs; they stay importable from here for existing code (deprecated), loaded
+# on first use so that --help and argument errors answer before anything heavy is imported.
+__all__ = ["build_parser", "main"]
+_MOVED = {
+    "EvalReport": "adapters.evaluation",
+    "evaluate": "adapters.evaluation",
+    "build_policies": "adapters.policies.specs",
+    "parse_policy_spec": "adapters.policies.specs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import importlib
+
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,7 +169,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: checkpoint's)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--json", default=None, help="write the report as JSON here (--env)")
+    p.add_argument(
+        "--json",
+        default=None,
+        help="write the report as JSON here (--env), and the episode viewer beside it "
+        "(FILE.html; python -m adapters.view)",
+    )
+    p.add_argument(
+        "--no-view",
+        action="store_true",
+        help="do not write the episode viewer page beside --json or a suite's results.json",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench = p.add_argument_group("full benchmark passes (--env with --dataset)")
     bench.add_argument(
         "--dataset",
@@ -213,7 +234,6 @@ def build_parser() -> argparse.ArgumentParser:
     suite.add_argument(
         "--concurrency", type=int, default=16, help="requests in flight per openai: policy"
     )
-    suite.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
@@ -229,7 +249,12 @@ _SETTING_FLAGS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    return cli.run(lambda: parser, lambda args: _main(parser, args, argv), argv)
+
+
+def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) -> int:
+    if args.episodes is not None and args.episodes < 1:
+        parser.error("--episodes must be at least 1")
     if args.threads:
         import torch
 
@@ -248,14 +273,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main_suite(parser, args, argv)
     if args.dataset:
         return _main_passes(parser, args, argv)
-    env_config = parse_key_values(args.env_config, "--env-config")
-    if args.mode:
-        env_config["mode"] = args.mode
-    if args.max_turns:
-        env_config["max_turns"] = args.max_turns
+    import envs
+    from adapters.evaluation import evaluate, with_prompt_prefixes
+    from adapters.policies.specs import build_policies, check_policy_specs
+    from adapters.rollout import env_roles
+    from adapters.training.flags import parse_key_values, parse_value
+
+    with cli.bad_input("--env"):
+        envs.spec(args.env)
+    with cli.bad_input("--env-config"):
+        env_config = parse_key_values(args.env_config, "--env-config")
+        if args.mode:
+            env_config["mode"] = args.mode
+        if args.max_turns:
+            env_config["max_turns"] = args.max_turns
+        roles = env_roles(args.env, env_config)
     instance = parse_value(args.instance) if args.instance else None
+    if instance is not None:
+        with cli.bad_input("--instance"):
+            envs.make(args.env, **env_config).reset(options={"instance": instance})
+    with cli.bad_input("--policy"):
+        check_policy_specs(args.policy, roles)  # loads nothing; a server must answer
+    json_path = _output_file(args.json, "--json")
     max_new_tokens = 256 if args.max_new_tokens is None else args.max_new_tokens
-    roles = env_roles(args.env, env_config)
     policies, role_policy = build_policies(
         args.policy,
         roles,
@@ -275,29 +315,74 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_new_tokens=max_new_tokens,
             seed=args.seed,
         )
-    report = evaluate(
-        args.env,
-        policies,
-        episodes=8 if args.episodes is None else args.episodes,
-        env_config=env_config,
-        role_policy=role_policy,
-        split=args.split,
-        seed=args.seed,
-        temperature=_given(args.temperature, 0.0),
-        top_p=_given(args.top_p, 1.0),
-        max_new_tokens=max_new_tokens,
-        instance=instance,
-    )
+    episodes = 8 if args.episodes is None else args.episodes
+    with _progress(episodes, f"eval {args.env}", args.no_progress) as bar:
+        report = evaluate(
+            args.env,
+            policies,
+            episodes=episodes,
+            env_config=env_config,
+            role_policy=role_policy,
+            split=args.split,
+            seed=args.seed,
+            temperature=_given(args.temperature, 0.0),
+            top_p=_given(args.top_p, 1.0),
+            max_new_tokens=max_new_tokens,
+            instance=instance,
+            on_episode=lambda _e: bar.update(1),
+            on_wave=lambda w, live: bar.set_postfix_str(f"wave {w + 1}, {live} live"),
+        )
     print(report.table())
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
-        print(f"wrote {args.json}")
+    if json_path is not None:
+        json_path.write_text(json.dumps(report.to_dict(), indent=2))
+        print(f"wrote {json_path}")
+        if not args.no_view:
+            _write_view(json_path)
     return 0
+
+
+def _progress(total: int, desc: str, disabled: bool) -> Any:
+    """A progress bar over ``total`` episodes on stderr."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="ep", disable=disabled, dynamic_ncols=True)
+
+
+def _output_file(name: str | None, flag: str) -> Path | None:
+    """``name`` as a path whose directory exists (made now), checked before the work starts."""
+    if name is None:
+        return None
+    path = Path(name)
+    with cli.bad_input(flag):
+        if path.is_dir():
+            raise IsADirectoryError(f"{path} is a directory; give a file name")
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _write_view(path: Path) -> None:
+    """Write the episode viewer of ``path`` beside it; a failure is reported, not raised (the
+    evaluation itself is already saved)."""
+    from adapters.evaluation.viewer import AUTO_BUDGET_S, write_viewer
+
+    try:
+        page, n = write_viewer(path, budget_s=AUTO_BUDGET_S)
+    except Exception as exc:
+        print(
+            f"warning: no episode viewer ({type(exc).__name__}: {exc}); "
+            f"python -m adapters.view {path} --debug shows why",
+            file=sys.stderr,
+        )
+        return
+    print(f"wrote {page} (the episode viewer, {n} episodes: open it in a browser)")
 
 
 def _main_suite(
     parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str] | None
 ) -> int:
+    from adapters.evaluation import ArgumentMismatch, SuiteArgs, resolve_suite, run_suite
+    from adapters.policies.specs import check_policy_specs
+
     given = [flag for key, flag in _SETTING_FLAGS.items() if getattr(args, key)]
     if given:
         parser.error(f"{', '.join(given)} describe one setting (--env); a suite sets its own")
@@ -324,6 +409,8 @@ def _main_suite(
         )
     except ValueError as e:
         parser.error(str(e))
+    with cli.bad_input("--policy"):
+        check_policy_specs(args.policy)
     out = Path(args.out or f"runs/suite-{re.sub(r'[^A-Za-z0-9_.-]+', '_', suite.name)}")
     command = "python -m adapters.evaluate " + shlex.join(
         sys.argv[1:] if argv is None else list(argv)
@@ -337,10 +424,11 @@ def _main_suite(
             command=command,
         )
     except ArgumentMismatch as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise cli.UsageError(str(e)) from e
     print((out / "report.md").read_text())
     print(f"wrote {out / 'results.json'}, {out / 'report.md'} and {out / 'charts'}/")
+    if not args.no_view:
+        _write_view(out / "results.json")
     return 0
 
 
@@ -349,6 +437,8 @@ def _given(value: float | None, default: float) -> float:
 
 
 def _template_kwargs(args: argparse.Namespace) -> dict[str, object]:
+    from adapters.training.flags import parse_mapping_items
+
     given = args.chat_template_kwargs
     if isinstance(given, dict):  # already parsed (main)
         return given
@@ -362,15 +452,21 @@ def _command(argv: Sequence[str] | None) -> str:
 def _main_passes(
     parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str] | None
 ) -> int:
+    from adapters.evaluation import ArgumentMismatch
     from adapters.evaluation.passes import DEFAULT_MAX_NEW_TOKENS, Benchmark, PassArgs, run_passes
     from adapters.evaluation.suite import _default_factory
+    from adapters.policies.specs import check_policy_specs
+    from adapters.training.flags import parse_key_values
     from envs.data.registry import find_data_file
 
     if len(args.data_path) > len(args.dataset):
         parser.error("more --data-path than --dataset")
     if args.instance or args.json:
         parser.error("--instance and --json are not used by a full pass (--dataset)")
-    env_config = parse_key_values(args.env_config, "--env-config")
+    with cli.bad_input("--env-config"):
+        env_config = parse_key_values(args.env_config, "--env-config")
+    with cli.bad_input("--policy"):
+        check_policy_specs(args.policy)
     benches = []
     for i, name in enumerate(args.dataset):
         path = args.data_path[i] if i < len(args.data_path) else None
@@ -412,8 +508,7 @@ def _main_passes(
             command=_command(argv),
         )
     except ArgumentMismatch as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise cli.UsageError(str(e)) from e
     print((out / "report.md").read_text())
     print(f"wrote {out / 'results.json'}, {out / 'report.md'} and {out / 'charts'}/")
     return 0

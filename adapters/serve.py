@@ -14,21 +14,25 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any
 
-from adapters.integrations.openai_server import (
-    BadRequest,
-    PolicyServer,
-    make_server,
-    parse_request,
-    start_in_thread,
-)
-from adapters.policies.specs import parse_policy_spec
+from adapters import cli
 
 # the server moved to adapters.integrations.openai_server; these names stay importable from here
-__all__ = ["BadRequest", "PolicyServer", "main", "make_server", "parse_request", "start_in_thread"]
+# (loaded on first use, so that --help answers before anything heavy is imported)
+__all__ = ["build_parser", "main"]
+_MOVED = ("BadRequest", "PolicyServer", "make_server", "parse_request", "start_in_thread")
 
 
-def main(argv: list[str] | None = None) -> int:
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        from adapters.integrations import openai_server
+
+        return getattr(openai_server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m adapters.serve", description="OpenAI-compatible server for a local policy"
     )
@@ -44,26 +48,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli.run(build_parser, _serve, argv)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from adapters.policies.specs import check_policy_spec, parse_policy_spec
+
+    spec = args.model or "smollm2"
+    with cli.bad_input("--model"):
+        check_policy_spec(spec)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from adapters.integrations.openai_server import make_server
+
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     policy = parse_policy_spec(
-        args.model or "smollm2", device=args.device, dtype=args.dtype, batch_size=args.batch_size
+        spec, device=args.device, dtype=args.dtype, batch_size=args.batch_size
     )
     name = args.served_model_name
     if name is None and args.model in (None, "smollm2"):
         name = "smollm2-135m-instruct"
     server = make_server(policy, args.host, args.port, name)
     print(f"serving {server.model_name} at {server.url}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    cli.serve_until_interrupted(server)
     return 0
 
 

@@ -3,16 +3,21 @@
 python -m adapters.serve_env --env sokoban                       # 127.0.0.1:8000
 python -m adapters.serve_env --env code --port 0 --env-config dataset=mbpp+ --share-pools
 python -m adapters.serve_env --env math --mcp          # also the MCP tool answer(completion)
+
+It needs the ``serve`` extra (``pip install -e ".[serve]"``); without it the command says so in
+one line (:mod:`adapters.cli`).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
+from adapters import cli
 from adapters.integrations._server import add_guard_flags
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m adapters.serve_env", description="Serve a setting over OpenEnv."
     )
@@ -65,17 +70,26 @@ def main(argv: list[str] | None = None) -> None:
         "(adapters/integrations/openenv_mcp.py)",
     )
     add_guard_flags(p)
-    args = p.parse_args(argv)
+    return p
 
+
+def main(argv: list[str] | None = None) -> int:
+    return cli.run(build_parser, _serve, argv)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import envs
+    from adapters.training.flags import parse_key_values
+
+    with cli.bad_input("--env"):
+        envs.spec(args.env)
+    with cli.bad_input("--env-config"):
+        env_config = parse_key_values(args.env_config, "--env-config")
+        envs.make(args.env, **env_config)  # the options every session will use
     from adapters.integrations._server import guard_config, serve
     from adapters.integrations.openenv import create_app
     from adapters.integrations.openenv_mcp import create_mcp_app
-    from adapters.training.flags import ConfigError, parse_key_values
 
-    try:
-        env_config = parse_key_values(args.env_config, "--env-config")
-    except ConfigError as exc:
-        p.error(str(exc))
     app = (create_mcp_app if args.mcp else create_app)(
         args.env,
         env_config,
@@ -87,7 +101,8 @@ def main(argv: list[str] | None = None) -> None:
         reward=args.reward,
     )
     serve(app, args.host, args.port, what=f"OpenEnv {args.env}", guard=guard_config(args))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,16 +3,21 @@
 
     python -m adapters.serve_sandbox --port 8080
     python -m adapters.serve_sandbox --backend docker --image mas-sandbox:latest --workers 8
+
+It needs the ``serve`` extra (``pip install -e ".[serve]"``, and ``docker`` for the Docker
+backend); without it the command says so in one line (:mod:`adapters.cli`).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
+from adapters import cli
 from adapters.integrations._server import add_guard_flags
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m adapters.serve_sandbox",
         description="A SandboxFusion-compatible /run_code service on this project's sandboxes.",
@@ -52,14 +57,20 @@ def main(argv: list[str] | None = None) -> None:
         help="let jobs import the server's installed packages (default: standard library only)",
     )
     add_guard_flags(p)
-    args = p.parse_args(argv)
+    return p
 
+
+def main(argv: list[str] | None = None) -> int:
+    return cli.run(build_parser, _serve, argv)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise cli.UsageError("--workers must be at least 1")
     import sandboxes
     from adapters.integrations._server import guard_config, serve
     from adapters.integrations.sandbox_fusion import Admission, ServiceLimits, create_app
 
-    if args.workers < 1:
-        p.error("--workers must be at least 1")
     admission = Admission(
         slots=args.workers,
         max_queue=args.workers if args.queue is None else args.queue,
@@ -88,7 +99,8 @@ def main(argv: list[str] | None = None) -> None:
     # backend, the image's for Docker): create_app asks a job of the sandbox
     app = create_app(sandbox, bounds, admission=admission)
     serve(app, args.host, args.port, what=f"sandbox ({args.backend})", guard=guard)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

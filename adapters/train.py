@@ -23,7 +23,13 @@ machine a few-minute demonstration, on CUDA the paper-sized settings. See
 :mod:`adapters.training.trainer` for what a run writes and how resuming works. Started by
 ``torchrun`` or ``accelerate launch``, every process is one rank of a data-parallel run
 (:mod:`adapters.training.distributed`; ``instances_per_step`` is then the global batch); only rank
-0 prints. This module only parses arguments and starts the trainer.
+0 prints. This module only parses arguments, checks them and starts the trainer.
+
+``--steps 0`` evaluates the initial policies once (``eval_before.json``, the references and the
+episode viewer ``episodes.html``), says that it trained nothing, and stops. The setting, its
+options, an explicit instance and ``--model`` are checked before torch is imported and before the
+run directory is made; a mistake ends in one ``error:`` line and exit status 2
+(:mod:`adapters.cli`; ``--debug`` shows the traceback).
 """
 
 from __future__ import annotations
@@ -34,8 +40,10 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import envs
+from adapters import cli
 from adapters.training.config import ConfigError, TrainConfig, config_from_dict, load_yaml
 from adapters.training.flags import add_config_arguments, merge_config, overrides_from_args
 
@@ -64,11 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_argv(argv: Sequence[str] | None = None) -> tuple[TrainConfig, argparse.Namespace]:
     """The :class:`TrainConfig` described by the command line (YAML file, then flags)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    control = {k: getattr(args, k) for k in ("config", "resume", "print_config")}
+    return _config_from_args(build_parser().parse_args(argv))
+
+
+def _config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, argparse.Namespace]:
+    args = argparse.Namespace(**vars(args))
+    control = {k: getattr(args, k, None) for k in ("config", "resume", "print_config", "debug")}
     for k in control:
-        delattr(args, k)
+        if hasattr(args, k):
+            delattr(args, k)
     overrides = overrides_from_args(args)
     base = load_yaml(control["config"]) if control["config"] else {}
     where = f"config file {control['config']}" if control["config"] else "the configuration"
@@ -79,38 +91,65 @@ def config_from_argv(argv: Sequence[str] | None = None) -> tuple[TrainConfig, ar
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return cli.run(build_parser, _train, argv)
+
+
+def _check_inputs(cfg: TrainConfig) -> None:
+    """What can be checked before anything heavy is imported or a run directory is made."""
+    with cli.bad_input("--env"):
+        envs.spec(cfg.env)
+    with cli.bad_input("--env-config"):
+        env = envs.make(cfg.env, **cfg.env_config)
+    if cfg.instance is not None:
+        with cli.bad_input("--instance"):
+            env.reset(options={"instance": cfg.instance})
+    model = str(cfg.model)
+    if model not in ("smollm2", "tiny") and not model.startswith("config:"):
+        from adapters.policies.models import check_model_source
+
+        with cli.bad_input("--model"):
+            check_model_source(model)
+    if cfg.backend == "vllm-server":  # every replica must answer before a run is made
+        from adapters.policies.openai_compat import OpenAIPolicy
+        from adapters.policies.vllm_server import server_root
+
+        for url in cfg.vllm_servers:
+            with cli.bad_input("--vllm-servers"):
+                OpenAIPolicy(server_root(url) + "/v1", model="?").check_reachable()
+
+
+def _train(args: argparse.Namespace) -> int:
     try:
-        cfg, ctl = config_from_argv(argv)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if ctl.print_config:
-        try:
+        cfg, ctl = _config_from_args(args)
+        if ctl.print_config:
             print(cfg.resolved().described(), end="")
-        except ConfigError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        return 0
-    from adapters.training.trainer import Trainer
+            return 0
+    except ConfigError as exc:
+        raise cli.UsageError(str(exc)) from exc
+    if not ctl.resume:
+        _check_inputs(cfg)
+    from adapters.training.trainer import Trainer  # torch & co.: after the inputs are checked
 
     t0 = time.perf_counter()
     if ctl.resume:
         if ctl.config:
-            print("error: --resume reads DIR/config.yaml; do not pass --config", file=sys.stderr)
-            return 2
+            raise cli.UsageError("--resume reads DIR/config.yaml; do not pass --config")
+        if not (Path(ctl.resume) / "config.yaml").is_file():
+            raise cli.UsageError(
+                f"--resume: {ctl.resume} holds no run (no config.yaml): give the directory a "
+                "training run wrote (its first output line names it)"
+            )
         try:
             trainer = Trainer.resume(ctl.resume, **ctl.overrides)
         except (ValueError, FileNotFoundError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            raise cli.UsageError(str(exc)) from exc
         if trainer.dist.is_main:
             print(f"resuming {ctl.resume} at step {trainer.step}", flush=True)
     else:
         try:
             trainer = Trainer(cfg)
-        except (ConfigError, FileExistsError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+        except (ConfigError, OSError) as exc:  # a taken run directory, a model not found
+            raise cli.UsageError(str(exc)) from exc
     c = trainer.cfg
     ranks = f", {trainer.dist.world_size} ranks" if trainer.dist.enabled else ""
     if trainer.dist.is_main:

@@ -60,7 +60,7 @@ import numpy as np
 
 from envs.core.base import wrap
 from envs.core.config import RewardConfig
-from envs.core.render import Cell, draw_grid
+from envs.core.render import Cell, CellGrid
 from envs.core.toolplanner import Sim, ToolPlannerConfig, ToolPlannerEnv
 from verifiers.extract import Extraction, parse_move_list
 
@@ -401,7 +401,7 @@ class raw_env(ToolPlannerEnv):
     def _render_text(self) -> str:
         return f"turn {self.turn}, success={self.success}\n" + self._state_text()
 
-    def _render_rgb(self) -> np.ndarray:
+    def cell_grid(self) -> CellGrid:
         inst, pos = self.instance, self.state.pos
         trail = set(self.state.trail)
         cells = []
@@ -415,8 +415,8 @@ class raw_env(ToolPlannerEnv):
                 if (r, c) == pos:
                     cell = Cell(background=cell.background, disc="player")
                 out.append(cell)
-            cells.append(out)
-        return draw_grid(cells)
+            cells.append(tuple(out))
+        return CellGrid(tuple(cells))
 
     # ------------------------------------------------------------------ oracle
     def _oracle_answer(self) -> str:

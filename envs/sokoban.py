@@ -93,7 +93,7 @@ import numpy as np
 
 from envs.core.base import wrap
 from envs.core.config import RewardConfig
-from envs.core.render import Cell, draw_grid
+from envs.core.render import Cell, CellGrid
 from envs.core.splits import split_of, stable_hash
 from envs.core.toolplanner import Sim, ToolPlannerConfig, ToolPlannerEnv
 from verifiers.extract import Extraction, parse_move_list
@@ -552,7 +552,7 @@ class raw_env(ToolPlannerEnv):
             + "\n".join(board.to_xsb())
         )
 
-    def _render_rgb(self) -> np.ndarray:
+    def cell_grid(self) -> CellGrid:
         board = self.state.board
         area = board.area()
         cells = []
@@ -569,8 +569,8 @@ class raw_env(ToolPlannerEnv):
                     marker = "box_on_goal" if p in board.goals else "box"
                 disc = "player" if p == board.player else None
                 row.append(Cell(background=bg, marker=marker, disc=disc))
-            cells.append(row)
-        return draw_grid(cells)
+            cells.append(tuple(row))
+        return CellGrid(tuple(cells))
 
     # ------------------------------------------------------------------ oracle
     def solution_from_current(self) -> str | None:

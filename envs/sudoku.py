@@ -86,7 +86,7 @@ import numpy as np
 
 from envs.core.base import wrap
 from envs.core.config import RewardConfig
-from envs.core.render import COLORS, Cell, draw_grid
+from envs.core.render import Cell, CellGrid
 from envs.core.splits import check_split, split_of
 from envs.core.toolplanner import Sim, ToolPlannerConfig, ToolPlannerEnv
 from verifiers.extract import Extraction
@@ -479,31 +479,22 @@ class raw_env(ToolPlannerEnv):
     def _render_text(self) -> str:
         return f"turn {self.turn}, success={self.success}\n" + self._state_text()
 
-    def _render_rgb(self) -> np.ndarray:
+    def cell_grid(self) -> CellGrid:
         givens = self.instance.puzzle
         grid = self.state.grid
-        n = len(grid)
-        br, bc = box_shape(n)
-        bad = _conflict_cells(grid, (br, bc))
-        cells = [
-            [
+        bad = _conflict_cells(grid, box_shape(len(grid)))
+        cells = tuple(
+            tuple(
                 Cell(
                     background="error" if (r, c) in bad else "floor",
                     glyph=str(v) if v else None,
                     glyph_color="given" if givens[r][c] else "filled",
                 )
                 for c, v in enumerate(row)
-            ]
+            )
             for r, row in enumerate(grid)
-        ]
-        px = 32
-        img = draw_grid(cells, cell_px=px)
-        bold = COLORS["bold_line"]
-        for k in range(0, n + 1, br):
-            img[max(0, k * px - 1) : k * px + 2, :] = bold
-        for k in range(0, n + 1, bc):
-            img[:, max(0, k * px - 1) : k * px + 2] = bold
-        return img
+        )
+        return CellGrid(cells, boxes=box_shape(len(grid)))
 
     # ------------------------------------------------------------------ oracle
     def _oracle_answer(self) -> str:

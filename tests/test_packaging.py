@@ -53,6 +53,8 @@ def test_wheel_contains_packages_and_data(wheel: Path):
         "adapters/policies/configs/qwen3_1_7b.json",
         "adapters/rollout/engine.py",
         "adapters/evaluation/runner.py",
+        "adapters/evaluation/viewer.js",  # the episode viewer's page assets
+        "adapters/evaluation/viewer.css",
         "adapters/training/trainer.py",
         "adapters/integrations/trl.py",
     ):
@@ -85,6 +87,8 @@ def test_installed_package_runs_outside_the_source_tree(wheel: Path, tmp_path: P
         f"    assert m.__file__.startswith({str(site)!r}), m.__file__\n"
         "e = envs.make('sokoban'); e.reset(seed=0)\n"
         "r = sandboxes.default().run('print(6 * 7)')\n"
+        "from adapters.evaluation.viewer import render_page\n"  # its assets from the install
+        "assert 'DecompressionStream' in render_page({'title': 'x'})\n"
         "print(len(envs.list_envs()), r.stdout.strip())\n"
     )
     out = subprocess.run(

@@ -8,12 +8,17 @@ training run, each row of a suite's ``results.json``) carries
   :func:`replay` creates fresh ones, as an evaluation does);
 * ``reset_seed`` and ``reset_options`` - the arguments of ``reset``;
 * ``transcript`` - every step in order: the acting ``role``, its ``turn`` and env ``step``, the
-  ``completion`` it wrote and the ``reward`` it was credited (delayed awards included).
+  ``prompt`` the env showed it (the observation; a policy's system message and demonstrations
+  come before it), the ``completion`` it wrote and the ``reward`` it was credited (delayed awards
+  included). Records written before prompts were kept have no ``prompt``; :func:`replay`
+  rebuilds it (the env's observation before the step).
 
 :func:`replay` makes the env, resets it with the recorded seed and options and steps it with the
 recorded completions (flushing terminated agents as the rollout engine does); it returns the
 rewards the env pays, which equal the recorded ones. That is how a reader audits what a model
-did on an instance without the model.
+did on an instance without the model. :func:`play` takes hooks called before and after every
+step with the raw env, which is how the episode viewer (:mod:`adapters.evaluation.viewer`) reads
+each step's prompt, reward parts and board from the env itself.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ def transcript(samples: Sequence[Sample]) -> list[dict[str, Any]]:
             "role": s.role,
             "turn": s.turn,
             "step": s.step,
+            "prompt": s.prompt,
             "completion": s.completion,
             "reward": s.reward,
         }
@@ -84,9 +90,15 @@ def transcript(samples: Sequence[Sample]) -> list[dict[str, Any]]:
     ]
 
 
-def replay(record: Mapping[str, Any]) -> list[float]:
+def replay(
+    record: Mapping[str, Any],
+    *,
+    before_step: Callable[[Any, str, int], None] | None = None,
+    after_step: Callable[[Any, str, int], None] | None = None,
+) -> list[float]:
     """Step a fresh env through a record's transcript; the reward of each step, delayed awards
-    added to the step they reward (as the rollout engine credits them)."""
+    added to the step they reward (as the rollout engine credits them). The hooks are
+    :func:`play`'s."""
     entries = list(record["transcript"])
 
     def recorded(agent: str, k: int, i: int) -> str:
@@ -99,7 +111,9 @@ def replay(record: Mapping[str, Any]) -> list[float]:
             )
         return str(entry["completion"])
 
-    rewards, _raw, _team = play(record, recorded, stop_after=len(entries))
+    rewards, _raw, _team = play(
+        record, recorded, stop_after=len(entries), before_step=before_step, after_step=after_step
+    )
     if len(rewards) < len(entries):
         raise ValueError(f"the episode ended before step {entries[len(rewards)]['step']}")
     return rewards
@@ -109,12 +123,16 @@ def play(
     record: Mapping[str, Any],
     answer: Callable[[str, int, int], str],
     stop_after: int | None = None,
+    *,
+    before_step: Callable[[Any, str, int], None] | None = None,
+    after_step: Callable[[Any, str, int], None] | None = None,
 ) -> tuple[list[float], Any, float]:
     """Reset a fresh env as ``record`` says and step it with ``answer(agent, k, i)`` (the
     agent's ``k``-th turn, the episode's ``i``-th step) until it ends (or ``stop_after``
     steps). Returns the reward of each step (delayed awards added to the step they reward), the
     raw env at the end and the last team reward paid (the episode's final team reward, as the
-    rollout engine records it)."""
+    rollout engine records it). ``before_step(raw, agent, i)`` and ``after_step(raw, agent, i)``
+    see the raw env around step ``i`` (after it: its infos and ``last_awards``)."""
     import envs
     from adapters.rollout import create_shared_objects
 
@@ -130,10 +148,15 @@ def play(
     team = 0.0
     while raw.agents and (stop_after is None or len(rewards) < stop_after):
         agent = raw.agent_selection
-        completion = answer(agent, turns.get(agent, 0), len(rewards))
+        i = len(rewards)
+        if before_step is not None:
+            before_step(raw, agent, i)
+        completion = answer(agent, turns.get(agent, 0), i)
         turns[agent] = turns.get(agent, 0) + 1
-        at_step[int(raw.num_steps)] = len(rewards)
+        at_step[int(raw.num_steps)] = i
         raw.step(completion)
+        if after_step is not None:
+            after_step(raw, agent, i)
         parts = raw.infos.get(agent, {}).get("reward_parts") or {}
         rewards.append(float(parts.get("reward", 0.0)))
         team = float(parts.get("team", team))

@@ -133,13 +133,15 @@ def evaluate(
     first: int = 0,
     on_episode: Callable[[Episode], None] | None = None,
     batch_size: int | None = None,
+    on_wave: Callable[[int, int], None] | None = None,
 ) -> EvalReport:
     """Run ``episodes`` episodes (K = 1) and summarise them.
 
     ``shared`` are the setting's run-wide objects (question pools); by default fresh ones are
     created, so an evaluation never changes a training run's pools. ``first`` numbers the
     episodes from ``first`` on (their instances are those episodes of a longer evaluation with the
-    same seed). ``on_episode`` is called as each episode finishes.
+    same seed). ``on_episode`` is called as each episode finishes, ``on_wave(wave, live)`` after
+    each generation wave (progress bars).
 
     The episodes are played together: at every wave the prompts of all live episodes go to each
     policy in one ``generate`` call, decoded in batches of up to ``batch_size`` sequences
@@ -180,7 +182,7 @@ def evaluate(
         with contextlib.ExitStack() as scopes:
             for p in {id(p): p for p in engine.policies.values()}.values():
                 scopes.enter_context(p.evaluation_scope(batch_size or episodes))
-            result = engine.run(specs, seed=gen_seed, on_episode=on_episode)
+            result = engine.run(specs, seed=gen_seed, on_episode=on_episode, on_wave=on_wave)
     finally:
         engine.close()
     seconds = time.perf_counter() - t0

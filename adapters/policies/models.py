@@ -35,6 +35,8 @@ Other models
 * :func:`model_from_config` builds a model from a configuration (a shipped name such as
   ``"qwen3-1.7b"``, a config.json, or a directory) with random weights, for throughput
   benchmarks of the paper's model size without downloading it.
+* :func:`check_model_source` says whether a name is a local path or a hub id without loading
+  anything; a path that does not exist is an error there, never a hub request.
 * :func:`load_base_model` resolves the trainer's ``--model`` spec (``smollm2`` | ``tiny`` |
   ``config:PATH`` | path or hub name) to ``(model, tokenizer)`` in a given dtype.
 """
@@ -46,6 +48,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -249,6 +252,41 @@ def load_tokenizer(name_or_path: str | None = None) -> Any:
     return prepare_tokenizer(AutoTokenizer.from_pretrained(str(path)))
 
 
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?")
+
+
+def check_model_source(name_or_path: str) -> str:
+    """``"local"`` or ``"hub"``: where ``name_or_path`` would be loaded from. A local path that
+    does not exist is a :class:`FileNotFoundError` here, so it is never sent to the hub as a
+    repository name; a string that is neither an existing path nor a hub id (``NAME`` or
+    ``ORG/NAME``) is a ``ValueError``. Loads nothing.
+
+    >>> check_model_source("Qwen/Qwen3-1.7B")
+    'hub'
+    >>> check_model_source("/nonexistent/model")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: no model at /nonexistent/model: the path does not exist (a model is a local checkpoint directory, or a Hugging Face hub id ORG/NAME)
+    """
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(f"{text} is a file; a model is a checkpoint directory")
+        return "local"
+    looks_local = text.startswith(("/", "./", "../", "~", ".\\")) or text in (".", "..")
+    if looks_local or not _HUB_ID.fullmatch(text):
+        if looks_local or os.sep in text:
+            raise FileNotFoundError(
+                f"no model at {text}: the path does not exist (a model is a local checkpoint "
+                "directory, or a Hugging Face hub id ORG/NAME)"
+            )
+        raise ValueError(
+            f"{text!r} is neither an existing directory nor a Hugging Face hub id (ORG/NAME)"
+        )
+    return "hub"
+
+
 def load_policy_model(
     name_or_path: str | None = None, device: Any = None, dtype: Any = None
 ) -> tuple[Any, Any]:
@@ -263,6 +301,8 @@ def load_policy_model(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if not _is_embedded(name_or_path):
+        check_model_source(str(name_or_path))
     path = str(ensure_embedded_checkpoint()) if _is_embedded(name_or_path) else str(name_or_path)
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=_resolve_dtype(dtype))

@@ -18,7 +18,9 @@ case a server ignores ``stop``), ``finish_reason`` (``"length"`` or ``"stop"``; 
 Whatever is missing is an empty list: such completions are for **benchmarking only, not training**
 (a trainer needs token ids and their log-probs under the sampling policy).
 
-Errors: connection failures, timeouts, HTTP 5xx and 429 are retried with exponential backoff
+Errors: :meth:`OpenAIPolicy.check_reachable` answers in seconds whether a server listens at
+all (:class:`ServerUnreachable`); during generation, connection failures, timeouts, HTTP 5xx
+and 429 are retried with exponential backoff
 (``backoff_s * 2**attempt``, at most ``max_retries`` retries); any other 4xx raises
 :class:`OpenAIAPIError` at once with the server's message. A server that returns fewer than ``n``
 choices (some ignore ``n``) is asked again for the rest. Prompts of one ``generate`` call are sent
@@ -49,6 +51,10 @@ class OpenAIAPIError(RuntimeError):
         super().__init__(message)
         self.status = status
         self.body = body
+
+
+class ServerUnreachable(OpenAIAPIError, ConnectionError):
+    """No server answers at the base URL (refused, unknown host, or no answer in time)."""
 
 
 def _normalize_base_url(base_url: str) -> str:
@@ -189,6 +195,26 @@ class OpenAIPolicy(Policy):
             max_retries=self.max_retries,
             backoff_s=self.backoff_s,
         )
+
+    def check_reachable(self, timeout_s: float = 5.0) -> None:
+        """Raise :class:`ServerUnreachable` unless a server answers ``GET /models`` within
+        ``timeout_s`` (one try; any HTTP answer, an error status included, counts as an
+        answer). Command lines call it before their work starts, so that a wrong URL is
+        reported in seconds instead of after the retries of a generation."""
+        url = self.base_url + "/models"
+        req = urllib.request.Request(url, headers=self._headers(), method="GET")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s):
+                return
+        except urllib.error.HTTPError:
+            return
+        except (TimeoutError, urllib.error.URLError, HTTPException, ConnectionError) as e:
+            reason = getattr(e, "reason", e)
+            raise ServerUnreachable(
+                f"no OpenAI-compatible server answers at {self.base_url} ({reason}; waited "
+                f"{timeout_s:g} s): check that the server is running and that the host, the "
+                "port and the /v1 path are right"
+            ) from None
 
     def list_models(self) -> list[str]:
         """Model ids reported by ``GET /v1/models``."""

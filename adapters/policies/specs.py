@@ -5,7 +5,9 @@ Specs: ``oracle`` (the env's scripted correct answer), ``constant:TEXT`` (always
 (random tiny model, for smoke tests), a local checkpoint directory or a LoRA adapter directory
 written by the trainer (``adapter_config.json``; the base is loaded from the path it names),
 ``openai:BASE_URL[#MODEL]`` (any OpenAI-compatible server; without ``#MODEL`` the first model the
-server lists). :func:`build_policies` maps roles to policies from ``SPEC`` / ``ROLE=SPEC`` values.
+server lists; a server that does not answer within a few seconds is an error at once). A path
+that does not exist is an error, never a hub download. :func:`build_policies` maps roles to
+policies from ``SPEC`` / ``ROLE=SPEC`` values.
 
 ``chat_template_kwargs`` (``--chat-template-kwargs`` of both command lines) reaches every policy
 that renders a chat template: a transformers model applies it itself, an ``openai:`` server
@@ -25,7 +27,10 @@ from adapters.policies.base import Policy
 from adapters.policies.chat import template_reads
 
 __all__ = [
+    "assign_roles",
     "build_policies",
+    "check_policy_spec",
+    "check_policy_specs",
     "constant_policy",
     "parse_policy_spec",
     "set_chat_template_kwargs",
@@ -117,14 +122,15 @@ def _build(
         url, _, model = spec[len("openai:") :].partition("#")
         if not url:
             raise ValueError("openai: spec needs a base URL, e.g. openai:http://127.0.0.1:8000/v1")
+        probe = OpenAIPolicy(url, model="?")
+        probe.check_reachable()  # a wrong URL is an error in seconds, not after the retries
         if not model:
-            probe = OpenAIPolicy(url, model="?")
             listed = [m for m in probe.list_models() if m]
             if not listed:
                 raise ValueError(f"{url} lists no models; name one: openai:{url}#MODEL")
             model = listed[0]
         return OpenAIPolicy(url, model=model, name=f"openai:{model}")
-    from adapters.policies.models import load_policy_model, tiny_model
+    from adapters.policies.models import check_model_source, load_policy_model, tiny_model
     from adapters.policies.transformers_policy import TransformersPolicy
 
     model_kw: dict[str, Any] = {
@@ -142,12 +148,11 @@ def _build(
     if path.is_dir() and (path / "adapter_config.json").is_file():
         return _adapter_policy(path, dtype=dtype, **model_kw)
     if path.exists() or "/" in spec:
+        check_model_source(spec)
         m, tok = load_policy_model(spec, device=device, dtype=dtype)
         return TransformersPolicy(m, tok, name=spec, **model_kw)
-    raise ValueError(
-        f"unknown policy spec {spec!r}: use oracle, constant:TEXT, smollm2, tiny, a local model "
-        "or adapter directory, or openai:BASE_URL[#MODEL]"
-    )
+    check_policy_spec(spec)  # raises: the spec names no policy
+    raise AssertionError(spec)
 
 
 def _adapter_policy(path: Path, *, device: Any, dtype: Any, **model_kw: Any) -> Policy:
@@ -180,16 +185,12 @@ def split_role_spec(raw: str) -> tuple[str | None, str]:
     return None, raw
 
 
-def build_policies(
-    specs: Sequence[str],
-    roles: Sequence[str],
-    *,
-    device: str | None = None,
-    dtype: str | None = None,
-    batch_size: int = 16,
-    chat_template_kwargs: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, Policy], dict[str, str]]:
-    """``(policies, role_policy)`` from ``--policy`` values (``SPEC`` or ``ROLE=SPEC``)."""
+def assign_roles(specs: Sequence[str], roles: Sequence[str]) -> dict[str, str]:
+    """role -> spec from ``--policy`` values (``SPEC`` or ``ROLE=SPEC``); loads nothing.
+
+    >>> assign_roles(["tool=oracle", "constant:x"], ["tool", "planner"])
+    {'tool': 'oracle', 'planner': 'constant:x'}
+    """
     default: str | None = None
     per_role: dict[str, str] = {}
     for raw in specs:
@@ -208,12 +209,75 @@ def build_policies(
     missing = [r for r in roles if r not in per_role and default is None]
     if missing:
         raise ValueError(f"no policy for role(s) {missing}: add --policy SPEC or ROLE=SPEC")
+    return {r: per_role.get(r, default or "") for r in roles}
+
+
+def check_policy_spec(spec: str) -> None:
+    """Raise ``ValueError`` (``OSError`` for a missing path or a server that does not answer)
+    unless ``spec`` names a policy that can be built; loads no model. An ``openai:`` server
+    must answer within a few seconds (:meth:`~adapters.policies.openai_compat.OpenAIPolicy.
+    check_reachable`).
+
+    >>> check_policy_spec("constant:#### [U]")
+    >>> check_policy_spec("nosuch:thing")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown policy spec 'nosuch:thing': use oracle, constant:TEXT, smollm2, tiny, a local model or adapter directory, or openai:BASE_URL[#MODEL]
+    """
+    if spec.lstrip().startswith("constant:"):
+        return
+    spec = spec.strip()
+    if not spec:
+        raise ValueError("empty policy spec")
+    if spec in ("oracle", "tiny") or spec.lower() in (
+        "smollm2",
+        "smollm2-135m",
+        "smollm2-135m-instruct",
+    ):
+        return
+    if spec.startswith("openai:"):
+        from adapters.policies.openai_compat import OpenAIPolicy
+
+        url = spec[len("openai:") :].partition("#")[0]
+        if not url:
+            raise ValueError("openai: spec needs a base URL, e.g. openai:http://127.0.0.1:8000/v1")
+        OpenAIPolicy(url, model="?").check_reachable()
+        return
+    path = Path(spec)
+    if path.is_dir() and (path / "adapter_config.json").is_file():
+        return
+    if path.exists() or "/" in spec:
+        from adapters.policies.models import check_model_source
+
+        check_model_source(spec)
+        return
+    raise ValueError(
+        f"unknown policy spec {spec!r}: use oracle, constant:TEXT, smollm2, tiny, a local model "
+        "or adapter directory, or openai:BASE_URL[#MODEL]"
+    )
+
+
+def check_policy_specs(specs: Sequence[str], roles: Sequence[str] | None = None) -> None:
+    """:func:`check_policy_spec` for every distinct spec of ``--policy`` values; with ``roles``
+    the ``ROLE=SPEC`` assignment is checked too (:func:`assign_roles`)."""
+    chosen = assign_roles(specs, roles).values() if roles is not None else specs
+    for spec in dict.fromkeys(chosen):
+        check_policy_spec(spec)
+
+
+def build_policies(
+    specs: Sequence[str],
+    roles: Sequence[str],
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    batch_size: int = 16,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Policy], dict[str, str]]:
+    """``(policies, role_policy)`` from ``--policy`` values (``SPEC`` or ``ROLE=SPEC``)."""
+    role_policy = assign_roles(specs, roles)
     built: dict[str, Policy] = {}
-    role_policy: dict[str, str] = {}
-    for r in roles:
-        chosen = per_role.get(r, default)
-        assert chosen is not None
-        spec = chosen
+    for spec in role_policy.values():
         if spec not in built:
             built[spec] = parse_policy_spec(
                 spec,
@@ -222,5 +286,4 @@ def build_policies(
                 batch_size=batch_size,
                 chat_template_kwargs=chat_template_kwargs,
             )
-        role_policy[r] = spec
     return built, role_policy

@@ -195,20 +195,29 @@ class RolloutEngine:
         seed: int = 0,
         instance_offset: int = 0,
         on_episode: Callable[[Episode], None] | None = None,
+        on_wave: Callable[[int, int], None] | None = None,
     ) -> RolloutResult:
         """Roll out one episode tree (or K parallel episodes) per spec.
 
         ``instance_offset`` numbers the instances from there (``Sample.instance``, group keys):
         a process that rolls out instances ``[a, b)`` of a larger batch passes ``a``.
-        ``on_episode`` is called with each episode as it finishes (e.g. to move a progress bar).
+        ``on_episode`` is called with each episode as it finishes, ``on_wave(wave, live)`` after
+        each generation wave with the number of branches still live (both e.g. to move a
+        progress bar).
         """
         self._on_episode = on_episode
         try:
-            return self._run(specs, seed, instance_offset)
+            return self._run(specs, seed, instance_offset, on_wave)
         finally:
             self._on_episode = None
 
-    def _run(self, specs: Sequence[EpisodeSpec], seed: int, instance_offset: int) -> RolloutResult:
+    def _run(
+        self,
+        specs: Sequence[EpisodeSpec],
+        seed: int,
+        instance_offset: int,
+        on_wave: Callable[[int, int], None] | None = None,
+    ) -> RolloutResult:
         """AT-GRPO Algorithm 1, lines 5-19 (the rollout phase), one wave per loop:
 
         * lines 5-7: reset one root branch per instance (K per instance with parallel sampling);
@@ -237,6 +246,8 @@ class RolloutEngine:
             live = self._finish_wave(
                 live, completions, seed, wave, rng, sibling_rng, samples, episodes
             )
+            if on_wave is not None:
+                on_wave(wave, len(live))
             wave += 1
         episodes.sort(key=lambda e: (e.instance, e.branch))
         return RolloutResult(samples=samples, episodes=episodes)

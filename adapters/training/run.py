@@ -19,6 +19,7 @@ metrics, checkpoints).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import dataclass
@@ -73,7 +74,6 @@ def build_run(config: TrainConfig, *, models: Any = None, resume: bool = False) 
     ``models``: an optional ``(model, tokenizer)`` to train instead of loading ``config.model``.
     ``resume``: the run directory must hold a run (its ``config.yaml``); otherwise it must not.
     """
-    import numpy as np
     import torch
 
     cfg = config.resolved()
@@ -87,6 +87,7 @@ def build_run(config: TrainConfig, *, models: Any = None, resume: bool = False) 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     error = None
+    made = not out.exists()
     if dist.is_main:
         try:
             prepare_run_dir(out, cfg, resume)
@@ -96,6 +97,21 @@ def build_run(config: TrainConfig, *, models: Any = None, resume: bool = False) 
     if error is not None:
         dist.close()
         raise error
+    try:
+        return _build(cfg, loop, dist, out, models)
+    except BaseException:
+        if not resume and dist.is_main:  # no orphan directory holding only config.yaml
+            (out / "config.yaml").unlink(missing_ok=True)
+            if made:
+                with contextlib.suppress(OSError):
+                    out.rmdir()  # only when nothing else was written there
+        raise
+
+
+def _build(cfg: TrainConfig, loop: LoopConfig, dist: DistContext, out: Path, models: Any) -> Run:
+    import numpy as np
+    import torch
+
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     torch.manual_seed(cfg.seed)

@@ -27,7 +27,8 @@ One training step (AT-GRPO, Algorithm 1):
 Run directory: ``config.yaml`` (the resolved :class:`~adapters.training.config.TrainConfig`),
 ``metrics.jsonl``, ``trajectories.jsonl``, ``tensorboard/``, ``training_curve.png``,
 ``eval_before.json`` / ``eval_after.json`` (greedy evaluation on ``eval_split``,
-:mod:`adapters.evaluation`; each episode's record replays it), ``eval_references.json`` (the
+:mod:`adapters.evaluation`; each episode's record replays it), ``episodes.html`` (the episode
+viewer of those evaluations, :mod:`adapters.evaluation.viewer`), ``eval_references.json`` (the
 no-op, demonstration-answer and oracle policies on the same instances), ``eval_open_loop.json``
 (the trained team's most frequent answer at each turn replayed as a script that ignores the
 instance: a team that scores no more has not learned to read it),
@@ -79,7 +80,7 @@ from adapters.evaluation.references import (
 from adapters.rollout import RolloutResult, Sample, derive_seed, episode_specs, write_jsonl
 from adapters.training import checkpoints, distributed
 from adapters.training.config import TrainConfig, UpdateConfig
-from adapters.training.metrics import MetricsLogger, NullMetrics, truncate_file
+from adapters.training.metrics import MetricsLogger, NullMetrics, read_jsonl, truncate_file
 from adapters.training.run import Run, build_run
 from adapters.training.schedule import lag_metrics, make_pipeline, make_schedule
 
@@ -116,6 +117,7 @@ class Trainer(Run):
     ) -> None:
         super().__init__(**vars(build_run(config, models=models, resume=resume)))
         self._log_fn = log
+        self._on_wave: Callable[[int, int], None] | None = None  # the progress bar's, in train()
         self.step = 0
         self.comparison: str | None = None  # the before/after table of the last train()
         self.traj_path = self.out / "trajectories.jsonl"
@@ -200,7 +202,10 @@ class Trainer(Run):
             )
         else:
             result = self.engine.run(
-                specs[mine.start : mine.stop], seed=seed, instance_offset=mine.start
+                specs[mine.start : mine.stop],
+                seed=seed,
+                instance_offset=mine.start,
+                on_wave=self._on_wave,
             )
             for s in result.samples:
                 s.policy_version = self.step  # generated after self.step updates
@@ -305,18 +310,21 @@ class Trainer(Run):
         if not self.dist.is_main:  # rank 0 evaluates, the others wait
             self.dist.barrier(long=True)
             return None
-        report = evaluate(
-            cfg.env,
-            self.policies,
-            episodes=cfg.eval_episodes,
-            env_config=self.env_config,
-            role_policy=self.role_policy,
-            split=cfg.eval_split,
-            seed=cfg.seed,
-            temperature=self.loop.eval_temperature,
-            max_new_tokens=self.engine.config.max_new_tokens,
-            instance=cfg.instance,
-        )
+        with self._bar(cfg.eval_episodes, f"eval {tag}", "ep") as bar:
+            report = evaluate(
+                cfg.env,
+                self.policies,
+                episodes=cfg.eval_episodes,
+                env_config=self.env_config,
+                role_policy=self.role_policy,
+                split=cfg.eval_split,
+                seed=cfg.seed,
+                temperature=self.loop.eval_temperature,
+                max_new_tokens=self.engine.config.max_new_tokens,
+                instance=cfg.instance,
+                on_episode=lambda _e: bar.update(1),
+                on_wave=lambda w, live: bar.set_postfix_str(f"wave {w + 1}, {live} live"),
+            )
         if cfg.eval_dataset:  # full passes over separate benchmarks (adapters.evaluation.passes)
             scores = evaluate_datasets(
                 cfg.env,
@@ -370,10 +378,58 @@ class Trainer(Run):
         path.write_text(json.dumps(data, indent=2))
         return data
 
-    def train(self) -> list[dict[str, Any]]:
-        """The whole run: evaluation before, ``steps`` steps, evaluation after, final export."""
+    def _bar(self, total: float, desc: str, unit: str, **kwargs: Any) -> Any:
+        """A progress bar on stderr (rank 0, unless ``progress`` is off); its rate is the mean
+        over the whole bar (``smoothing=0``), which is what an ETA over similar steps needs."""
         from tqdm.auto import tqdm
 
+        return tqdm(
+            total=total,
+            desc=desc,
+            unit=unit,
+            disable=not self.cfg.progress or not self.dist.is_main,
+            file=sys.stderr,
+            dynamic_ncols=True,
+            smoothing=0,
+            **kwargs,
+        )
+
+    def _step_bar(self, steps: int) -> tuple[Any, Callable[[], None]]:
+        """The training bar: it moves after every generation wave (by the share of the step's
+        waves done, estimated from the previous steps) and counts a resumed run's earlier steps
+        with the time they took (``metrics.jsonl``), so its ETA is right from the start."""
+        bar = self._bar(
+            steps,
+            f"train {self.cfg.env}",
+            "step",
+            bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} steps [{elapsed}<{remaining}{postfix}]",
+        )
+        if self.step and not bar.disable:  # (a disabled bar keeps no clock)
+            rows = read_jsonl(self.out / "metrics.jsonl")
+            spent = sum(float(r.get("time/step", 0.0)) for r in rows if r["step"] <= self.step)
+            bar.update(self.step)
+            bar.start_t -= spent
+            bar.refresh()
+        waves = {"expected": max(1, len(self.roles) * int(self.env_config.get("max_turns", 4)))}
+
+        def on_wave(wave: int, live: int) -> None:
+            waves["seen"] = wave + 1
+            share = min(wave + 1, waves["expected"] - 1) / waves["expected"]
+            bar.set_postfix_str(f"step {self.step + 1} wave {wave + 1}, {live} live", refresh=False)
+            bar.update(max(0.0, self.step + share - bar.n))
+
+        def step_done() -> None:
+            waves["expected"] = max(waves["expected"], waves.pop("seen", 1) + 1)
+            bar.update(self.step - bar.n)
+
+        self._on_wave = on_wave
+        return bar, step_done
+
+    def train(self) -> list[dict[str, Any]]:
+        """The whole run: evaluation before, ``steps`` steps, evaluation after, final export.
+
+        ``steps = 0`` evaluates the initial policies once (``eval_before.json`` and the
+        references) and trains nothing; it says so."""
         cfg = self.cfg
         steps = self.loop.steps
         t_start = time.perf_counter()
@@ -388,24 +444,25 @@ class Trainer(Run):
         elif self.dist.is_main and before_path.exists():
             before = json.loads(before_path.read_text())
         history: list[dict[str, Any]] = []
-        bar = tqdm(
-            total=steps,
-            initial=self.step,
-            desc=f"train {cfg.env}",
-            disable=not cfg.progress or not self.dist.is_main,
-            file=sys.stderr,
-            dynamic_ncols=True,
-        )
+        if steps == 0:  # an evaluation only
+            self.log(
+                "--steps 0: nothing was trained; the evaluation above is of the initial policies"
+                if cfg.eval_episodes
+                else "--steps 0 and --eval-episodes 0: nothing to train or evaluate"
+            )
+            self._write_viewer()
+            return history
+        bar, step_done = self._step_bar(steps)
         try:
             while self.step < steps:
                 t_step = time.perf_counter()
                 m = self.train_step()
                 train_seconds += time.perf_counter() - t_step
                 history.append(m)
-                bar.update(1)
-                bar.set_postfix(
-                    reward=f"{m.get('reward/mean', 0.0):.3f}",
-                    success=f"{m.get('success_rate', 0.0):.2f}",
+                step_done()
+                bar.set_postfix_str(
+                    f"reward {m.get('reward/mean', 0.0):.3f}, "
+                    f"success {m.get('success_rate', 0.0):.2f}"
                 )
                 self.log(self.format_step(m))
                 if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < steps:
@@ -413,6 +470,7 @@ class Trainer(Run):
                     if rep is not None:
                         self.log(rep.table())
         finally:
+            self._on_wave = None
             bar.close()
         after = None
         if cfg.eval_episodes:
@@ -439,7 +497,22 @@ class Trainer(Run):
                 self.log(f"open-loop reference skipped: {exc}")
             self.comparison = compare_reports(before, after, references=refs)
             self.log(self.comparison)
+        self._write_viewer()
         return history
+
+    def _write_viewer(self) -> None:
+        """The episode viewer of the run's evaluations (``episodes.html``,
+        :mod:`adapters.evaluation.viewer`); a failure is logged, never raised."""
+        if not self.cfg.eval_episodes or not self.dist.is_main:
+            return
+        from adapters.evaluation.viewer import AUTO_BUDGET_S, write_viewer
+
+        try:
+            page, n = write_viewer(self.out, budget_s=AUTO_BUDGET_S)
+        except Exception as exc:
+            self.log(f"no episode viewer ({type(exc).__name__}: {exc})")
+            return
+        self.log(f"episode viewer: {page} ({n} episodes; open it in a browser)")
 
     def format_step(self, m: dict[str, Any]) -> str:
         roles = " ".join(f"{r} {m[f'reward/{r}']:.3f}" for r in self.roles if f"reward/{r}" in m)

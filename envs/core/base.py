@@ -13,7 +13,9 @@ A setting subclasses :class:`TurnBasedEnv` and supplies only what is specific to
 - ``_act(agent, completion) -> RewardParts``: parse, apply, score. It sets ``self.success`` and
   may call ``self.end_episode()`` (success, agreement, natural end). It must never raise on a
   bad completion;
-- ``_render_text()`` (and optionally ``_render_rgb()``);
+- ``_render_text()``, and for a grid setting ``cell_grid()``: its state as a
+  :class:`~envs.core.render.CellGrid` of cells, which ``render_mode="rgb_array"`` draws (and the
+  episode viewer shows); ``_render_rgb()`` for any other picture;
 - optionally ``_next_agent(agent)`` for schedules other than round-robin, ``_horizon_reached()``,
   ``oracle(agent)`` (a correct scripted completion), ``_shared_attrs`` (attributes that
   ``clone()`` shares instead of copying: the sandbox always, pools and datasets by choice),
@@ -64,6 +66,7 @@ from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
 
 from envs.core.config import EnvConfig, build_config
+from envs.core.render import CellGrid, draw_cell_grid
 from envs.core.rewards import RewardParts
 from envs.core.spaces import completion_space, prompt_space
 from envs.core.splits import check_split, split_of, stable_hash
@@ -151,8 +154,16 @@ class TurnBasedEnv(AECEnv):
     def _render_text(self) -> str:
         return f"{type(self).__name__}: turn {self.turn}, success={self.success}"
 
+    def cell_grid(self) -> CellGrid | None:
+        """The current state as a grid of cells (:class:`~envs.core.render.CellGrid`), for pictures
+        of it; ``None`` for a setting that is not played on a grid (the default)."""
+        return None
+
     def _render_rgb(self) -> np.ndarray:
-        raise NotImplementedError
+        grid = self.cell_grid()
+        if grid is None:
+            raise NotImplementedError(f"{type(self).__name__} has no picture of its state")
+        return draw_cell_grid(grid)
 
     def progress(self) -> float:
         """The task's own progress in the current state, in [0, 1] with 1 = solved (``PROGRESS``

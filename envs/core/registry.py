@@ -123,8 +123,10 @@ def spec(env_id: str) -> EnvSpec:
         close = difflib.get_close_matches(env_id, known, n=3)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         where = f" (after importing {module_name!r})" if sep else ""
+        aliases = ", ".join(f"{a} ({_ALIASES[a]})" for a in sorted(_ALIASES))
         raise ValueError(
             f"unknown env id {env_id!r}{where}.{hint} Known ids: {', '.join(list_envs())}"
+            + (f"; aliases: {aliases}" if aliases else "")
         )
     return _REGISTRY[key]
 

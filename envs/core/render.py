@@ -1,18 +1,23 @@
-"""Small, dependency-free raster helpers for ``rgb_array`` rendering of grid settings.
+"""The state of a grid setting as cells, and dependency-free raster helpers for ``rgb_array``.
 
-``draw_grid(cells, cell_px)`` turns a grid of cell descriptions into an ``(H, W, 3)`` uint8 image:
-each cell is a background colour, optionally with an inner square/disc marker and a glyph (digits
-and a few letters from a built-in 3x5 bitmap font), separated by thin grid lines.
+A grid setting describes its current state once, as a :class:`CellGrid`: rows of :class:`Cell`
+(a background colour name, optionally an inner square marker, a disc and a glyph) and, for
+Sudoku, the shape of the boxes whose borders are drawn bold. Everything that shows the state is
+drawn from that description: ``render_mode="rgb_array"`` (:func:`draw_cell_grid`, an ``(H, W, 3)``
+uint8 image with a built-in 3x5 bitmap font for digits and a few letters) and the episode viewer
+of :mod:`adapters.evaluation.viewer` (an HTML grid, :meth:`CellGrid.to_dict`), so the two cannot
+disagree. The colour names are the keys of :data:`COLORS`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Cell", "draw_grid", "COLORS"]
+__all__ = ["COLORS", "CellGrid", "Cell", "draw_cell_grid", "draw_grid"]
 
 COLORS = {
     "floor": (235, 235, 225),
@@ -74,9 +79,58 @@ def _draw_glyph(
                 ] = color
 
 
-def draw_grid(
-    cells: Sequence[Sequence[Cell]], cell_px: int = 32, bold_every: int | None = None
-) -> np.ndarray:
+@dataclass(frozen=True)
+class CellGrid:
+    """A grid setting's state: ``cells`` row by row; ``boxes`` = ``(rows, cols)`` of the
+    sub-grids whose borders are bold (Sudoku), or ``None``.
+
+    >>> g = CellGrid(((Cell("wall"), Cell("floor", disc="player")),))
+    >>> g.to_dict()["cells"]
+    [[{'background': 'wall'}, {'background': 'floor', 'disc': 'player'}]]
+    >>> draw_cell_grid(g, cell_px=8).shape
+    (9, 17, 3)
+    """
+
+    cells: tuple[tuple[Cell, ...], ...]
+    boxes: tuple[int, int] | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.cells), len(self.cells[0]) if self.cells else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON: ``{"cells": [[{field: value, ...}, ...], ...], "boxes": [r, c] | None}`` with
+        only the fields of a cell that are set (``glyph_color`` only with a glyph)."""
+        rows = []
+        for row in self.cells:
+            out = []
+            for cell in row:
+                d: dict[str, Any] = {"background": cell.background}
+                for key in ("marker", "disc", "glyph"):
+                    if getattr(cell, key):
+                        d[key] = getattr(cell, key)
+                if cell.glyph:
+                    d["glyph_color"] = cell.glyph_color
+                out.append(d)
+            rows.append(out)
+        return {"cells": rows, "boxes": list(self.boxes) if self.boxes else None}
+
+
+def draw_cell_grid(grid: CellGrid, cell_px: int = 32) -> np.ndarray:
+    """Render a :class:`CellGrid` to an RGB ``uint8`` image; box borders are 3 pixels wide."""
+    img = draw_grid(grid.cells, cell_px=cell_px)
+    if grid.boxes:
+        h, w = grid.shape
+        br, bc = grid.boxes
+        bold = COLORS["bold_line"]
+        for k in range(0, h + 1, br):
+            img[max(0, k * cell_px - 1) : k * cell_px + 2, :] = bold
+        for k in range(0, w + 1, bc):
+            img[:, max(0, k * cell_px - 1) : k * cell_px + 2] = bold
+    return img
+
+
+def draw_grid(cells: Sequence[Sequence[Cell]], cell_px: int = 32) -> np.ndarray:
     """Render ``cells`` (rows of :class:`Cell`) to an RGB ``uint8`` image."""
     h, w = len(cells), len(cells[0]) if cells else 0
     img = np.empty((h * cell_px + 1, w * cell_px + 1, 3), dtype=np.uint8)
@@ -99,9 +153,4 @@ def draw_grid(
                 sub[disc_mask[: cell_px - 1, : cell_px - 1]] = COLORS[cell.disc]
             if cell.glyph:
                 _draw_glyph(img, y0, x0, cell_px - 1, cell.glyph, COLORS[cell.glyph_color])
-    if bold_every:
-        for k in range(0, h + 1, bold_every):
-            img[max(0, k * cell_px - 1) : k * cell_px + 1, :] = COLORS["bold_line"]
-        for k in range(0, w + 1, bold_every):
-            img[:, max(0, k * cell_px - 1) : k * cell_px + 1] = COLORS["bold_line"]
     return img

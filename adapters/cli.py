@@ -1,0 +1,149 @@
+"""What every command line shares: arguments parsed before anything heavy is imported, and one
+``error:`` line (exit status 2) for a mistake a person can fix.
+
+A command is a parser and a body; :func:`run` is the one call that joins them::
+
+    def build_parser() -> argparse.ArgumentParser: ...     # imports nothing heavy
+    def _main(args: argparse.Namespace) -> int: ...         # imports torch & co. when it runs
+
+    def main(argv=None) -> int:
+        return cli.run(build_parser, _main, argv)
+
+:func:`run` adds ``--debug`` to the parser, parses (``--help`` and argument errors answer before
+the body imports anything: argparse prints the usage and an ``error:`` line, exit 2), then runs
+the body and turns what a person caused into one line on stderr and exit status 2, without a
+traceback:
+
+* :class:`UsageError`, raised by a command (directly, or by :func:`bad_input` around a check of
+  one of its inputs: a policy spec, an env config, an instance, a path);
+* a missing optional dependency (``ImportError``): the line names the extra that provides it,
+  ``pip install -e ".[serve]"`` (:data:`EXTRAS`);
+* ``KeyboardInterrupt``: ``interrupted``, exit 130.
+
+Anything else is a bug or a failure of the machine and keeps its traceback. ``--debug`` (or
+``MAS_DEBUG=1``) lets every exception through with its traceback.
+
+Input checks belong in the command before its long work starts: a bad ``--policy`` is reported
+before an evaluation loads a model, an unreachable server after a short connect timeout
+(:meth:`~adapters.policies.openai_compat.OpenAIPolicy.check_reachable`), a model path that does not
+exist before a training run creates its directory (:func:`~adapters.policies.models.
+check_model_source`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+__all__ = ["EXTRAS", "UsageError", "bad_input", "error_line", "run", "serve_until_interrupted"]
+
+# the optional dependencies of pyproject.toml by import name -> the extra that installs them
+# (tests/adapters/test_cli_errors.py checks this table against pyproject.toml)
+EXTRAS = {
+    "torch": "train",
+    "transformers": "train",
+    "gguf": "train",
+    "peft": "train",
+    "accelerate": "train",
+    "datasets": "train",
+    "tensorboard": "train",
+    "matplotlib": "train",
+    "scipy": "train",
+    "docker": "docker",
+    "trl": "trl",
+    "openenv": "serve",
+    "fastapi": "serve",
+    "uvicorn": "serve",
+    "pydantic": "serve",
+    "ray": "ray",
+    "vllm": "vllm",
+}
+
+
+class UsageError(Exception):
+    """A mistake in what the command was given; the message says which input and what to do."""
+
+
+@contextlib.contextmanager
+def bad_input(what: str) -> Iterator[None]:
+    """Turn the ``ValueError``, ``TypeError``, ``LookupError`` or ``OSError`` of a check of one
+    input into a :class:`UsageError` that names it (``what``: the flag, e.g. ``"--policy"``;
+    ``""`` when the message names it already).
+
+    >>> with bad_input("--seed"):
+    ...     int("x")
+    Traceback (most recent call last):
+    ...
+    adapters.cli.UsageError: --seed: invalid literal for int() with base 10: 'x'
+    """
+    try:
+        yield
+    except UsageError:
+        raise
+    except (ValueError, TypeError, LookupError, OSError) as exc:
+        text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        raise UsageError(f"{what}: {text}" if what else str(text)) from exc
+
+
+def error_line(exc: BaseException) -> str | None:
+    """The one line for an exception a person can act on, or ``None`` (a bug: keep the
+    traceback).
+
+    >>> error_line(ModuleNotFoundError("No module named 'fastapi'", name="fastapi"))
+    'fastapi is not installed; it comes with the serve extra: pip install -e ".[serve]"'
+    >>> error_line(RuntimeError("boom")) is None
+    True
+    """
+    if isinstance(exc, UsageError):
+        return str(exc)
+    if isinstance(exc, ImportError):
+        top = (exc.name or "").split(".")[0]
+        extra = EXTRAS.get(top)
+        if extra is not None:
+            return (
+                f"{top} is not installed; it comes with the {extra} extra: "
+                f'pip install -e ".[{extra}]"'
+            )
+        return str(exc)
+    return None
+
+
+def run(
+    build_parser: Callable[[], argparse.ArgumentParser],
+    body: Callable[[argparse.Namespace], int | None],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parse ``argv`` with ``build_parser()``, run ``body(args)``, and return the exit status
+    (module docstring)."""
+    parser = build_parser()
+    if not any("--debug" in a.option_strings for a in parser._actions):
+        parser.add_argument("--debug", action="store_true", help="show the traceback of any error")
+    args = parser.parse_args(argv)
+    debug = bool(getattr(args, "debug", False)) or os.environ.get("MAS_DEBUG") == "1"
+    try:
+        return int(body(args) or 0)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        line = None if debug else error_line(exc)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
+
+
+def serve_until_interrupted(server: Any) -> None:
+    """Run a ``socketserver`` server until Ctrl-C, then close it (the serving commands)."""
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
