@@ -29,6 +29,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from adapters import cli
 from adapters.training.flags import add_config_arguments, overrides_from_args
 
 __all__ = ["build_parser", "main"]
@@ -72,8 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+def _main(args: argparse.Namespace) -> int:
     from adapters.training.coldstart import (
         ColdStartConfig,
         cold_start_dir,
@@ -83,7 +83,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     from adapters.training.config import ConfigError, TrainConfig, config_from_dict
 
-    args = build_parser().parse_args(argv)
     given = {k: v for k, v in vars(args).items() if k in _RUN_FIELDS or k in ("mode", "max_turns")}
     try:
         train_cfg = config_from_dict(overrides_from_args(argparse.Namespace(**given)))
@@ -94,13 +93,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             values["roles"] = tuple(r.strip() for r in values["roles"].split(",") if r.strip())
         cfg = ColdStartConfig(**values)
     except (ConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise cli.UsageError(str(exc)) from None
     assert isinstance(train_cfg, TrainConfig)
+    import envs
+
+    with cli.bad_input("--env-config"):
+        roles = envs.make(train_cfg.env, **train_cfg.env_config).unwrapped.possible_agents
+    unknown = sorted(set(cfg.roles or ()) - set(roles))
+    if unknown:
+        raise cli.UsageError(f"--roles: {unknown} not among the setting's roles {list(roles)}")
     if args.no_train:
         if not args.export:
-            print("error: --no-train writes --export PATH only; give one", file=sys.stderr)
-            return 2
+            raise cli.UsageError("--no-train writes --export PATH only; give one")
         from adapters.training.backends import prompt_prefix
 
         examples = oracle_examples(
@@ -115,17 +119,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{len(examples)} examples -> {args.export} (sha256 {digest[:16]})")
         return 0
     if args.max_steps > 0 and not args.output:
-        print("error: --max-steps makes a partial cold start: give --output", file=sys.stderr)
-        return 2
+        raise cli.UsageError("--max-steps makes a partial cold start: give --output")
+    from adapters.policies.models import check_model_source
+
+    with cli.bad_input("--model"):
+        check_model_source(train_cfg.model)
     out = args.output or str(cold_start_dir(train_cfg, cfg))
     print(
         f"cold start: {train_cfg.model} on {cfg.episodes} oracle episodes of {train_cfg.env} "
-        f"{dict(train_cfg.env_config)} -> {out}",
+        f"{dict(train_cfg.env_config)}, roles {list(cfg.roles or roles)} -> {out}",
         flush=True,
     )
     made = make_cold_start(train_cfg, cfg, out, export=args.export, max_steps=args.max_steps)
     print(f"done: {made} (use it with --init {made}, or --policy {made} to evaluate)")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return cli.run(build_parser, _main, argv)
 
 
 if __name__ == "__main__":

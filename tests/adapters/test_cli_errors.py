@@ -191,6 +191,10 @@ def test_a_missing_extra_names_the_pip_command(missing, argv, module):
         ["adapters.evaluate", "--env", "nosuch", "--policy", "oracle"],
         ["adapters.evaluate", "--env", "sokoban", "--policy", "nosuch:x"],
         ["adapters.evaluate", "--no-such-flag"],
+        ["adapters.sft", "--help"],
+        ["adapters.sft", "--env", "nosuch"],
+        ["adapters.sft", "--env", "sokoban", "--roles", "judge"],
+        ["adapters.sft", "--env", "sokoban", "--no-train"],
     ],
 )
 def test_help_and_argument_errors_import_nothing_heavy(argv):
