@@ -103,19 +103,25 @@ from benchmarks._quick import parse_args
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SETTINGS = ("sokoban", "plan_path", "sudoku")
+# rows: key -> (label, mode, init: None = the recipe's, "none" = the base model, trained)
 ROWS = (
-    ("single", "Single agent"),
-    ("mas", "MAS (prompt-only)"),
-    ("shared", "MAS + AT-GRPO (shared policy)"),
-    ("per_role", "MAS + AT-GRPO (per-role policies)"),
+    ("single", "Single agent (untrained)"),
+    ("mas", "MAS (untrained)"),
+    ("cold", "MAS, cold start only"),
+    ("shared", "cold start + AT-GRPO (shared policy)"),
+    ("per_role", "cold start + AT-GRPO (per-role policies)"),
+    ("single_grpo", "Single agent, cold start + GRPO"),
 )
 # scripted references on the same instances (adapters.evaluation.references), no model
 REFERENCES = (
     ("ref:no-op", "no-op (answers nothing)"),
+    ("ref:constant", "constant: a train level's oracle answers"),
     ("ref:demo answer", "constant: the demo's answer"),
     ("ref:oracle", "oracle"),
+    ("ref:open loop", "open loop of the shared row"),
 )
-TRAINED = ROWS[2:]
+TRAINED = tuple(r for r in ROWS if r[0] in ("shared", "per_role", "single_grpo"))
+METHODS = ("single", "shared", "per_role", "single_grpo")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,9 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--methods",
-        default="single,shared,per_role",
-        help="comma-separated rows to run besides MAS (prompt-only) and the references: "
-        "single, shared, per_role",
+        default=",".join(METHODS),
+        help="comma-separated rows to run besides MAS (untrained), the cold start and the "
+        "references: " + ", ".join(METHODS),
     )
     p.add_argument(
         "--set",
@@ -177,92 +183,108 @@ def _point(step: int, rep: Any) -> tuple[int, float, float, float]:
     return (step, rep.progress, rep.success_rate, rep.mean_reward)
 
 
-def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path) -> dict:
-    """The four rows of one setting: reports and learning curves."""
-    from adapters.evaluation.references import evaluate_references
+def _config(env_id: str, args: argparse.Namespace, out: Path, row: str, **kw: Any) -> Any:
     from adapters.training.config import TrainConfig
+
+    values = {
+        "env": env_id,
+        "model": args.model,
+        "steps": args.max_steps,
+        "eval_episodes": args.episodes,
+        "seed": args.seed,
+        "threads": args.threads,
+        "device": args.device,
+        "progress": False,
+        "plot_every": 0,
+        "save_final": False,
+        "save_every": 10_000,
+        "output_dir": str(out / f"{env_id}-{row}"),
+        **args.overrides,
+        **kw,
+    }
+    return TrainConfig(**values)
+
+
+def _train(trainer: Any, env_config: dict[str, Any], args: argparse.Namespace, share_s: float):
+    """Train until the budget share is spent (at least one step); the curve of evaluations."""
+    curve = []
+    train_s = 0.0
+    while trainer.step < args.max_steps and (trainer.step == 0 or train_s < share_s):
+        t = time.perf_counter()
+        trainer.train_step()
+        train_s += time.perf_counter() - t
+        if args.eval_every and trainer.step % args.eval_every == 0:
+            curve.append(_point(trainer.step, _evaluate(trainer, env_config, "curve")))
+    return curve, train_s
+
+
+def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path) -> dict:
+    """The rows of one setting (module docstring): reports and learning curves."""
+    from adapters.evaluation.references import (
+        evaluate_references,
+        open_loop_reference,
+        oracle_constants,
+    )
     from adapters.training.trainer import Trainer
 
-    methods, overrides = args.methods, args.overrides  # parsed once by main()
+    methods = args.methods  # parsed once by main()
     result: dict[str, Any] = {"reports": {}, "curves": {}, "steps": {}, "train_s": {}}
-    runs = [r for r in (("shared", None), ("per_role", "at-grpo-per-role")) if r[0] in methods]
-    if "shared" not in methods:  # the untrained rows are evaluated by a trainer of their own
-        runs.insert(0, ("first", None))
-    for row, recipe in runs:
-        cfg = TrainConfig(
-            env=env_id,
-            recipe=recipe,
-            model=args.model,
-            steps=args.max_steps,
-            eval_episodes=args.episodes,
-            seed=args.seed,
-            threads=args.threads,
-            device=args.device,
-            progress=False,
-            plot_every=0,
-            save_final=False,
-            save_every=10_000,
-            output_dir=str(out / f"{env_id}-{row}"),
-            **overrides,
-        )
-        trainer = Trainer(cfg, log=lambda s: None)
-        env_config = dict(trainer.env_config)
-        if row in ("shared", "first"):  # the untrained rows use the same frozen model and prompts
-            t_eval = time.perf_counter()
-            result["reports"]["mas"] = _evaluate(trainer, env_config, "mas")
-            refs = evaluate_references(
-                env_id,
-                trainer.roles,
-                trainer.demos,
-                episodes=cfg.eval_episodes,
-                env_config=env_config,
-                split=cfg.eval_split,
-                seed=cfg.seed,
-                max_new_tokens=trainer.cfg.max_new_tokens or 256,
-            )
-            result["reports"].update({f"ref:{k}": r for k, r in refs.items()})
-            print(
-                f"  {env_id}: MAS (prompt-only) and references evaluated in "
-                f"{time.perf_counter() - t_eval:.0f} s",
-                flush=True,
-            )
-            if "single" in methods:
-                single_cfg = {**env_config, "mode": "single"}
-                single = Trainer(
-                    cfg.replace(
-                        env_config=single_cfg, output_dir=str(out / f"{env_id}-single"), steps=0
-                    ),
-                    log=lambda s: None,
-                )
-                result["reports"]["single"] = _evaluate(single, single_cfg, "single")
-                single.close()
-            if row == "first":
-                trainer.close()
-                continue
-        # step 0 of both trained rows: fresh LoRA adapters (B = 0) leave the greedy answers as is
-        before = result["reports"]["mas"]
-        curve = [_point(0, before)]
+    reps = result["reports"]
+    # the untrained team and the references
+    base = Trainer(_config(env_id, args, out, "mas", init="none", steps=0), log=lambda s: None)
+    env_config = dict(base.env_config)
+    t_eval = time.perf_counter()
+    reps["mas"] = _evaluate(base, env_config, "mas")
+    refs = evaluate_references(
+        env_id,
+        base.roles,
+        base.demos,
+        oracle_constants(env_id, env_config, args.seed),
+        episodes=args.episodes,
+        env_config=env_config,
+        split=base.cfg.eval_split,
+        seed=args.seed,
+        max_new_tokens=base.cfg.max_new_tokens or 256,
+    )
+    reps.update({f"ref:{k}": r for k, r in refs.items()})
+    base.close()
+    print(f"  {env_id}: untrained MAS and references in {time.perf_counter() - t_eval:.0f} s")
+    if "single" in methods or "single_grpo" in methods:
+        single_cfg = {**env_config, "mode": "single"}
+        cfg = _config(env_id, args, out, "single", init="none", steps=0, env_config=single_cfg)
+        single = Trainer(cfg, log=lambda s: None)
+        reps["single"] = _evaluate(single, single_cfg, "single")
+        single.close()
+    runs = [
+        ("shared", {}),
+        ("per_role", {"recipe": "at-grpo-per-role"}),
+        ("single_grpo", {"algorithm": "grpo", "init": "cold-start"}),
+    ]
+    for row, kw in runs:
+        if row not in methods:
+            continue
+        if row == "single_grpo":
+            kw = {**kw, "env_config": {**env_config, "mode": "single"}}
+        trainer = Trainer(_config(env_id, args, out, row, **kw), log=lambda s: None)
+        row_env = dict(trainer.env_config)
         t0 = time.perf_counter()
-        train_s = 0.0
-        while trainer.step < args.max_steps and (trainer.step == 0 or train_s < share_s):
-            t = time.perf_counter()
-            trainer.train_step()
-            train_s += time.perf_counter() - t
-            if args.eval_every and trainer.step % args.eval_every == 0:
-                rep = _evaluate(trainer, env_config, f"step{trainer.step}")
-                curve.append(_point(trainer.step, rep))
-        t_eval = time.perf_counter()
-        after = _evaluate(trainer, env_config, "after")
-        eval_s = time.perf_counter() - t_eval
+        before = _evaluate(trainer, row_env, "before")
+        if row == "shared" or ("cold" not in reps and row == "per_role"):
+            reps["cold"] = before  # every MAS row starts from the same cold-started team
+        curve, train_s = _train(trainer, row_env, args, share_s)
+        after = _evaluate(trainer, row_env, "after")
+        curve = [_point(0, before), *curve]
         if curve[-1][0] != trainer.step:
             curve.append(_point(trainer.step, after))
-        result["reports"][row] = after
+        reps[row] = after
+        if row == "shared":
+            reps["ref:open loop"] = open_loop_reference(after)
         result["curves"][row] = curve
         result["steps"][row] = trainer.step
         result["train_s"][row] = train_s
         print(
             f"  {env_id} {row}: {trainer.step} steps in {train_s:.0f} s of training "
-            f"({time.perf_counter() - t0:.0f} s with evaluations; the last one {eval_s:.0f} s)",
+            f"({time.perf_counter() - t0:.0f} s with evaluations), init {trainer.cfg.init}",
             flush=True,
         )
         trainer.close()
@@ -309,7 +331,8 @@ def table(results: dict[str, dict]) -> str:
         for key, label in TRAINED:
             if key not in reps:
                 continue
-            for other, other_label in [("mas", "MAS (prompt-only)"), *REFERENCES]:
+            others = [("cold", "the cold start"), ("mas", "MAS (untrained)"), *REFERENCES]
+            for other, other_label in others:
                 if other not in reps or other == "ref:oracle":
                     continue
                 parts = []
@@ -335,8 +358,9 @@ def plot(results: dict[str, dict], png: Path) -> None:
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
         reps = res["reports"]
-        lines = [("mas", "MAS (prompt-only)", "--"), ("single", "single agent", ":")]
-        lines += [("ref:no-op", "no-op", "-."), ("ref:demo answer", "demo's answer", (0, (1, 3)))]
+        lines = [("mas", "MAS (untrained)", "--"), ("single", "single agent", ":")]
+        lines += [("ref:no-op", "no-op", "-."), ("ref:constant", "constant", (0, (1, 3)))]
+        lines += [("ref:open loop", "open loop", (0, (3, 1, 1, 1)))]
         for key, label, style in lines:
             if key in reps:
                 ax.axhline(reps[key].progress, color="gray", linestyle=style, label=label)
@@ -351,13 +375,14 @@ def plot(results: dict[str, dict], png: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     quick = dict(envs="sokoban", model="tiny", episodes=2, eval_every=0, max_steps=1, threads=1)
+    quick["methods"] = "shared"
     args = parse_args(build_parser(), argv, budget_min=0.05, **quick)
     from adapters.training.flags import parse_key_values
 
     args.methods = {m.strip() for m in args.methods.split(",") if m.strip()}
-    unknown = args.methods - {"single", "shared", "per_role"}
+    unknown = args.methods - set(METHODS)
     if unknown:
-        raise SystemExit(f"--methods: unknown rows {sorted(unknown)} (single, shared, per_role)")
+        raise SystemExit(f"--methods: unknown rows {sorted(unknown)} ({', '.join(METHODS)})")
     set_text = " ".join(args.overrides)
     args.overrides = parse_key_values(args.overrides, "--set")
     import torch
@@ -366,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     envs_ = [e.strip() for e in args.envs.split(",") if e.strip()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    trained = args.methods & {"shared", "per_role"}
+    trained = args.methods & {"shared", "per_role", "single_grpo"}
     share_s = args.budget_min * 60.0 / max(1, len(trained) * len(envs_))
     print(
         f"learning benchmark: {envs_}, {args.episodes} validation instances, "

@@ -379,11 +379,31 @@ def cold_start_of(train_cfg: Any) -> ColdStartConfig:
     return ColdStartConfig(roles=names or None)
 
 
+# cold starts the project ships (made by ``python -m adapters.sft``; each directory's
+# coldstart.json holds the command, the data's hash and the losses), found by the same key as
+# the cache: a run that would make one of these uses it instead (``tests/adapters/
+# test_shipped_cold_start.py`` checks that the command reproduces it)
+SHIPPED = Path(__file__).resolve().parent / "coldstarts"
+
+
+def shipped_cold_start(train_cfg: Any, cfg: ColdStartConfig) -> Path | None:
+    """The shipped cold start made for exactly this configuration, if there is one."""
+    import envs
+
+    env = envs.spec(train_cfg.env).id
+    path = SHIPPED / f"{env}-{cold_start_key(train_cfg, cfg)}"
+    return path if (path / CARD).is_file() else None
+
+
 def ensure_cold_start(train_cfg: Any, cfg: ColdStartConfig | None = None) -> Path:
-    """The cached cold start of ``train_cfg`` (made on first use, under a file lock)."""
+    """The cold start of ``train_cfg``: a shipped one made for exactly this configuration, or
+    the cached one (made on first use, under a file lock)."""
     from filelock import FileLock
 
     cfg = cfg or ColdStartConfig()
+    shipped = shipped_cold_start(train_cfg, cfg)
+    if shipped is not None:
+        return shipped
     where = cold_start_dir(train_cfg, cfg)
     if (where / CARD).is_file():
         return where

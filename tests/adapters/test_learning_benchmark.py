@@ -33,11 +33,12 @@ def test_methods_and_overrides(tmp_path: Path) -> None:
     )  # fmt: skip
     assert code == 0
     text = (out / "table.txt").read_text()
-    assert "MAS (prompt-only)" in text and "MAS + AT-GRPO (shared policy)" in text
+    assert "MAS (untrained)" in text and "cold start + AT-GRPO (shared policy)" in text
     assert "per-role" not in text and "Single agent" not in text  # not asked for
-    assert "no-op" in text and "oracle" in text
+    assert "no-op" in text and "oracle" in text and "open loop" in text
     raw = json.loads((out / "results.json").read_text())["plan_path"]
-    assert set(raw["reports"]) >= {"mas", "shared", "ref:no-op", "ref:oracle"}
+    want = {"mas", "cold", "shared", "ref:no-op", "ref:constant", "ref:oracle", "ref:open loop"}
+    assert set(raw["reports"]) >= want
     assert "per_role" not in raw["reports"] and "single" not in raw["reports"]
     assert raw["steps"] == {"shared": 1}  # at least one step, whatever the budget
     assert raw["reports"]["mas"]["episodes"] == 2
