@@ -76,10 +76,27 @@ from adapters.training.masking import length_mask, masked_mean, pad_rows, withou
 __all__ = ["compute_advantages", "mean_kl_to_ref", "prepare_logprobs", "update_policy"]
 
 
+def precision(cfg: UpdateConfig, model: Any) -> Any:
+    """The update's autocast context: bfloat16 over the model's weights when
+    ``update_precision`` is ``bfloat16`` (the old, reference and training passes all run in it,
+    so the PPO ratio compares like with like), else nothing."""
+    import contextlib
+
+    if cfg.update_precision != "bfloat16":
+        return contextlib.nullcontext()
+    dev = next(model.parameters()).device
+    return torch.autocast(dev.type, dtype=torch.bfloat16)
+
+
 def prepare_logprobs(cfg: UpdateConfig, pm: Any, items: Sequence[TrainItem], pad_id: int) -> None:
     """Before one policy's update: recompute its items' old log-probs (``old_logprobs:
     recompute``) and score them under the reference model when the update needs it
     (:attr:`UpdateConfig.needs_ref`)."""
+    with precision(cfg, pm.model):
+        _prepare_logprobs(cfg, pm, items, pad_id)
+
+
+def _prepare_logprobs(cfg: UpdateConfig, pm: Any, items: Sequence[TrainItem], pad_id: int) -> None:
     pm.activate()
     stale = cfg.off_policy  # keep the behaviour log-probs, recompute pi_old
     if cfg.old_logprobs == "recompute" or stale:
@@ -117,8 +134,19 @@ def update_policy(
 
     ``dp`` (:mod:`adapters.training.distributed`) makes this one rank of a data-parallel update:
     ``items`` are this rank's share, and the statistics are this rank's parts of the sums."""
-    dp = dp or SINGLE
-    cfg = UpdateConfig.of(cfg)
+    ucfg = UpdateConfig.of(cfg)
+    with precision(ucfg, pm.model):
+        return _update_policy(ucfg, pm, items, step, pad_id, dp or SINGLE)
+
+
+def _update_policy(
+    cfg: UpdateConfig,
+    pm: Any,
+    items: Sequence[TrainItem],
+    step: int,
+    pad_id: int,
+    dp: DataParallel,
+) -> dict[str, float]:
     kl_coef = cfg.kl_loss_coef
     ent_coef = cfg.entropy_coef
     mpt_tau = cfg.mpt_mask_tau  # 0: no masking of well-mastered positive tokens

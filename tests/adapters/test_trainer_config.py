@@ -23,7 +23,7 @@ def test_defaults_resolve_per_device():
     assert gpu.init == "none"
     # the merged bfloat16 generation copy samples, so the training model recomputes pi_old
     assert cpu.dtype == "float32" and cpu.old_logprobs == "recompute"
-    exact = TrainConfig(generation_model="train").resolved(cuda=False)
+    exact = TrainConfig(generation_model="train", update_precision="float32").resolved(cuda=False)
     assert exact.old_logprobs == "rollout"
     # on CUDA the AT-GRPO recipe: full fine-tuning, lr 1e-6, 150 steps, batch 128 (A.2.1)
     assert (gpu.lora_rank, gpu.lr, gpu.steps, gpu.instances_per_step) == (0, 1e-6, 150, 128)
