@@ -32,6 +32,18 @@ INC = {
     "entry_point": "inc",
 }
 MATH = {"question": "What is 6 * 7?", "answer": "42"}
+HALF = {  # golden tests that round, floor, truncate and %d-format the result
+    "prompt": "Write half(x) returning x / 2.",
+    "style": "function",
+    "entry_point": "half",
+    "solution": "def half(x):\n    return x / 2\n",
+    "tests": [
+        "assert round(half(5)) == 2",
+        "assert half(4) == 2",
+        "import math\nassert math.floor(half(7)) == 3 and math.ceil(half(7)) == 4",
+        "assert int(half(6)) == 3 and '%d' % half(6) == '3'",
+    ],
+}
 
 
 def py(code: str) -> str:
