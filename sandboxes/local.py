@@ -56,6 +56,7 @@ from typing import IO
 
 from ._seccomp import build_filter
 from .base import (
+    HIDDEN_PROC_FILES,
     Channel,
     Limits,
     PipeChannel,
@@ -80,7 +81,7 @@ _ETC_FILES = (
 )
 HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 """The jobs' ``/etc/hosts``: loopback names only (the job has no other network)."""
-_hosts_path: str | None = None
+_host_files: dict[str, str] = {}
 
 
 def _remove(path: str) -> None:
@@ -88,21 +89,33 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def hosts_file() -> str:
-    """A host file holding :data:`HOSTS`, made once per process (removed at exit), that the
-    workers bind read-only at ``/etc/hosts`` so that ``localhost`` resolves in a job."""
-    global _hosts_path
-    if _hosts_path is None or not os.path.exists(_hosts_path):
+def _host_file(text: str) -> str:
+    """A host file holding ``text``, made once per process (removed at exit), for the workers
+    to bind read-only."""
+    path = _host_files.get(text)
+    if path is None or not os.path.exists(path):
         import atexit
         import tempfile
 
-        fd, path = tempfile.mkstemp(prefix="mas-sandbox-hosts-")
+        fd, path = tempfile.mkstemp(prefix="mas-sandbox-")
         with os.fdopen(fd, "w") as f:
-            f.write(HOSTS)
+            f.write(text)
         os.chmod(path, 0o644)
         atexit.register(_remove, path)
-        _hosts_path = path
-    return _hosts_path
+        _host_files[text] = path
+    return path
+
+
+def hosts_file() -> str:
+    """The host file of :data:`HOSTS` that the workers bind at ``/etc/hosts``, so that
+    ``localhost`` resolves in a job."""
+    return _host_file(HOSTS)
+
+
+def empty_file() -> str:
+    """An empty host file, bound over the ``/proc`` files jobs must not read
+    (:data:`sandboxes.base.HIDDEN_PROC_FILES`)."""
+    return _host_file("")
 
 
 _BWRAP_HINT = (
@@ -502,6 +515,8 @@ def bwrap_command(
     if not (exe_dir.startswith(("/usr/", prefix + "/")) or exe_dir in ("/bin", "/sbin")):
         a += ["--ro-bind", python, python]
     a += ["--proc", "/proc", "--dev", "/dev"]
+    for path in HIDDEN_PROC_FILES:
+        a += ["--ro-bind", empty_file(), path]
     a += ["--size", str(16 << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
     a += ["--size", str(tmp_size_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
     made.update(("/dev", "/dev/shm", "/tmp"))  # mounted above: their modes stay

@@ -1,0 +1,102 @@
+"""Issue 36's attacks that are not reward forgeries of one completion: kernel counters shared by
+every job of the host (root cause D) and pickle payloads planted in a run directory (root cause
+E). The forgeries themselves are rows of :mod:`tests.redteam.attacks` (``ROUND4``)."""
+
+from __future__ import annotations
+
+import pytest
+
+import sandboxes
+
+K = 37_000  # pipes made by the job of the issue's measurement
+
+_MOVER = f"""
+import mmap, os, socket
+
+def count(make, k):
+    n = 0
+    for _ in range(k):
+        try:
+            make()
+        except OSError:
+            break
+        n += 1
+    return n
+
+def pipe():
+    r, w = os.pipe()
+    os.close(r)
+    os.close(w)
+
+def sock():
+    a, b = socket.socketpair()
+    a.close()
+    b.close()
+
+def memfd():
+    os.close(os.memfd_create("m"))
+
+def shared():
+    mmap.mmap(-1, 4096).close()
+
+def pidfd():
+    os.close(os.pidfd_open(os.getpid()))
+
+print(count(pipe, {K}), count(sock, {K // 8}), count(memfd, {K // 8}), count(shared, {K // 8}),
+      count(pidfd, {K // 8}))
+"""
+
+# what a later job can read of those counters: its own stdout pipe's inode number (the server
+# makes that pipe just before the job), the host's fork count and its cgroup's statistics
+_OBSERVE = """
+import os
+text = open("/proc/stat").read() + open("/proc/vmstat").read()
+cgroup = os.path.isdir("/sys/fs/cgroup") and os.listdir("/sys/fs/cgroup")
+print(os.fstat(1).st_ino, len(text), len(cgroup or []))
+"""
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def one_worker(request):
+    lim = sandboxes.Limits(wall_s=20, cpu_s=20, memory_mb=256, max_procs=64)
+    if request.param == "local":
+        sb = sandboxes.LocalSandbox(workers=1, limits=lim)
+    else:
+        try:
+            sb = sandboxes.DockerSandbox(workers=1, limits=lim)
+        except sandboxes.SandboxError as exc:
+            pytest.skip(f"Docker sandbox unavailable: {exc}")
+    yield sb
+    sb.close()
+
+
+def _observe(sb) -> list[int]:
+    r = sb.run(_OBSERVE)
+    assert r.exit_code == 0, r.stderr
+    return [int(x) for x in r.stdout.split()]
+
+
+def test_a_job_cannot_move_a_host_wide_counter_the_next_job_reads(one_worker):
+    """Root cause D: pipe and socket inode numbers come from one host-wide counter (memfds and
+    shared memory from another, pidfds from the host's process count): a job that made 37,000
+    pipes moved the number the next job read from its own stdout's inode by 37,000, across
+    workers and sandbox instances, so a tester's replayed helper could tell the golden run from
+    the mutants'. Now a job can make none of these objects, the next job's reading moves by the
+    host's own activity only, and the event counters of /proc (and Docker's cgroup statistics)
+    read empty."""
+    before = _observe(one_worker)
+    moved = one_worker.run(_MOVER)
+    assert moved.exit_code == 0, moved.stderr
+    assert moved.stdout.split() == ["0"] * 5  # no pipe, socket, memfd, shared map or pidfd
+    after = _observe(one_worker)
+    assert after[0] - before[0] < K // 4, (before, after)
+    assert after[1:] == before[1:] == [0, 0]
+
+
+def test_jobs_that_need_pipes_ask_for_ipc(one_worker):
+    """``Limits(ipc=True)`` gives them back (subprocess, multiprocessing, the service's
+    compilers): those jobs compare nothing with another job."""
+    lim = sandboxes.Limits(wall_s=20, cpu_s=20, memory_mb=256, ipc=True)
+    r = one_worker.run(_MOVER.replace(str(K), "10").replace(str(K // 8), "10"), limits=lim)
+    assert r.stdout.split() == ["10"] * 5, r
+
