@@ -178,7 +178,9 @@ def test_invalid_verifier_is_filtered_despite_high_score(text, rf):
     assert not valid and raw.agent_selection == "planner"
     aw = _award(log[1], "challenger")["reward_parts"]
     assert aw["reward"] == pytest.approx((1.0 + 0.0 + rf) / 3)
-    assert aw["components"]["difficulty"] == 0.0 and "invalid verifier" in aw["reasons"]["difficulty"]
+    assert (
+        aw["components"]["difficulty"] == 0.0 and "invalid verifier" in aw["reasons"]["difficulty"]
+    )
 
 
 @pytest.mark.parametrize("reference", ["221,", "2 21", "221 +", "221;", "\\sqrt{4}", "2,21"])

@@ -100,3 +100,100 @@ def test_jobs_that_need_pipes_ask_for_ipc(one_worker):
     r = one_worker.run(_MOVER.replace(str(K), "10").replace(str(K // 8), "10"), limits=lim)
     assert r.stdout.split() == ["10"] * 5, r
 
+
+# ---------------------------------------------------------------- E: no pickle on --resume
+
+
+class _Payload:
+    """What a planted pickle runs when it is loaded: it creates ``marker``."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.fixture(scope="module")
+def checkpointed_run(tmp_path_factory):
+    """A MarsRL run of the char model with the agent pipeline and segments, stopped after two
+    steps: its checkpoint holds weights, optimizer states, RNG states and the pipeline's work
+    in flight (branches, partial completions)."""
+    pytest.importorskip("peft")
+    from adapters.training.trainer import Trainer
+    from tests.adapters.conftest import char_models
+    from tests.adapters.conftest import tiny_train_config as cfg
+
+    root = tmp_path_factory.mktemp("resume")
+    kw = dict(env="marsrl", env_config={}, pipeline="agent", instances_per_step=1, steps=3)
+    tr = Trainer(cfg(root, "run", max_new_tokens=4, segment_tokens=2, max_segments=2, **kw),
+                 models=char_models(), log=str)  # fmt: skip
+    tr.train_step()
+    tr.train_step()
+    tr.close()
+    return root / "run"
+
+
+def _plant(path, marker) -> None:
+    import pickle
+
+    import torch
+
+    if path.suffix == ".pt":
+        torch.save({"weight": _Payload(marker)}, path)
+    elif path.suffix == ".yaml":
+        path.write_text(f"!!python/object/apply:builtins.open [{marker!r}, w]\n")
+    else:  # JSON and safetensors files: a pickle in their place
+        path.write_bytes(pickle.dumps(_Payload(marker)))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["state.json", "rng.json", "shared.json", "shared.safetensors", "policy_shared.pt",
+     "optimizer_shared.pt", "config.yaml"],
+)  # fmt: skip
+def test_resume_refuses_a_planted_payload_in_every_file_it_reads(name, checkpointed_run, tmp_path):
+    """Root cause E: ``--resume`` loaded ``rng.pt``, ``shared.pt`` and the pipeline's pickled
+    env states with full pickle, so a ``__reduce__`` planted in a shared run directory ran.
+    Every file a resume reads now holds data (JSON, safetensors, tensors read with
+    ``weights_only``, YAML read safely): a payload in any of them is refused with an error
+    naming the file, and it never runs."""
+    import shutil
+
+    import yaml
+
+    from adapters.training.state_codec import CheckpointError
+    from adapters.training.trainer import Trainer
+    from tests.adapters.conftest import char_models
+
+    run = tmp_path / "run"
+    shutil.copytree(checkpointed_run, run)
+    ckpt = sorted((run / "checkpoints").glob("step_*"))[-1]
+    target = run / name if name == "config.yaml" else ckpt / name
+    assert target.exists()
+    marker = tmp_path / "payload-ran"
+    _plant(target, str(marker))
+    with pytest.raises((CheckpointError, yaml.YAMLError)) as err:
+        Trainer.resume(run, models=char_models()).close()
+    assert name in str(err.value) or "python/object" in str(err.value), err.value
+    assert not marker.exists()
+
+
+def test_shared_state_admits_only_checkpoint_data_types(checkpointed_run, tmp_path):
+    """A well-formed JSON tree naming a class outside the checkpoint's record types (the data
+    format's own way to ask for an object) is refused before anything is built."""
+    import json
+    import shutil
+
+    from adapters.training.state_codec import CheckpointError
+    from adapters.training.trainer import Trainer
+    from tests.adapters.conftest import char_models
+
+    run = tmp_path / "run"
+    shutil.copytree(checkpointed_run, run)
+    shared = sorted((run / "checkpoints").glob("step_*"))[-1] / "shared.json"
+    tree = json.loads(shared.read_text())
+    tree[1].append(["x", ["D", "subprocess.Popen", {"args": ["l", ["touch", "/tmp/x"]]}]])
+    shared.write_text(json.dumps(tree))
+    with pytest.raises(CheckpointError, match=r"refusing subprocess\.Popen"):
+        Trainer.resume(run, models=char_models()).close()
