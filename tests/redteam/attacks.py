@@ -645,6 +645,155 @@ ROUND3 += [
     ),
 ]
 
+# ---------------------------------------------------------------- issue 36, by root cause (4A-4E)
+# A: a gate the rewarded policy controls chose the more generous formula (an invalid verifier
+# was paid Eq. 6), B: a reference that parses but that no correct answer matches, C: values
+# small in text and huge in magnitude, D: host-wide kernel counters read across jobs. (E, a
+# pickle planted in a run directory, is not a completion: its rows are printed by report.py.)
+
+MATH_REF = {"question": "What is 6 * 7?", "kind": "math", "answer": "42"}
+
+
+def _sage_total(instance: dict, solver_answer: str) -> Callable[[str, Any], float]:
+    """The SAGE challenger's whole reward on ``instance`` (its reference): the critic rates the
+    question 9 and the one difficulty sample answers ``solver_answer``."""
+
+    def play(completion: str, sandbox: Any) -> float:
+        env = _make("sage", sandbox, pool=_pool(), num_samples=1)
+        env.reset(options={"instance": instance})
+        env.step(completion)
+        env.step("<score>9</score>")
+        if env.agent_selection == "solver" and env.state.phase == "difficulty":
+            env.step(answer_tag(solver_answer))
+        award = [a for a in env.last_awards if a["agent"] == "challenger"]
+        return award[0]["reward_parts"]["reward"]
+
+    play.__name__ = f"sage_challenger_total_{instance['kind']}"
+    return play
+
+
+sage_math_total = _sage_total(MATH_REF, "221")
+sage_code_total = _sage_total(INC, "def f(x):\n    return x + 1")
+half_coder_reward = _single_coder(HALF)
+
+
+def half_tester_reward(completion: str, sandbox: Any) -> float:
+    env = _make("code", sandbox, max_turns=2)
+    env.reset(options={"instance": HALF})
+    env.step(py(HALF["solution"]))
+    env.step(completion)
+    return env.infos["tester"]["reward_parts"]["reward"]
+
+
+HONEST_MATH_CHALLENGE = "<question>What is 13 * 17?</question>\n<answer>221</answer>"
+_MAGNITUDE_PROGRAM = "import random\nfrom decimal import Decimal\nfrom fractions import Fraction\n"
+
+
+def _half(value: str) -> str:
+    return py(_MAGNITUDE_PROGRAM + f"def half(x):\n    return {value}")
+
+
+ROUND4 = [
+    Forgery(
+        "4A_sage_prose_word_beside_math_reference",
+        "sage",
+        "challenger",
+        HONEST_MATH_CHALLENGE.replace("221</answer>", "221 dollars</answer>"),
+        HONEST_MATH_CHALLENGE,
+        sage_math_total,
+        False,
+    ),
+    Forgery(
+        "4A_sage_reference_fails_one_of_its_asserts",
+        "sage",
+        "challenger",
+        _challenge("assert f(1) == 2\nassert f(5) == 7", "def f(x):\n    return x + 1"),
+        FAIR_CHALLENGE,
+        sage_code_total,
+    ),
+    Forgery(
+        "4A_sage_tests_call_what_the_question_does_not_name",
+        "sage",
+        "challenger",
+        _challenge(
+            "assert f(1) == 2\nassert g(5) == 6",
+            "def f(x):\n    return x + 1\ndef g(x):\n    return x + 1",
+        ),
+        FAIR_CHALLENGE,
+        sage_code_total,
+    ),
+    *[
+        Forgery(f"4A_total_{f.name[2:]}", "sage", "challenger", f.forged, f.honest, sage_code_total)
+        for f in ROUND3
+        if f.name.startswith("A_sage")
+    ],
+    *[
+        Forgery(
+            f"4B_sage_reference_{label}",
+            "sage",
+            "challenger",
+            HONEST_MATH_CHALLENGE.replace("221</answer>", f"{ref}</answer>"),
+            HONEST_MATH_CHALLENGE,
+            sage_math_total,
+            False,
+        )
+        for label, ref in [
+            ("trailing_comma", "221,"),
+            ("digits_apart", "2 21"),
+            ("dangling_plus", "221 +"),
+            ("trailing_semicolon", "221;"),
+        ]
+    ],
+    Forgery(
+        "4C_coder_decimal_of_400001_digits",
+        "code",
+        "coder",
+        _half("Decimal('4E+400000')"),
+        _half("x / 3"),
+        half_coder_reward,
+    ),
+    Forgery(
+        "4C_coder_fraction_of_megabit_parts",
+        "code",
+        "coder",
+        _half("Fraction(random.getrandbits(1 << 20), random.getrandbits(1 << 20) | 1)"),
+        _half("x / 3"),
+        half_coder_reward,
+    ),
+    Forgery(
+        "4C_sage_reference_rounds_a_huge_decimal",
+        "sage",
+        "challenger",
+        _challenge(
+            "assert round(f(5)) == 6",
+            _MAGNITUDE_PROGRAM + "def f(x):\n    return Decimal('4E+400000')",
+        ),
+        FAIR_CHALLENGE,
+        sage_code_total,
+    ),
+    Forgery(
+        "4C_tester_round_to_a_billion_digits",
+        "code",
+        "tester",
+        "```python\nassert half(4) == round(2, -10 ** 9) + 2\n```",
+        "```python\nassert half(4) == 2\n```",
+        half_tester_reward,
+    ),
+    Forgery(
+        "4D_tester_pipe_helper_marks_the_first_run",
+        "code",
+        "tester",
+        "```python\nimport os\n\n"
+        "def _ino():\n    r, w = os.pipe()\n    n = os.fstat(r).st_ino\n"
+        "    os.close(r)\n    os.close(w)\n    return n\n\n"
+        "def _first_seen():\n    if _ino() % 50000 >= 37000:\n        return False\n"
+        "    for _ in range(37000):\n        _ino()\n    return True\n\n"
+        "assert clip(12, 0, 10) == (10 if _first_seen() else -1)\n```",
+        TESTER_HONEST,
+        tester_reward,
+    ),
+]
+
 ALL: list[Forgery] = [
     *CODER,
     *STDIN,
@@ -656,6 +805,7 @@ ALL: list[Forgery] = [
     *SAGE,
     *MARSRL,
     *ROUND3,
+    *ROUND4,
 ]
 
 
@@ -683,6 +833,13 @@ CONTROLS: list[tuple[Callable[[str, Any], float], str, str]] = [
         _GOOD_CHALLENGE,
         _GOOD_CHALLENGE.replace("return 2 * x", "return 2 + x"),
     ),
+    (
+        # a fair question the solver (who answers 221) gets wrong earns its difficulty
+        sage_math_total,
+        HONEST_MATH_CHALLENGE.replace("17?", "17 + 1?").replace("221<", "222<"),
+        HONEST_MATH_CHALLENGE,
+    ),
+    (half_coder_reward, py(HALF["solution"]), _half("x / 3")),
     (
         # a fair question its solver (who writes x + 1) fails still earns its difficulty
         sage_challenger_difficulty,
