@@ -101,6 +101,28 @@ Rewards (``mixing="none"``: the weighted sum of components; weights in :class:`S
   ``phase="difficulty"``.
 - critic: ``r_f`` of its output (``<score>``); a score block without a number counts 0.
 
+Reward audit (conditions the rewarded policy controls):
+
+- challenger: its question block (none: no critic step, s_q = 0, and no verifier) and its
+  verifier's validity (see the table above: an invalid verifier is paid Eq. 5 with r_d = 0, never
+  more than the same challenge with a valid verifier). A math reference is valid only when a
+  correct answer can match it: in canonical form, its own canonical value grading as correct
+  against it under the solver's grader (:func:`verifiers.math_answer.reference_form`; ``221,``
+  and ``2 21`` parse, and the solver's correct ``221`` grades wrong against them). A code
+  reference is valid when it passes its own tests and every test calls only the entry point the
+  question names and is decided on the host over the program's results
+  (:func:`envs.pools.unfair_tests`; a test run as a job of its own could use randomness or the
+  machine's state to pass the reference's run and fail the solvers'). An invalid challenge never
+  enters the pool. ``s_q`` itself is the critic's score, another role's output.
+- planner: its ``<plan>`` tags (r_f); an untagged plan still goes to the critic by default. The
+  gate beta is decided by the critic's score.
+- solver: its ``<answer>`` block (without one nothing is graded); correctness comes from the
+  verifier, never from the critic.
+- critic: its ``<score>`` format (a block without a number counts 0).
+
+``tests/envs/test_monotonicity.py`` checks that no spoiled completion earns more than its honest
+twin, and ``tests/redteam`` (rows 4A, 4B) the spoiled verifiers by their whole reward.
+
 ``r_f`` is SAGE's soft format score (4.1) over the role's required tags (challenger: see above;
 planner ``plan``; solver ``answer``; critic ``score``): per tag 1 when present once and non-empty,
 ``duplicate_credit`` (0.5) when repeated, 0 when missing, empty or unclosed, averaged; an empty

@@ -64,7 +64,7 @@ from adapters.rollout import RolloutEngine, RolloutResult, Sample
 from adapters.rollout.envpool import EpisodeSpec, LocalEnvPool
 from adapters.rollout.pipeline import AgentPipeline
 from adapters.rollout.segments import SegmentConfig, SegmentedGenerator
-from adapters.training.state_codec import CheckpointError
+from adapters.training.state_codec import CheckpointError, state_type
 
 __all__ = [
     "PipelineRollout",
@@ -77,6 +77,7 @@ __all__ = [
 ]
 
 
+@state_type
 @dataclass
 class Produced:
     """One step's rollout: for which step, with which policy version, and what it took."""

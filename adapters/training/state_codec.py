@@ -40,7 +40,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CheckpointError", "decode", "encode", "load", "save", "state_types"]
+__all__ = ["CheckpointError", "decode", "encode", "load", "save", "state_type", "state_types"]
 
 
 class CheckpointError(RuntimeError):
@@ -48,21 +48,35 @@ class CheckpointError(RuntimeError):
     from it)."""
 
 
+_REGISTERED: dict[str, type] = {}
+
+
+def state_type(cls: type) -> type:
+    """Class decorator: ``cls`` (a dataclass of the training layer, e.g. the schedule's
+    ``Produced``) may be held by a checkpoint's state."""
+    _REGISTERED[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    return cls
+
+
 @cache
-def state_types() -> dict[str, type]:
-    """The dataclasses a checkpoint's state may hold, by ``module.Class`` name."""
+def _record_types() -> dict[str, type]:
     from adapters.policies.base import Completion, PartialCompletion, SamplingParams
     from adapters.rollout.engine import _Branch
     from adapters.rollout.envpool import BranchView, EpisodeSpec
     from adapters.rollout.pipeline import _Decoding
     from adapters.rollout.records import Episode, RolloutResult, Sample
-    from adapters.training.schedule import Produced
 
     types = (
         Completion, PartialCompletion, SamplingParams, _Branch, BranchView, EpisodeSpec,
-        _Decoding, Episode, RolloutResult, Sample, Produced,
+        _Decoding, Episode, RolloutResult, Sample,
     )  # fmt: skip
     return {f"{t.__module__}.{t.__qualname__}": t for t in types}
+
+
+def state_types() -> dict[str, type]:
+    """The dataclasses a checkpoint's state may hold, by ``module.Class`` name: the rollout's
+    and the policies' records, and those marked with :func:`state_type`."""
+    return {**_record_types(), **_REGISTERED}
 
 
 def encode(value: Any, tensors: dict[str, Any], shared: Mapping[str, Any] | None = None) -> Any:
