@@ -37,15 +37,12 @@ to the goal, d0 = max(1, initial distance)):
 - mixing: Appendix A.1's convex form above is the default; the main text's Eq. 4 ``r = alpha *
   team + local`` (no mask; alpha = 1 in AT-GRPO 5.1) is ``rewards={"mixing": "additive"}``.
 
-Reward audit (conditions the rewarded policy controls; the shared rules are in
-:mod:`envs.core.toolplanner`): whether its output parses (a tool's printed proposal, a planner's
-``####`` answer: when it does not, every local component is 0), whether the tool's program exits
-cleanly (a crash or timeout costs exec and leaves no proposal), and what the proposal or answer
-contains, which the components score as work. No component is granted by a failed parse, and the
-team term is the position after the planner's answer, which the tool cannot choose. An empty
-tool list earns no exec (the simulation must advance, A.1.4) and keeps shape (the distance does
-not grow); an empty planner answer keeps leg but earns no sp. A wrongly formatted output, or a
-crash, earns less than either (``tests/envs/test_monotonicity.py``).
+Reward audit: the conditions the rewarded policy controls (whether its output parses, whether
+the tool's program exits cleanly) are the grid settings' shared ones,
+:mod:`envs.core.toolplanner`: a broken output scores every local component 0. An empty tool list
+earns no exec (the simulation must advance, A.1.4) and keeps shape (the distance does not grow);
+an empty planner answer keeps leg but earns no sp. A wrongly formatted output, or a crash, earns
+less than either (``tests/envs/test_monotonicity.py``).
 
 Version history: v0 (initial); v1 (the tool's team term is the turn's value, ``tool_team``).
 """

@@ -72,16 +72,13 @@ position (``[]`` when none exists; fine for the default sizes, large many-box le
 the sandbox time limit); the planner answers ``#### [..]`` with a shortest solution from the
 current position found by :func:`verifiers.sokoban.solve`.
 
-Reward audit (conditions the rewarded policy controls; the shared rules are in
-:mod:`envs.core.toolplanner`): whether its output parses (a tool's printed proposal, a planner's
-``####`` answer: when it does not, every local component is 0), whether the tool's program exits
-cleanly (a crash or timeout costs exec and leaves no proposal), and what the proposal or answer
-contains, which the components score as work. No component is granted by a failed parse, and the
-team term is the position after the planner's answer, which the tool cannot choose. One
-condition pays for doing nothing: an empty tool list satisfies exec (it collides with nothing)
-and pot (psi does not decrease), as A.1.5 defines them (0.60 before the team term, see above);
-the planner gets nothing for an empty answer, and the team term for an unchanged position. A
-wrongly formatted output, or a crash, earns less than that empty list
+Reward audit: the conditions the rewarded policy controls (whether its output parses, whether
+the tool's program exits cleanly) are the grid settings' shared ones,
+:mod:`envs.core.toolplanner`: a broken output scores every local component 0. One condition pays
+for doing nothing: an empty tool list satisfies exec (it collides with nothing) and pot (psi
+does not decrease), as A.1.5 defines them (0.60 before the team term, see above); the planner
+gets nothing for an empty answer, and the team term for an unchanged position. A wrongly
+formatted output, or a crash, earns less than that empty list
 (``tests/envs/test_monotonicity.py``).
 
 Version history: v0 (initial); v1 (the tool's exec no longer requires a non-empty list; its team term is the turn's

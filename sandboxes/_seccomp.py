@@ -234,6 +234,18 @@ def _prologue(machine: str) -> list[bytes]:
     return [*prog, _ins(_JEQ_K, 0, 1, clone3_nr), _ins(_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS)]
 
 
+def _deny_flags(nr: int, offset: int, mask: int) -> list[bytes]:
+    """Refuse syscall ``nr`` when any bit of ``mask`` is set in its argument at ``offset``,
+    allow it otherwise (A holds the syscall number on entry)."""
+    return [
+        _ins(_JEQ_K, 0, 4, nr),
+        _ins(_LD_W_ABS, 0, 0, offset),
+        _ins(_JSET_K, 0, 1, mask),
+        _ins(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM),
+        _ins(_RET_K, 0, 0, _RET_ALLOW),
+    ]
+
+
 def _deny_all(numbers: set[int]) -> list[bytes]:
     prog = []
     for nr in sorted(numbers):
@@ -255,13 +267,7 @@ def build_job_filter(machine: str | None = None) -> bytes | None:
     clone_nr = _ARCHES[machine][1]
     deny = _RET_ERRNO | errno.EPERM
     prog = _prologue(machine) + _deny_all(set(denied.values()))
-    prog += [  # clone(flags, ...) asking for a pidfd
-        _ins(_JEQ_K, 0, 4, clone_nr),
-        _ins(_LD_W_ABS, 0, 0, _OFF_ARG0_LO),
-        _ins(_JSET_K, 0, 1, _CLONE_PIDFD),
-        _ins(_RET_K, 0, 0, deny),
-        _ins(_RET_K, 0, 0, _RET_ALLOW),
-    ]
+    prog += _deny_flags(clone_nr, _OFF_ARG0_LO, _CLONE_PIDFD)  # clone asking for a pidfd
     prog += [  # mmap(addr, len, prot, flags, ...) of shared anonymous memory
         _ins(_JEQ_K, 0, 5, mmap_nr),
         _ins(_LD_W_ABS, 0, 0, _OFF_ARG3_LO),
@@ -279,15 +285,7 @@ def build_filter(machine: str | None = None) -> bytes | None:
     if machine not in _ARCHES:
         return None
     _, clone_nr, _, blocked = _ARCHES[machine]
-    deny = _RET_ERRNO | errno.EPERM
     prog = _prologue(machine) + _deny_all(set(blocked.values()))
     # clone(flags, ...): deny any CLONE_NEW* flag (x86-64 and arm64 both pass flags first)
-    prog += [
-        _ins(_JEQ_K, 0, 4, clone_nr),
-        _ins(_LD_W_ABS, 0, 0, _OFF_ARG0_LO),
-        _ins(_JSET_K, 0, 1, _CLONE_NEW_MASK),
-        _ins(_RET_K, 0, 0, deny),
-        _ins(_RET_K, 0, 0, _RET_ALLOW),
-        _ins(_RET_K, 0, 0, _RET_ALLOW),
-    ]
-    return b"".join(prog)
+    prog += _deny_flags(clone_nr, _OFF_ARG0_LO, _CLONE_NEW_MASK)
+    return b"".join([*prog, _ins(_RET_K, 0, 0, _RET_ALLOW)])

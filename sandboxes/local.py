@@ -3,7 +3,9 @@
 Each worker slot is one ``bwrap`` process whose sandboxed child is the fork server
 (``sandboxes/_server.py``) running as PID 1 of its own PID namespace. The sandbox sees:
 
-* no network (``--unshare-net``: only a down loopback), no IPC/UTS sharing, its own /proc;
+* no network (``--unshare-net``: only a down loopback), no IPC/UTS sharing, its own /proc,
+  whose host-wide event counters (``/proc/stat``, ``vmstat``, ``zoneinfo``:
+  :data:`sandboxes.base.HIDDEN_PROC_FILES`) read empty;
 * a read-only view of ``/usr`` (and the ``/bin``, ``/lib*`` links), a handful of ``/etc`` files
   the dynamic loader, Python and the JVM (``/etc/java-*``) need, a generated ``/etc/hosts``
   (``localhost`` and the sandbox's host name only), and the interpreter's prefix when it lives outside
@@ -24,8 +26,10 @@ Each worker slot is one ``bwrap`` process whose sandboxed child is the fork serv
   outlive a job), or foreign-ABI syscalls.
 
 Per job the server forks a child that applies the rlimits (CPU, address space, processes, file
-size, open files, no core), and everything the job started is killed when its main process
-exits or the wall clock runs out. See ``_server.py`` for the details of the job life cycle.
+size, open files, no core) and, unless the job's limits say ``ipc``, a second seccomp filter
+(``build_job_filter``: no pipes, sockets, memfds, shared anonymous memory or pidfds, whose
+numbers come from counters of the whole host), and everything the job started is killed when its
+main process exits or the wall clock runs out. See ``_server.py`` for the details of the job life cycle.
 
 Running without bubblewrap is refused unless ``allow_unisolated=True`` (then the same server
 runs as a plain subprocess with rlimits only, and a warning is logged). Without root (jobs run

@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 
 import envs
 from envs.pools import PoolItem, QuestionPool
+from tests.envs.test_challenge_plan_solve import CODE_REF
+from tests.envs.test_challenge_plan_solve import REF as MATH_REF
 
 Spoiler = Callable[[str], str]
 
@@ -153,16 +155,6 @@ def _pool() -> QuestionPool:
     return QuestionPool(items, seed_set="monotone")
 
 
-MATH_REF = {"question": "What is 6 * 7?", "kind": "math", "answer": "42"}
-CODE_REF = {
-    "question": "Write inc(x) that returns x + 1.",
-    "kind": "code",
-    "answer": "def inc(x):\n    return x + 1\n",
-    "tests": [{"kind": "assert", "code": "assert inc(1) == 2\n"}],
-    "entry_point": "inc",
-}
-
-
 def _sage(instance: dict) -> Callable[[], Any]:
     return lambda: _env("sage", instance=instance, pool=_pool(), num_samples=1)
 
@@ -227,7 +219,7 @@ CASES = [
             "```python\nprint('[[1,1,1]]')\n```",
         ],
         {"crash": _crash},
-    ),  # fmt: skip
+    ),
     Case(
         "sudoku_planner",
         _oracle_then("sudoku", 1),
@@ -292,14 +284,14 @@ CASES = [
         ],
         SAGE_CODE_SPOILS,
         _critic_rates_9,
-    ),  # fmt: skip
+    ),
     Case(
         "sage_critic",
         lambda: _env(
             "sage", _MATH_CHALLENGE.format("221"), instance=MATH_REF, pool=_pool(), num_samples=1
         ),
         ["<score>8</score>"],
-    ),  # fmt: skip
+    ),
     Case(
         "sage_planner",
         lambda: _env("sage", "", instance=MATH_REF, pool=_pool(), num_samples=1),
@@ -325,7 +317,7 @@ CASES = [
         lambda: _env("marsrl", instance=MATH),
         ["\\boxed{42}", "\\boxed{41}"],
         {"second_box": lambda t: t + " or \\boxed{43}"},
-    ),  # fmt: skip
+    ),
     Case(
         "marsrl_verifier",
         lambda: _env("marsrl", "So \\boxed{41}.", instance=MATH),

@@ -32,6 +32,7 @@ INC = {
     "entry_point": "inc",
 }
 MATH = {"question": "What is 6 * 7?", "answer": "42"}
+MATH_REF = {"question": "What is 6 * 7?", "kind": "math", "answer": "42"}
 HALF = {  # golden tests that round, floor, truncate and %d-format the result
     "prompt": "Write half(x) returning x / 2.",
     "style": "function",
@@ -157,9 +158,9 @@ def mae_solver_reward(completion: str, sandbox: Any) -> float:
     return award[0]["reward_parts"]["reward"]
 
 
-def _sage(sandbox: Any, **cfg: Any) -> Any:
+def _sage(sandbox: Any, instance: dict = INC, **cfg: Any) -> Any:
     env = _make("sage", sandbox, pool=_pool(), **cfg)
-    env.reset(options={"instance": INC})
+    env.reset(options={"instance": instance})
     return env
 
 
@@ -181,9 +182,12 @@ def sage_solver_reward(completion: str, sandbox: Any) -> float:
     return env.rewards["solver"]
 
 
-def _sage_challenger(solver_answer: str) -> Callable[[str, Any], float]:
+def _sage_challenger(solver_answer: str, instance: dict = INC) -> Callable[[str, Any], float]:
+    """The SAGE challenger's whole reward on ``instance`` (its reference): the critic rates the
+    question 9 and the one difficulty sample answers ``solver_answer``."""
+
     def play(completion: str, sandbox: Any) -> float:
-        env = _sage(sandbox, num_samples=1)
+        env = _sage(sandbox, instance, num_samples=1)
         env.step(completion)
         env.step("<score>9</score>")
         if env.agent_selection == "solver" and env.state.phase == "difficulty":
@@ -651,29 +655,9 @@ ROUND3 += [
 # small in text and huge in magnitude, D: host-wide kernel counters read across jobs. (E, a
 # pickle planted in a run directory, is not a completion: its rows are printed by report.py.)
 
-MATH_REF = {"question": "What is 6 * 7?", "kind": "math", "answer": "42"}
 
-
-def _sage_total(instance: dict, solver_answer: str) -> Callable[[str, Any], float]:
-    """The SAGE challenger's whole reward on ``instance`` (its reference): the critic rates the
-    question 9 and the one difficulty sample answers ``solver_answer``."""
-
-    def play(completion: str, sandbox: Any) -> float:
-        env = _make("sage", sandbox, pool=_pool(), num_samples=1)
-        env.reset(options={"instance": instance})
-        env.step(completion)
-        env.step("<score>9</score>")
-        if env.agent_selection == "solver" and env.state.phase == "difficulty":
-            env.step(answer_tag(solver_answer))
-        award = [a for a in env.last_awards if a["agent"] == "challenger"]
-        return award[0]["reward_parts"]["reward"]
-
-    play.__name__ = f"sage_challenger_total_{instance['kind']}"
-    return play
-
-
-sage_math_total = _sage_total(MATH_REF, "221")
-sage_code_total = _sage_total(INC, "def f(x):\n    return x + 1")
+sage_math_total = _sage_challenger("221", MATH_REF)
+sage_code_total = _sage_challenger("def f(x):\n    return x + 1")
 half_coder_reward = _single_coder(HALF)
 
 
@@ -847,3 +831,51 @@ CONTROLS: list[tuple[Callable[[str, Any], float], str, str]] = [
         FAIR_CHALLENGE,
     ),
 ]
+
+
+# ---------------------------------------------------------------- 4E: payloads in a run directory
+
+
+class Payload:
+    """A pickle that, when loaded, creates ``marker`` (what a planted ``__reduce__`` runs)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def plant_payload(path: Any, marker: str) -> None:
+    """Replace the run-directory file ``path`` with a payload of its kind: a torch file holding
+    the pickle, YAML asking for ``open``, or (JSON, safetensors, anything else) the raw pickle."""
+    import pickle
+
+    if path.suffix == ".pt":
+        import torch
+
+        torch.save({"weight": Payload(marker)}, path)
+    elif path.suffix == ".yaml":
+        path.write_text(f"!!python/object/apply:builtins.open [{marker!r}, w]\n")
+    else:
+        path.write_bytes(pickle.dumps(Payload(marker)))
+
+
+def checkpointed_run(root: Any) -> Any:
+    """Train a MarsRL run of the char model (tests/adapters/conftest.py) with the agent pipeline
+    and segments under ``root`` and stop it after two steps; its directory, whose checkpoint
+    holds weights, optimizer states, RNG states and the pipeline's work in flight."""
+    from adapters.training.trainer import Trainer
+    from tests.adapters.conftest import char_models
+    from tests.adapters.conftest import tiny_train_config as cfg
+
+    kw = dict(env="marsrl", env_config={}, pipeline="agent", instances_per_step=1, steps=3)
+    tr = Trainer(
+        cfg(root, "run", max_new_tokens=4, segment_tokens=2, max_segments=2, **kw),
+        models=char_models(),
+        log=str,
+    )
+    tr.train_step()
+    tr.train_step()
+    tr.close()
+    return root / "run"

@@ -21,6 +21,7 @@ import importlib.util
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> None:
             if only and not f.name.startswith(only):
                 continue
             for name, sb in boxes.items() if f.sandboxed else [("-", None)]:
+                _clear_caches()
                 honest = f.play(f.honest, sb)
                 cpu = time.process_time()
                 try:
@@ -67,42 +69,45 @@ def main(argv: list[str] | None = None) -> None:
         for sb in boxes.values():
             sb.close()
     if not only or any("4E_payload".startswith(p) for p in only):
-        for name, ran in payload_rows():
+        for name, ran in payload_rows(attacks):
             row = (f"4E_payload_in_{name}", "trainer", "--resume", "-", f"{float(ran):.3f}")
             print("| " + " | ".join((*row, "0.000", "-", "NO" if ran else "yes")) + " |")
 
 
-def payload_rows() -> list[tuple[str, bool]]:
+def _clear_caches() -> None:
+    """Results are cached per program and tests, not per backend (as tests/redteam/conftest.py
+    does before every test): each row is played from scratch."""
+    import envs.code
+    import envs.pools
+    import verifiers.code_tests
+    import verifiers.math_answer
+
+    for cache in (
+        getattr(envs.code, "_REPORTS", None),
+        getattr(envs.code, "_TESTER", None),
+        getattr(envs.pools, "_CACHE", None),
+        getattr(verifiers.math_answer, "_CACHE", None),
+        getattr(verifiers.code_tests, "_DISCOVERED", None),
+    ):
+        if cache is not None:
+            cache.clear()
+
+
+def payload_rows(attacks: Any) -> list[tuple[str, bool]]:
     """Root cause E: (file, whether a payload planted in it ran on --resume), for each file of
     a checkpoint of the imported trainer and the run's config.yaml."""
-    import pickle
     import shutil
     import tempfile
 
     try:
-        import torch
-
         from adapters.training.trainer import Trainer
         from tests.adapters.conftest import char_models
-        from tests.adapters.conftest import tiny_train_config as cfg
+
+        root = Path(tempfile.mkdtemp(prefix="redteam-resume-"))
+        attacks.checkpointed_run(root)
     except ImportError as exc:
         print(f"payload rows skipped: {exc}", file=sys.stderr)
         return []
-
-    class Payload:
-        def __init__(self, marker: str) -> None:
-            self.marker = marker
-
-        def __reduce__(self):
-            return (open, (self.marker, "w"))
-
-    root = Path(tempfile.mkdtemp(prefix="redteam-resume-"))
-    kw = dict(env="marsrl", env_config={}, pipeline="agent", instances_per_step=1, steps=3)
-    tr = Trainer(cfg(root, "run", max_new_tokens=4, segment_tokens=2, max_segments=2, **kw),
-                 models=char_models(), log=str)  # fmt: skip
-    tr.train_step()
-    tr.train_step()
-    tr.close()
     ckpt = sorted((root / "run" / "checkpoints").glob("step_*"))[-1].name
     names = sorted(p.name for p in (root / "run" / "checkpoints" / ckpt).iterdir() if p.is_file())
     rows = []
@@ -111,12 +116,7 @@ def payload_rows() -> list[tuple[str, bool]]:
         shutil.copytree(root / "run", run)
         target = run / name if name == "config.yaml" else run / "checkpoints" / ckpt / name
         marker = root / f"ran-{name}"
-        if target.suffix == ".pt":
-            torch.save({"weight": Payload(str(marker))}, target)
-        elif target.suffix == ".yaml":
-            target.write_text(f"!!python/object/apply:builtins.open [{str(marker)!r}, w]\n")
-        else:
-            target.write_bytes(pickle.dumps(Payload(str(marker))))
+        attacks.plant_payload(target, str(marker))
         with contextlib.suppress(Exception):
             Trainer.resume(run, models=char_models()).close()
         rows.append((name, marker.exists()))

@@ -8,6 +8,9 @@ import pytest
 
 import sandboxes
 
+from .attacks import checkpointed_run as checkpointed_run_in
+from .attacks import plant_payload
+
 K = 37_000  # pipes made by the job of the issue's measurement
 
 _MOVER = f"""
@@ -56,27 +59,13 @@ print(os.fstat(1).st_ino, len(text), len(cgroup or []))
 """
 
 
-@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def one_worker(request):
-    lim = sandboxes.Limits(wall_s=20, cpu_s=20, memory_mb=256, max_procs=64)
-    if request.param == "local":
-        sb = sandboxes.LocalSandbox(workers=1, limits=lim)
-    else:
-        try:
-            sb = sandboxes.DockerSandbox(workers=1, limits=lim)
-        except sandboxes.SandboxError as exc:
-            pytest.skip(f"Docker sandbox unavailable: {exc}")
-    yield sb
-    sb.close()
-
-
 def _observe(sb) -> list[int]:
     r = sb.run(_OBSERVE)
     assert r.exit_code == 0, r.stderr
     return [int(x) for x in r.stdout.split()]
 
 
-def test_a_job_cannot_move_a_host_wide_counter_the_next_job_reads(one_worker):
+def test_a_job_cannot_move_a_host_wide_counter_the_next_job_reads(make_one_worker):
     """Root cause D: pipe and socket inode numbers come from one host-wide counter (memfds and
     shared memory from another, pidfds from the host's process count): a job that made 37,000
     pipes moved the number the next job read from its own stdout's inode by 37,000, across
@@ -84,6 +73,7 @@ def test_a_job_cannot_move_a_host_wide_counter_the_next_job_reads(one_worker):
     the mutants'. Now a job can make none of these objects, the next job's reading moves by the
     host's own activity only, and the event counters of /proc (and Docker's cgroup statistics)
     read empty."""
+    one_worker = make_one_worker()
     before = _observe(one_worker)
     moved = one_worker.run(_MOVER)
     assert moved.exit_code == 0, moved.stderr
@@ -93,25 +83,15 @@ def test_a_job_cannot_move_a_host_wide_counter_the_next_job_reads(one_worker):
     assert after[1:] == before[1:] == [0, 0]
 
 
-def test_jobs_that_need_pipes_ask_for_ipc(one_worker):
+def test_jobs_that_need_pipes_ask_for_ipc(make_one_worker):
     """``Limits(ipc=True)`` gives them back (subprocess, multiprocessing, the service's
     compilers): those jobs compare nothing with another job."""
-    lim = sandboxes.Limits(wall_s=20, cpu_s=20, memory_mb=256, ipc=True)
-    r = one_worker.run(_MOVER.replace(str(K), "10").replace(str(K // 8), "10"), limits=lim)
+    lim = sandboxes.Limits(wall_s=10, cpu_s=10, memory_mb=256, ipc=True)
+    r = make_one_worker().run(_MOVER.replace(str(K), "10").replace(str(K // 8), "10"), limits=lim)
     assert r.stdout.split() == ["10"] * 5, r
 
 
 # ---------------------------------------------------------------- E: no pickle on --resume
-
-
-class _Payload:
-    """What a planted pickle runs when it is loaded: it creates ``marker``."""
-
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return (open, (self.marker, "w"))
 
 
 @pytest.fixture(scope="module")
@@ -120,31 +100,7 @@ def checkpointed_run(tmp_path_factory):
     steps: its checkpoint holds weights, optimizer states, RNG states and the pipeline's work
     in flight (branches, partial completions)."""
     pytest.importorskip("peft")
-    from adapters.training.trainer import Trainer
-    from tests.adapters.conftest import char_models
-    from tests.adapters.conftest import tiny_train_config as cfg
-
-    root = tmp_path_factory.mktemp("resume")
-    kw = dict(env="marsrl", env_config={}, pipeline="agent", instances_per_step=1, steps=3)
-    tr = Trainer(cfg(root, "run", max_new_tokens=4, segment_tokens=2, max_segments=2, **kw),
-                 models=char_models(), log=str)  # fmt: skip
-    tr.train_step()
-    tr.train_step()
-    tr.close()
-    return root / "run"
-
-
-def _plant(path, marker) -> None:
-    import pickle
-
-    import torch
-
-    if path.suffix == ".pt":
-        torch.save({"weight": _Payload(marker)}, path)
-    elif path.suffix == ".yaml":
-        path.write_text(f"!!python/object/apply:builtins.open [{marker!r}, w]\n")
-    else:  # JSON and safetensors files: a pickle in their place
-        path.write_bytes(pickle.dumps(_Payload(marker)))
+    return checkpointed_run_in(tmp_path_factory.mktemp("resume"))
 
 
 @pytest.mark.parametrize(
@@ -172,7 +128,7 @@ def test_resume_refuses_a_planted_payload_in_every_file_it_reads(name, checkpoin
     target = run / name if name == "config.yaml" else ckpt / name
     assert target.exists()
     marker = tmp_path / "payload-ran"
-    _plant(target, str(marker))
+    plant_payload(target, str(marker))
     with pytest.raises((CheckpointError, yaml.YAMLError)) as err:
         Trainer.resume(run, models=char_models()).close()
     assert name in str(err.value) or "python/object" in str(err.value), err.value
