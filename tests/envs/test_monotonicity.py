@@ -11,6 +11,7 @@ asked for: no branch chosen by such a condition pays more than the honest branch
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from tests.envs.test_challenge_plan_solve import CODE_REF
 from tests.envs.test_challenge_plan_solve import REF as MATH_REF
 
 Spoiler = Callable[[str], str]
+EXAMPLES = int(os.environ.get("MONOTONICITY_EXAMPLES", "6"))  # per case; more for a deeper search
 
 # ---------------------------------------------------------------- spoilers
 
@@ -345,7 +347,10 @@ def test_every_setting_has_a_case():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 @settings(
-    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
 def test_a_spoiled_twin_never_outscores_the_honest_completion(case: Case, data: Any) -> None:
