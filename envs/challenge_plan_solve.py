@@ -67,10 +67,32 @@ Thresholds compare with a 1e-9 tolerance (an integer score of 8 passes alpha, 7 
 
 Rewards (``mixing="none"``: the weighted sum of components; weights in :class:`SageRewards`):
 
-- challenger: ``(s_q + r_d + r_f) / 3`` when ``s_q >= alpha`` and the verifier is valid (the
-  question then enters the pool), else ``(s_q + r_f) / 2`` (weights ``filtered_*``). No usable
-  ``<question>`` block (missing, empty, unclosed): ``s_q = 0`` and no critic step; a question
-  longer than ``max_question_chars`` also has ``r_f = 0``.
+- challenger, by the two conditions of SAGE 4.2 (Algorithm 1 line 10):
+
+  ================================  ===========================================================
+  verifier valid, ``s_q >= alpha``  ``(s_q + r_d + r_f) / 3`` (Eq. 5); the question enters the
+                                    pool
+  verifier valid, ``s_q < alpha``   ``(s_q + r_f) / 2`` (Eq. 6, weights ``filtered_*``)
+  verifier not valid                ``(s_q + 0 + r_f) / 3``: Eq. 5 with ``r_d = 0``
+  ================================  ===========================================================
+
+  No usable ``<question>`` block (missing, empty, unclosed) is a challenge without a valid
+  verifier: ``s_q = 0`` and no critic step; a question longer than ``max_question_chars`` also
+  has ``r_f = 0``.
+
+  Eq. 6 covers ``s_q < alpha`` only (the paper suppresses the difficulty "to avoid rewarding
+  'hard' but ill-posed tasks"). Validity is decided by what the challenger itself writes, so
+  paying an invalid verifier Eq. 6's rate would make spoiling one's own verifier a strategy: a
+  question rated 9 earns ``(8/9 + 1) / 2 = 0.944`` with a prose word beside its answer against
+  ``(8/9 + 0 + 1) / 3 = 0.630`` for the same question with a valid verifier that the solver
+  answers correctly. An invalid verifier therefore gets nothing for the verifier-dependent term
+  and never more than the valid twin of the same challenge (``tests/envs/test_monotonicity.py``).
+  The paper's own formula is not monotone in ``s_q`` across alpha: a valid question just under
+  it with perfect format earns ``(6/9 + 1) / 2 = 0.833``, one just over it that the solver
+  answers correctly ``(7/9 + 0 + 1) / 3 = 0.593``. The critic (another role) decides ``s_q``,
+  not the challenger, so the default keeps Eq. 6 as written (``below_alpha="eq6"``);
+  ``below_alpha="eq5"`` pays a question under alpha Eq. 5 with ``r_d = 0`` too, which makes the
+  challenger's reward non-decreasing in ``s_q``.
 - planner: ``0.5 s_p + 0.5 r_f``.
 - solver (final answer): ``0.2 s~_p + 0.6 s_gt + 0.2 r_f`` with ``s~_p = s_p`` when the plan
   passed the gate, else 0; with ``planning=False``: ``0.5 s_gt + 0.5 r_f`` (weights ``noplan_*``).
@@ -78,6 +100,28 @@ Rewards (``mixing="none"``: the weighted sum of components; weights in :class:`S
   ``train_difficulty=True`` they get ``0.5 s_gt + 0.5 r_f``. Their ``infos`` say
   ``phase="difficulty"``.
 - critic: ``r_f`` of its output (``<score>``); a score block without a number counts 0.
+
+Reward audit (conditions the rewarded policy controls):
+
+- challenger: its question block (none: no critic step, s_q = 0, and no verifier) and its
+  verifier's validity (see the table above: an invalid verifier is paid Eq. 5 with r_d = 0, never
+  more than the same challenge with a valid verifier). A math reference is valid only when a
+  correct answer can match it: in canonical form, its own canonical value grading as correct
+  against it under the solver's grader (:func:`verifiers.math_answer.reference_form`; ``221,``
+  and ``2 21`` parse, and the solver's correct ``221`` grades wrong against them). A code
+  reference is valid when it passes its own tests and every test calls only the entry point the
+  question names and is decided on the host over the program's results
+  (:func:`envs.pools.unfair_tests`; a test run as a job of its own could use randomness or the
+  machine's state to pass the reference's run and fail the solvers'). An invalid challenge never
+  enters the pool. ``s_q`` itself is the critic's score, another role's output.
+- planner: its ``<plan>`` tags (r_f); an untagged plan still goes to the critic by default. The
+  gate beta is decided by the critic's score.
+- solver: its ``<answer>`` block (without one nothing is graded); correctness comes from the
+  verifier, never from the critic.
+- critic: its ``<score>`` format (a block without a number counts 0).
+
+``tests/envs/test_monotonicity.py`` checks that no spoiled completion earns more than its honest
+twin, and ``tests/redteam`` (rows 4A, 4B) the spoiled verifiers by their whole reward.
 
 ``r_f`` is SAGE's soft format score (4.1) over the role's required tags (challenger: see above;
 planner ``plan``; solver ``answer``; critic ``score``): per tag 1 when present once and non-empty,
@@ -109,7 +153,7 @@ Explicit instance: ``reset(options={"instance": {"question": ..., "kind": ..., "
 
 Config (:class:`SageConfig`): ``num_samples`` (4), ``alpha`` (0.7), ``beta`` (0.3), ``planning``
 (True), ``plan_source`` ("pool"), ``train_difficulty`` (False), ``add_to_pool`` (True),
-``critic_norm`` ("scale"),
+``critic_norm`` ("scale"), ``below_alpha`` ("eq6"),
 ``duplicate_credit`` (0.5), ``empty_format_score`` (0.5), ``seed_sources``
 (:data:`envs.pools.OFFLINE_SEEDS`), ``max_question_chars`` (4000), ``max_shown_chars`` (4000),
 ``max_tests`` (20), ``test_timeout_s`` (5.0), ``rewards``. ``max_turns`` is not used.
@@ -117,7 +161,9 @@ Config (:class:`SageConfig`): ``num_samples`` (4), ``alpha`` (0.7), ``beta`` (0.
 Version history: v0 (initial); v1 (the plan-solve item is an independent pool draw,
 ``plan_source="pool"``; difficulty samples are not training samples, ``train_difficulty``;
 ``Norm(1) = 0`` by default, ``critic_norm="scale"``); v2 (a plan without ``<plan>`` tags goes to
-the critic, ``untagged_plan``).
+the critic, ``untagged_plan``); v3 (an invalid verifier is paid Eq. 5 with ``r_d = 0``, not
+Eq. 6; ``below_alpha``; a math reference must be canonical and match its own value, a code
+reference's tests must be decided on the host).
 """
 
 from __future__ import annotations
@@ -162,7 +208,7 @@ class SageRewards(RewardConfig):
     challenger_quality: float = 1 / 3
     challenger_difficulty: float = 1 / 3
     challenger_format: float = 1 / 3
-    filtered_quality: float = 0.5  # challenger when filtered (s_q < alpha or invalid verifier)
+    filtered_quality: float = 0.5  # challenger with a valid verifier under alpha (Eq. 6)
     filtered_format: float = 0.5
     planner_plan: float = 0.5
     planner_format: float = 0.5
@@ -194,6 +240,7 @@ class SageConfig(EnvConfig):
     train_difficulty: bool = False
     add_to_pool: bool = True
     critic_norm: Literal["scale", "sage", "linear"] = "scale"
+    below_alpha: Literal["eq6", "eq5"] = "eq6"
     duplicate_credit: float = 0.5
     empty_format_score: float | None = 0.5
     seed_sources: tuple[str, ...] = OFFLINE_SEEDS
@@ -218,6 +265,8 @@ class SageConfig(EnvConfig):
             raise ValueError("plan_source must be 'pool', 'reference' or 'accepted'")
         if self.untagged_plan not in ("critic", "zero"):
             raise ValueError("untagged_plan must be 'critic' or 'zero'")
+        if self.below_alpha not in ("eq6", "eq5"):
+            raise ValueError("below_alpha must be 'eq6' or 'eq5'")
         if self.critic_norm not in ("scale", "sage", "linear"):
             raise ValueError("critic_norm must be 'scale', 'sage' or 'linear'")
         if self.max_question_chars < 1 or self.max_shown_chars < 100 or self.max_tests < 1:
@@ -450,18 +499,20 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         return self._pending("challenger", "awarded after the critic (and difficulty samples)")
 
     def _challenger_final(self) -> RewardParts:
+        """The challenger's reward by the table of the module docstring."""
         st = self.state
+        s_q = st.s_q or 0.0
         if st.accepted:
-            comps = {
-                "quality": st.s_q or 0.0,
-                "difficulty": st.r_d or 0.0,
-                "format": st.challenger_rf,
-            }
+            comps = {"quality": s_q, "difficulty": st.r_d or 0.0, "format": st.challenger_rf}
             parts = self._parts("challenger", comps, "challenger")
+        elif not st.valid or self.config.below_alpha == "eq5":
+            why = f"invalid verifier: {st.valid_reason}" if not st.valid else "s_q below alpha"
+            comps = {"quality": s_q, "difficulty": 0.0, "format": st.challenger_rf}
+            parts = self._parts("challenger", comps, "challenger", difficulty=f"0: {why}")
         else:
-            why = st.valid_reason if not st.valid else f"s_q {st.s_q:.3f} below alpha"
-            comps = {"quality": st.s_q or 0.0, "format": st.challenger_rf}
-            parts = self._parts("challenger", comps, "filtered", difficulty=f"suppressed: {why}")
+            comps = {"quality": s_q, "format": st.challenger_rf}
+            why = f"suppressed: s_q {s_q:.3f} below alpha (Eq. 6)"
+            parts = self._parts("challenger", comps, "filtered", difficulty=why)
         st.challenger_reward = parts.reward
         return parts
 

@@ -105,6 +105,29 @@ Explicit instance: ``reset(options={"instance": {"prompt": ..., "tests": [...], 
 a string of assert code (function); ``solution`` (the golden program) is optional and, when
 given, must pass every test (checked at reset).
 
+Reward audit (conditions the rewarded policy controls):
+
+- coder: whether a program is found and compiles (else the A.1.2 mask removes the local term:
+  such an answer earns 0, less than any program that runs), whether the smoke tests run without a
+  crash (run), and the share of the previous turn's passing golden tests still passed (nr). One
+  condition reaches across turns: nr is 1 when the previous program passed no golden test, as
+  A.1.2 defines it, so a coder whose earlier program failed everything cannot lose nr. That
+  earlier program paid for its failure at its own step (team p = 0), so no single step earns
+  more by spoiling; the definition is the paper's and is kept.
+- tester: the format (more tests than ``max_tester_tests``: valid 0 and only the first test
+  counts, never more coverage than that test alone), validity (the golden program passes the
+  tests twice; a test that reaches anything but the entry point, or whose golden run fails, is
+  invalid), and coverage, counted only over tests the golden program passes in the mutants'
+  batch. The mask is 0 only for problems without a golden program or mutants, a fact of the
+  instance.
+
+Host cost: programs' results come back as plain data bounded by magnitude (a Decimal of a huge
+exponent is not decoded) and tests are evaluated on the host charged by work and magnitude
+(:mod:`verifiers.safe_builtins`); test jobs cannot create pipes, sockets or other objects numbered
+by host-wide counters (:mod:`sandboxes._seccomp`), so a tester's helper cannot tell the golden
+run from a mutant's by the order of the jobs. No spoiled answer earns more than its well-formed
+twin (``tests/envs/test_monotonicity.py``).
+
 Version history: v0 (initial); v1 (A.1.2 coder mask, ``coder_mask``; one tester test per turn
 by default, A.2.2; single mode single-turn by default, AT-GRPO 5.1, ``single_turns``).
 """

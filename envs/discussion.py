@@ -72,6 +72,15 @@ the discussion runs the same and only accuracy is not reported).
 never binds): the protocol ends by itself (termination) after its last round. ``mode="single"``
 does not exist: the setting is multi-agent by construction.
 
+Reward audit (conditions the rewarded policy controls): the scorer's own output decides
+whether its score parses; when it does not, the scorer gets -1 (less than the 0 of any parsed
+score) and the solution and evaluation it should have scored get ``unscored_value`` (0.5)
+instead. An agent drawn to score its own solution (or evaluation) could thus trade a bad score
+for the neutral value, but only by paying -1 at its scoring step, more than the 0.5 it can gain:
+no step earns more by spoiling its own output. The solution's boxed answer plays no part in
+rewards (CoMAS has no verifier); a missing box is reported in infos only
+(``tests/envs/test_monotonicity.py``).
+
 Version history: v0 (initial).
 """
 

@@ -83,6 +83,15 @@ math verifier: the reasoner's answer is read from its ``\\boxed{}``, ``<answer>`
 answer is ..." phrase, the tool's from its last printed line, and the two agree when one checks
 against the other.
 
+Reward audit (conditions the rewarded policy controls): the reasoner, whether its answer
+is boxed or marked (fmt; an unclosed box, or one hedged over several values, grades wrong:
+:mod:`verifiers.math_answer`); the tool, whether its program exits cleanly and prints an answer
+line (a crash costs tool and step, and never pays fmt). Agreement, which ends the episode, is
+decided by both agents together and pays nothing by itself: the team term is the correctness of
+the final answer. The mask removes the local term only when the sandbox itself failed, never for
+something the policy wrote. No spoiled answer earns more than its well-formed twin
+(``tests/envs/test_monotonicity.py``).
+
 Version history: v0 (initial); v1 (A.1.1 team reward for the reasoner of the final turn,
 ``team_credit``; single mode is single-turn by default, ``single_turns``).
 """

@@ -46,6 +46,13 @@ Oracle: the tool's program is a breadth-first search on the current map (copied 
 prompt as its last line) that prints a shortest move list; the planner adopts the tool's
 proposal when it reaches the goal, else answers a shortest path from the current cell.
 
+Reward audit: the conditions the rewarded policy controls (whether its output parses, whether
+the tool's program exits cleanly) are the grid settings' shared ones,
+:mod:`envs.core.toolplanner`: a broken output scores every local component 0. An empty tool list
+earns no exec (the simulation must advance, A.1.4) and keeps shape (the distance does not grow);
+an empty planner answer keeps leg but earns no sp. A wrongly formatted output, or a crash, earns
+less than either (``tests/envs/test_monotonicity.py``).
+
 Version history: v0 (initial); v1 (the tool's team term is the turn's value, ``tool_team``); v2
 (prompts: shared text first, placeholder formats, ``prompt_style``; compact oracle program; the
 planner oracle adopts a solving tool proposal).

@@ -693,8 +693,10 @@ def verify_answer(
 
 
 def check_math_reference(answer: str | None) -> tuple[bool, str]:
-    """Is ``answer`` usable as a math verifier: a short one-line answer that math-verify parses
-    and matches to itself, not prose? (SAGE: "the answer parses".)"""
+    """Is ``answer`` usable as a math verifier: a short one-line answer, not prose, in canonical
+    form, whose own canonical value grades as correct against it under the grading a solver's
+    answer gets (:func:`verifiers.math_answer.reference_form`)? Parsing is not enough: ``221,``
+    parses, and the solver's correct ``221`` is graded wrong against it."""
     if answer is None or not answer.strip():
         return False, "no reference answer"
     a = answer.strip()
@@ -703,12 +705,10 @@ def check_math_reference(answer: str | None) -> tuple[bool, str]:
     words = [w for w in _WORD.findall(_LATEX_CMD.sub(" ", a)) if w.lower() not in _MATH_WORDS]
     if words:
         return False, f"the reference answer is prose ({words[0]!r}), not a gradable math answer"
-    from verifiers.math_answer import grade
+    from verifiers.math_answer import reference_form
 
-    g = grade(a, a, source="answer")
-    return (
-        (True, "ok") if g.correct else (False, f"the reference answer does not parse: {g.reason}")
-    )
+    form = reference_form(a)
+    return (True, "ok") if form.ok else (False, f"the reference answer: {form.reason}")
 
 
 def assert_block(tests: Sequence[TestCase]) -> str:
@@ -732,20 +732,24 @@ def first_function(code: str, question: str = "") -> str | None:
     return next((n for n in names if n in named), names[0] if names else None)
 
 
-def names_outside_question(
-    tests: Sequence[TestCase], question: str, entry_point: str | None
-) -> str | None:
-    """Why the ``tests`` cannot be a fair verifier of ``question``, or None: a test may call
-    only the entry point, and only by a name the question states (a test calling a helper that
-    only the reference defines would pass the reference and fail every honest solver).
+def unfair_tests(tests: Sequence[TestCase], question: str, entry_point: str | None) -> str | None:
+    """Why the ``tests`` (written by a policy) cannot be a fair verifier of ``question``, or
+    None: a test may call only the entry point, and only by a name the question states (a test
+    calling a helper that only the reference defines would pass the reference and fail every
+    honest solver), and it must be decided on the host over the program's results (a test that
+    would run as a job of its own could use randomness, or the state of the machine, to pass
+    the reference's run and fail later ones).
 
     >>> t = [TestCase.asserts("assert dbl(2) == 4"), TestCase.asserts("assert _h(2) == 1")]
-    >>> names_outside_question(t[:1], "Write dbl(x).", "dbl") is None
+    >>> unfair_tests(t[:1], "Write dbl(x).", "dbl") is None
     True
-    >>> names_outside_question(t, "Write dbl(x).", "dbl")
+    >>> unfair_tests(t, "Write dbl(x).", "dbl")
     'test 2: the test reaches `_h` of the program: only public names may be called'
-    >>> names_outside_question(t[:1], "Write a doubling function.", "dbl")
+    >>> unfair_tests(t[:1], "Write a doubling function.", "dbl")
     'test 1 calls `dbl`, which the question does not name'
+    >>> rnd = TestCase.asserts("import random; assert dbl(2) == random.choice([4, 5])")
+    >>> print(unfair_tests([rnd], "Write dbl(x).", "dbl"))
+    test 1 is not decided on the host (it uses import random): write asserts over dbl's results
     """
     from verifiers.assert_plans import plan_test
 
@@ -756,6 +760,11 @@ def names_outside_question(
         plan = plan_test(test.code, entry_point)
         if plan.error:
             return f"test {k + 1}: {plan.error}"
+        if not plan.static:
+            return (
+                f"test {k + 1} is not decided on the host (it {plan.why}): write asserts over "
+                f"{entry_point}'s results"
+            )
         used = {c.path[0] for c in plan.calls} | {p[0] for _, p in plan.bound} | set(plan.stubs)
         for name in sorted(used - named):
             return f"test {k + 1} calls `{name}`, which the question does not name"
@@ -770,10 +779,9 @@ def check_code_reference(
     sandbox: Any = None,
     timeout_s: float = 5.0,
 ) -> tuple[bool, str]:
-    """Is (``solution``, ``tests``) a valid code verifier: at least one test, every test calls
-    only the entry point by a name the ``question`` states (when given), and the reference
-    program passes every test in the sandbox? (SAGE: "parsable and executable for code
-    tests".)"""
+    """Is (``solution``, ``tests``) a valid code verifier: at least one test, the tests fair to
+    the ``question`` (when given: :func:`unfair_tests`), and the reference program passes every
+    test in the sandbox? (SAGE: "parsable and executable for code tests".)"""
     if not tests:
         return False, "no tests"
     if solution is None or not solution.strip():
@@ -781,7 +789,7 @@ def check_code_reference(
     program = code_from_answer(solution)
     entry = first_function(program, question or "")
     if question is not None:
-        why = names_outside_question(tests, question, entry)
+        why = unfair_tests(tests, question, entry)
         if why is not None:
             return False, why
     v = run_program(program, tests, entry_point=entry, sandbox=sandbox, timeout_s=timeout_s)

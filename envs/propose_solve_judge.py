@@ -140,6 +140,20 @@ Config (:class:`MaeConfig`): ``num_answers`` (5), ``reference_prob`` (0.5),
 (5.0, oracle code grading), ``rewards`` (:class:`MaeRewards`). ``max_turns`` is not used (an
 episode is one round). ``mode="single"`` is not supported.
 
+Reward audit (conditions the rewarded policy controls):
+
+- proposer: the format (exactly one non-empty ``<question>`` block; several give format 0, none
+  gives the proposer 0). The quality threshold is the judge's, another role's, decision; the
+  filtered branch, ``quality/3 + format/3``, is the accepted one without its difficulty term,
+  so it never pays more than the same question accepted.
+- solver: the format of its ``<answer>`` (format 0 without one; the judge then sees the whole
+  response). An unparsable judge score gives the answer 0.5 (MAE's fallback), more than a wrong
+  answer rated 1; that branch is chosen by the judge's output, and the judge role loses its whole
+  reward (format 0) for it.
+- judge: its format only.
+
+No spoiled answer earns more than its well-formed twin (``tests/envs/test_monotonicity.py``).
+
 Version history: v0 (initial); v1 (solver phase on a pool question, MAE 4.4; the N difficulty
 answers and their scores are not training samples, ``trainable: False``; options
 ``solver_phase``, ``train_difficulty``, ``train_question_judge``).

@@ -79,6 +79,15 @@ exists; fine for the default sizes, large many-box levels may exceed the sandbox
 The planner adopts the tool's proposal when it solves the level from the current position and
 otherwise answers ``#### [..]`` with a shortest solution found by :func:`verifiers.sokoban.solve`.
 
+Reward audit: the conditions the rewarded policy controls (whether its output parses, whether
+the tool's program exits cleanly) are the grid settings' shared ones,
+:mod:`envs.core.toolplanner`: a broken output scores every local component 0. One condition pays
+for doing nothing: an empty tool list satisfies exec (it collides with nothing) and pot (psi
+does not decrease), as A.1.5 defines them (0.60 before the team term, see above); the planner
+gets nothing for an empty answer, and the team term for an unchanged position. A wrongly
+formatted output, or a crash, earns less than that empty list
+(``tests/envs/test_monotonicity.py``).
+
 Version history: v0 (initial); v1 (the tool's exec no longer requires a non-empty list; its team term is the turn's
 value, ``tool_team``); v2 (prompts: shared text first, placeholder formats, ``prompt_style``;
 compact oracle program; the planner oracle adopts a solving tool proposal).

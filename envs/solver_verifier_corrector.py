@@ -93,6 +93,12 @@ a hash of the question; ``problems=[...]`` to ``envs.make``; or
 ``max_turns`` counts correction cycles and truncates only if set low (default 1000).
 ``mode="single"`` does not exist: the setting is multi-agent by construction.
 
+Reward audit (conditions the rewarded policy controls): the solver's and the corrector's
+boxed answer (none, an unclosed box or a hedge over several values: 0, as a wrong answer); the
+verifier's verdict line: an unparsed or ambiguous verdict earns 0, as a wrong verdict does, and
+ends the episode, which removes later steps but pays the verifier nothing more. No spoiled answer
+earns more than its well-formed twin (``tests/envs/test_monotonicity.py``).
+
 Version history: v0 (initial); v1 (an unparsed verdict ends the episode instead of reaching
 the corrector as an error report, MarsRL 3.3; ``unparsed_verdict="retry"``); v2 (``max_checks``
 and :data:`EVALUATION_CONFIG`, the public inference script's limits; quoted completions without

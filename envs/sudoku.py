@@ -66,6 +66,13 @@ produce if adopted, the state itself is unchanged):
 - mixing: A.1.3's convex form (lam = 0.60) is the default; the main text's Eq. 4 ``r = alpha *
   team + local`` (no mask; alpha = 1 in AT-GRPO 5.1) is ``rewards={"mixing": "additive"}``.
 
+Reward audit: the conditions the rewarded policy controls (whether its output parses, whether
+the tool's program exits cleanly) are the grid settings' shared ones,
+:mod:`envs.core.toolplanner`: a broken output scores every local component 0. A tool proposal
+that applies no edit satisfies san vacuously (A.1.3 read literally; ``san_needs_change`` is the
+stricter reading) and the planner's prog counts only newly filled cells. A wrongly formatted
+output, or a crash, earns less than an empty proposal (``tests/envs/test_monotonicity.py``).
+
 Version history: v0 (initial); v1 (``legal`` and ``san`` read literally as in A.1.3, the
 stricter readings behind ``legal_counts_givens`` and ``san_needs_change``); v2 (the tool's team
 term is the turn's value, ``tool_team``); v3 (prompts: rules and role first, then the original

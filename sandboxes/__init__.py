@@ -41,7 +41,10 @@ stdin is the given text, stdout/stderr are captured (each up to ``max_output_byt
 UTF-8 is replaced), only the standard library is importable by default, and the environment
 holds nothing of the caller's. Everything the job started is killed when its main process exits
 or a limit is hit, and its files, System V IPC objects and message queues are removed; the
-frames above the program belong to a bare runner, not to the server. Jobs die with the host
+frames above the program belong to a bare runner, not to the server. A job cannot create the
+objects the kernel numbers from host-wide counters (pipes, sockets, memfds, shared anonymous
+memory, pidfds) or read the host's event counters in ``/proc``, so nothing one job does moves a
+number a later job reads; ``Limits(ipc=True)`` allows them (``subprocess`` needs a pipe). Jobs die with the host
 process (the servers exit when their control channel hangs up), and a worker's uid is never
 shared with another live worker.
 

@@ -22,6 +22,19 @@ Denied calls fail with EPERM (ENOSYS for ``clone3``). The filter is a classic BP
 built here by hand (no libseccomp needed) for x86-64 and aarch64; elsewhere the local backend
 runs without it.
 
+:func:`build_job_filter` is a second filter, which the fork server of either backend installs
+in each job's process (on top of the one above, or of Docker's profile) unless the job's limits
+say ``ipc=True``. It refuses the objects the kernel numbers from counters shared by the whole
+host, which any later job could read back: pipes and sockets (``pipe``, ``pipe2``, ``socket``,
+``socketpair``: inode numbers from one host-wide counter, readable with ``fstat`` of any pipe,
+the job's own stdout included), memfds, shared anonymous memory and System V segments (inode
+numbers of the kernel's internal shmem mount: ``memfd_create``, ``memfd_secret``, ``mmap`` with
+``MAP_SHARED | MAP_ANONYMOUS``, ``shmget``, ``msgget``, ``semget``, ``mq_open``), pidfds
+(``pidfd_open``, ``clone`` with ``CLONE_PIDFD``: their inode number counts every process the host
+ever started), and the anonymous inodes of ``userfaultfd`` and ``io_uring`` (numbered like
+pipes). A job that made 37,000 pipes moved what the next job's ``fstat`` read by 37,000; now it
+can make none, and what it reads moves with the host's own activity only.
+
 >>> len(build_filter("x86_64")) % 8 == 0
 True
 >>> build_filter("sparc") is None
@@ -176,17 +189,40 @@ _ARCHES = {
 }
 
 
+# machine: {name: nr} of the calls build_job_filter refuses, and (clone, mmap) numbers
+_JOB_ARCHES = {
+    "x86_64": (
+        {
+            "pipe": 22, "pipe2": 293, "socket": 41, "socketpair": 53, "memfd_create": 319,
+            "memfd_secret": 447, "pidfd_open": 434, "pidfd_getfd": 438, "shmget": 29,
+            "msgget": 68, "semget": 64, "mq_open": 240, "userfaultfd": 323,
+            "io_uring_setup": 425,
+        },
+        9,
+    ),
+    "aarch64": (
+        {
+            "pipe2": 59, "socket": 198, "socketpair": 199, "memfd_create": 279,
+            "memfd_secret": 447, "pidfd_open": 434, "pidfd_getfd": 438, "shmget": 194,
+            "msgget": 186, "semget": 190, "mq_open": 180, "userfaultfd": 282,
+            "io_uring_setup": 425,
+        },
+        222,
+    ),
+}  # fmt: skip
+_ALU_AND_K = 0x54
+_OFF_ARG3_LO = 40
+_CLONE_PIDFD = 0x00001000
+_MAP_SHARED_ANONYMOUS = 0x01 | 0x20  # MAP_SHARED (also in MAP_SHARED_VALIDATE), MAP_ANONYMOUS
+
+
 def _ins(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("<HBBI", code, jt, jf, k)
 
 
-def build_filter(machine: str | None = None) -> bytes | None:
-    """The compiled filter (``struct sock_filter[]``) for ``machine`` (default: this one)."""
-    machine = machine or platform.machine()
-    if machine not in _ARCHES:
-        return None
-    audit_arch, clone_nr, clone3_nr, blocked = _ARCHES[machine]
-    deny = _RET_ERRNO | errno.EPERM
+def _prologue(machine: str) -> list[bytes]:
+    """Kill a foreign ABI, refuse x32 numbers and ``clone3``; leaves the syscall number in A."""
+    audit_arch, _, clone3_nr, _ = _ARCHES[machine]
     prog = [
         _ins(_LD_W_ABS, 0, 0, _OFF_ARCH),
         _ins(_JEQ_K, 1, 0, audit_arch),
@@ -194,20 +230,62 @@ def build_filter(machine: str | None = None) -> bytes | None:
         _ins(_LD_W_ABS, 0, 0, _OFF_NR),
     ]
     if machine == "x86_64":
-        prog += [_ins(_JGE_K, 0, 1, 0x40000000), _ins(_RET_K, 0, 0, deny)]  # x32 numbers
-    prog += [
-        _ins(_JEQ_K, 0, 1, clone3_nr),
-        _ins(_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS),
+        prog += [_ins(_JGE_K, 0, 1, 0x40000000), _ins(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
+    return [*prog, _ins(_JEQ_K, 0, 1, clone3_nr), _ins(_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS)]
+
+
+def _deny_flags(nr: int, offset: int, mask: int) -> list[bytes]:
+    """Refuse syscall ``nr`` when any bit of ``mask`` is set in its argument at ``offset``,
+    allow it otherwise (A holds the syscall number on entry)."""
+    return [
+        _ins(_JEQ_K, 0, 4, nr),
+        _ins(_LD_W_ABS, 0, 0, offset),
+        _ins(_JSET_K, 0, 1, mask),
+        _ins(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM),
+        _ins(_RET_K, 0, 0, _RET_ALLOW),
     ]
-    for nr in sorted(set(blocked.values())):
-        prog += [_ins(_JEQ_K, 0, 1, nr), _ins(_RET_K, 0, 0, deny)]
-    # clone(flags, ...): deny any CLONE_NEW* flag (x86-64 and arm64 both pass flags first)
-    prog += [
-        _ins(_JEQ_K, 0, 4, clone_nr),
-        _ins(_LD_W_ABS, 0, 0, _OFF_ARG0_LO),
-        _ins(_JSET_K, 0, 1, _CLONE_NEW_MASK),
+
+
+def _deny_all(numbers: set[int]) -> list[bytes]:
+    prog = []
+    for nr in sorted(numbers):
+        prog += [_ins(_JEQ_K, 0, 1, nr), _ins(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
+    return prog
+
+
+def build_job_filter(machine: str | None = None) -> bytes | None:
+    """The compiled per-job filter (see the module docstring) for ``machine`` (default: this
+    one), or None where it is not built.
+
+    >>> len(build_job_filter("x86_64")) % 8 == 0, build_job_filter("sparc") is None
+    (True, True)
+    """
+    machine = machine or platform.machine()
+    if machine not in _JOB_ARCHES:
+        return None
+    denied, mmap_nr = _JOB_ARCHES[machine]
+    clone_nr = _ARCHES[machine][1]
+    deny = _RET_ERRNO | errno.EPERM
+    prog = _prologue(machine) + _deny_all(set(denied.values()))
+    prog += _deny_flags(clone_nr, _OFF_ARG0_LO, _CLONE_PIDFD)  # clone asking for a pidfd
+    prog += [  # mmap(addr, len, prot, flags, ...) of shared anonymous memory
+        _ins(_JEQ_K, 0, 5, mmap_nr),
+        _ins(_LD_W_ABS, 0, 0, _OFF_ARG3_LO),
+        _ins(_ALU_AND_K, 0, 0, _MAP_SHARED_ANONYMOUS),
+        _ins(_JEQ_K, 0, 1, _MAP_SHARED_ANONYMOUS),
         _ins(_RET_K, 0, 0, deny),
         _ins(_RET_K, 0, 0, _RET_ALLOW),
-        _ins(_RET_K, 0, 0, _RET_ALLOW),
     ]
-    return b"".join(prog)
+    return b"".join([*prog, _ins(_RET_K, 0, 0, _RET_ALLOW)])
+
+
+def build_filter(machine: str | None = None) -> bytes | None:
+    """The compiled filter (``struct sock_filter[]``) for ``machine`` (default: this one)."""
+    machine = machine or platform.machine()
+    if machine not in _ARCHES:
+        return None
+    _, clone_nr, _, blocked = _ARCHES[machine]
+    prog = _prologue(machine) + _deny_all(set(blocked.values()))
+    # clone(flags, ...): deny any CLONE_NEW* flag (x86-64 and arm64 both pass flags first)
+    prog += _deny_flags(clone_nr, _OFF_ARG0_LO, _CLONE_NEW_MASK)
+    return b"".join([*prog, _ins(_RET_K, 0, 0, _RET_ALLOW)])

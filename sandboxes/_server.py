@@ -25,8 +25,9 @@ Lifecycle
    /proc/<pid>/fd entries), pre-imports common modules, freezes the GC and sends ``ready``.
 3. For every request it forks one child. The child starts a new session, puts stdin (a memfd),
    stdout and stderr (pipes) on fds 0-2 and, when the request asks for it, the *results* pipe
-   on fd 3, closes every other descriptor, applies the rlimits and enters the private work
-   directory. Then it returns out of every server function to the bootstrap, which drops its
+   on fd 3, closes every other descriptor, applies the rlimits, installs the per-job seccomp
+   filter of the config (``job_filter``; not for jobs whose limits say ``ipc``: see
+   ``sandboxes/_seccomp.py``) and enters the private work directory. Then it returns out of every server function to the bootstrap, which drops its
    references to the server and calls the job runner: the program runs in a fresh ``__main__``
    module whose only caller frames are the runner's (its globals hold nothing of the server)
    and the emptied bootstrap's, so ``sys._getframe(n)`` shows the job nothing of the server.
@@ -494,10 +495,40 @@ def _child(job_dir, limits, fds):
                 os.nice(int(CONFIG["job_nice"]))
             except OSError:
                 pass
+        if _JOB_FILTER and not limits.get("ipc", False):
+            _install_job_filter()
         os.chdir(job_dir)
         os.umask(0o022)
     except BaseException:
         os._exit(125)
+
+
+_JOB_FILTER: list = []  # [sock_fprog, its buffer]: the per-job seccomp filter (config job_filter)
+
+
+def _prepare_job_filter(program):
+    """Build, once, the ``struct sock_fprog`` of the per-job filter (``sandboxes._seccomp``
+    ``build_job_filter``: no pipes, sockets, memfds, shared anonymous memory, System V IPC or
+    pidfds, whose numbers come from counters shared by the whole host)."""
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buf = ctypes.create_string_buffer(program, len(program))
+    _JOB_FILTER[:] = [SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p)), buf]
+
+
+def _install_job_filter():
+    """In a job child: install the per-job filter (raises if the kernel refuses it: the job
+    must not run without it)."""
+    import ctypes
+
+    libc = _libc()
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+    if libc.prctl(22, 2, ctypes.byref(_JOB_FILTER[0]), 0, 0) != 0:  # PR_SET_SECCOMP, FILTER
+        raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP")
 
 
 # The job runner and its helpers are rebuilt over a namespace of their own (``_RUNNER_NS``), so
@@ -1068,6 +1099,8 @@ def main():
             pass
     _make_runner()
     _libc()
+    if CONFIG.get("job_filter"):
+        _prepare_job_filter(bytes.fromhex(CONFIG["job_filter"]))
     _warm_up()
     _make_std_streams()
     job_dir = os.path.join(CONFIG["work_root"], "job")

@@ -70,6 +70,13 @@ class Limits:
         max_procs: processes and threads the job may run at once (RLIMIT_NPROC).
         max_file_mb: largest file the job may write (RLIMIT_FSIZE), in MiB.
         max_open_files: open file descriptors per process (RLIMIT_NOFILE).
+        ipc: the job may make pipes, sockets, memfds, shared anonymous memory, System V IPC
+            objects and pidfds (``subprocess``, ``multiprocessing`` and ``asyncio`` need some
+            of them). Off by default: the kernel numbers each of these from a counter shared by
+            the whole host, so one job could move it and a later job read it (a covert channel
+            between runs that must not be told apart, e.g. a golden program's and its mutants';
+            see :mod:`sandboxes._seccomp`). Jobs that do not compare runs (the sandbox
+            service's, a compiler's) turn it on.
 
     >>> Limits(wall_s=2).wall_s
     2
@@ -86,8 +93,11 @@ class Limits:
     max_procs: int = 64
     max_file_mb: int = 16
     max_open_files: int = 256
+    ipc: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.ipc, bool):
+            raise ValueError(f"Limits.ipc must be a bool, got {self.ipc!r}")
         _check_number("wall_s", self.wall_s, 0.01, 24 * 3600, False)
         _check_number("cpu_s", self.cpu_s, 0.01, 24 * 3600, False)
         _check_number("memory_mb", self.memory_mb, 32, 1 << 16, True)
@@ -393,8 +403,20 @@ def _helper_modules() -> bytes:
     return json.dumps({k: p.read_text() for k, p in HELPER_MODULES.items()}).encode()
 
 
+#: /proc files of host-wide event counters that a job moves by exact amounts (``processes``
+#: counts every fork, ``/proc/vmstat`` page faults, mlocked pages, ...), which a later job could
+#: read back: both backends hide them from jobs (an empty file in their place)
+HIDDEN_PROC_FILES = ("/proc/stat", "/proc/vmstat", "/proc/zoneinfo")
+
+
 def server_command(python: str, config: dict, site_packages: bool = False) -> list[str]:
-    """Interpreter command line that boots the fork server with ``config``."""
+    """Interpreter command line that boots the fork server with ``config`` (plus the per-job
+    seccomp filter of this machine, :func:`sandboxes._seccomp.build_job_filter`)."""
+    from ._seccomp import build_job_filter
+
+    job_filter = build_job_filter()
+    if job_filter is not None:
+        config = {**config, "job_filter": job_filter.hex()}
     flags = ["-I", "-B"] + ([] if site_packages else ["-S"])
     source = SERVER_SOURCE_PATH.read_bytes()
     return [python, *flags, "-c", BOOTSTRAP, str(len(source)), json.dumps(config)]

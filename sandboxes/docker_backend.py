@@ -4,6 +4,9 @@ Every worker slot is one long-lived container started from the sandbox image (de
 ``mas-sandbox:latest``, or ``$MAS_SANDBOX_IMAGE``; build it with
 ``bash scripts/build_sandbox_image.sh`` or ``docker build -t IMAGE sandboxes/``) with:
 
+* the host-wide event counters of ``/proc`` (``stat``, ``vmstat``, ``zoneinfo``) and the
+  container's cgroup statistics masked (``MASKED_PATHS``), and the per-job seccomp filter of
+  :mod:`sandboxes._seccomp` (no pipes, sockets, memfds, ...) installed by the fork server;
 * ``--network none``, a read-only root filesystem, a size-limited tmpfs at ``/tmp`` (the job
   directory lives there; ``exec``, as the local backend's, so compiled programs run from it,
   ``nosuid``) and a small ``/dev/shm``;
@@ -41,6 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .base import (
+    HIDDEN_PROC_FILES,
     Channel,
     Limits,
     PooledSandbox,
@@ -56,6 +60,14 @@ from .local import hosts_file
 
 log = logging.getLogger("sandboxes")
 
+#: Docker's own masked paths plus the host-wide event counters jobs must not read
+#: (:data:`sandboxes.base.HIDDEN_PROC_FILES`) and the container's cgroup statistics, which
+#: every job of the container moves (page faults, OOM and pids events)
+MASKED_PATHS = [
+    "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+    "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+    *HIDDEN_PROC_FILES, "/sys/fs/cgroup",
+]  # fmt: skip
 DEFAULT_IMAGE = "mas-sandbox:latest"
 IMAGE_ENV = "MAS_SANDBOX_IMAGE"
 LABEL = "org.mas-rl-envs.sandbox"
@@ -141,6 +153,7 @@ class _DockerWorker(Worker):
             # a network-disabled container gets no /etc/hosts: the local backend's (localhost)
             binds={hosts_file(): {"bind": "/etc/hosts", "mode": "ro"}},
         )
+        host_config["MaskedPaths"] = MASKED_PATHS
         c = api.create_container(
             sb.image,
             entrypoint=cmd,

@@ -3,7 +3,9 @@
 Each worker slot is one ``bwrap`` process whose sandboxed child is the fork server
 (``sandboxes/_server.py``) running as PID 1 of its own PID namespace. The sandbox sees:
 
-* no network (``--unshare-net``: only a down loopback), no IPC/UTS sharing, its own /proc;
+* no network (``--unshare-net``: only a down loopback), no IPC/UTS sharing, its own /proc,
+  whose host-wide event counters (``/proc/stat``, ``vmstat``, ``zoneinfo``:
+  :data:`sandboxes.base.HIDDEN_PROC_FILES`) read empty;
 * a read-only view of ``/usr`` (and the ``/bin``, ``/lib*`` links), a handful of ``/etc`` files
   the dynamic loader, Python and the JVM (``/etc/java-*``) need, a generated ``/etc/hosts``
   (``localhost`` and the sandbox's host name only), and the interpreter's prefix when it lives outside
@@ -24,8 +26,10 @@ Each worker slot is one ``bwrap`` process whose sandboxed child is the fork serv
   outlive a job), or foreign-ABI syscalls.
 
 Per job the server forks a child that applies the rlimits (CPU, address space, processes, file
-size, open files, no core), and everything the job started is killed when its main process
-exits or the wall clock runs out. See ``_server.py`` for the details of the job life cycle.
+size, open files, no core) and, unless the job's limits say ``ipc``, a second seccomp filter
+(``build_job_filter``: no pipes, sockets, memfds, shared anonymous memory or pidfds, whose
+numbers come from counters of the whole host), and everything the job started is killed when its
+main process exits or the wall clock runs out. See ``_server.py`` for the details of the job life cycle.
 
 Running without bubblewrap is refused unless ``allow_unisolated=True`` (then the same server
 runs as a plain subprocess with rlimits only, and a warning is logged). Without root (jobs run
@@ -56,6 +60,7 @@ from typing import IO
 
 from ._seccomp import build_filter
 from .base import (
+    HIDDEN_PROC_FILES,
     Channel,
     Limits,
     PipeChannel,
@@ -80,7 +85,7 @@ _ETC_FILES = (
 )
 HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 """The jobs' ``/etc/hosts``: loopback names only (the job has no other network)."""
-_hosts_path: str | None = None
+_host_files: dict[str, str] = {}
 
 
 def _remove(path: str) -> None:
@@ -88,21 +93,33 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def hosts_file() -> str:
-    """A host file holding :data:`HOSTS`, made once per process (removed at exit), that the
-    workers bind read-only at ``/etc/hosts`` so that ``localhost`` resolves in a job."""
-    global _hosts_path
-    if _hosts_path is None or not os.path.exists(_hosts_path):
+def _host_file(text: str) -> str:
+    """A host file holding ``text``, made once per process (removed at exit), for the workers
+    to bind read-only."""
+    path = _host_files.get(text)
+    if path is None or not os.path.exists(path):
         import atexit
         import tempfile
 
-        fd, path = tempfile.mkstemp(prefix="mas-sandbox-hosts-")
+        fd, path = tempfile.mkstemp(prefix="mas-sandbox-")
         with os.fdopen(fd, "w") as f:
-            f.write(HOSTS)
+            f.write(text)
         os.chmod(path, 0o644)
         atexit.register(_remove, path)
-        _hosts_path = path
-    return _hosts_path
+        _host_files[text] = path
+    return path
+
+
+def hosts_file() -> str:
+    """The host file of :data:`HOSTS` that the workers bind at ``/etc/hosts``, so that
+    ``localhost`` resolves in a job."""
+    return _host_file(HOSTS)
+
+
+def empty_file() -> str:
+    """An empty host file, bound over the ``/proc`` files jobs must not read
+    (:data:`sandboxes.base.HIDDEN_PROC_FILES`)."""
+    return _host_file("")
 
 
 _BWRAP_HINT = (
@@ -502,6 +519,8 @@ def bwrap_command(
     if not (exe_dir.startswith(("/usr/", prefix + "/")) or exe_dir in ("/bin", "/sbin")):
         a += ["--ro-bind", python, python]
     a += ["--proc", "/proc", "--dev", "/dev"]
+    for path in HIDDEN_PROC_FILES:
+        a += ["--ro-bind", empty_file(), path]
     a += ["--size", str(16 << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
     a += ["--size", str(tmp_size_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
     made.update(("/dev", "/dev/shm", "/tmp"))  # mounted above: their modes stay

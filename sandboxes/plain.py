@@ -32,11 +32,21 @@ and anything else as an :class:`Opaque` (equal to nothing, no truth value).
 
 Both directions are bounded: :func:`encode` stops at ``MAX_DEPTH`` levels and ``max_items``
 items, :func:`decode` refuses malformed input, deeper nesting and unhashable set members with
-``ValueError``. The module uses the standard library only: the sandbox's fork server loads this
+``ValueError``. Numbers whose cost is not their length are bounded by magnitude too: a
+``Decimal`` of 14 characters (``4E+400000``) stands for an integer of 400,001 digits, which
+``int()``, ``round()`` or a comparison with an ``int`` converts in time quadratic in its digits
+(seconds), and normalising a ``Fraction`` (its gcd) is quadratic in its parts. So a Decimal's
+exponent (adjusted, ``MAX_DECIMAL_EXPONENT``) and coefficient (``MAX_DECIMAL_DIGITS``) and a
+Fraction's numerator and denominator (``MAX_FRACTION_BITS``) are checked in both directions,
+before the value is made (ints, strings and containers cost what their encoding's length says). The module uses the standard library only: the sandbox's fork server loads this
 source as the module ``_mas_plain``, which programs running inside can import.
 
 >>> decode(loads(dumps(encode((1, [2.5, "x"], {3: None})))))
 (1, [2.5, 'x'], {3: None})
+>>> decode(["m", "4E+400000"])
+Traceback (most recent call last):
+...
+sandboxes.plain.PlainError: decimal too large or too precise
 >>> class Liar:
 ...     def __eq__(self, other): return True
 >>> decode(encode(Liar())) == 7
@@ -53,6 +63,9 @@ from typing import Any
 __all__ = [
     "MAX_DEPTH",
     "MAX_ITEMS",
+    "MAX_DECIMAL_DIGITS",
+    "MAX_DECIMAL_EXPONENT",
+    "MAX_FRACTION_BITS",
     "PlainError",
     "Opaque",
     "Iterated",
@@ -66,7 +79,29 @@ MAX_DEPTH = 100
 """Deepest nesting of containers encoded or decoded."""
 MAX_ITEMS = 1_000_000
 """Most items (of all containers together) in one encoded value."""
+MAX_DECIMAL_EXPONENT = 4300
+"""Largest adjusted exponent (either sign) of a Decimal: its integer part has at most as many
+digits as CPython converts between ``int`` and ``str`` by default (``sys.int_info``)."""
+MAX_DECIMAL_DIGITS = 400
+"""Most coefficient digits of a Decimal."""
+MAX_FRACTION_BITS = 14_300
+"""Largest numerator or denominator (in bits, about 4,300 digits) of a Fraction."""
 _BIG = 1 << 63
+
+
+def _check_decimal(d: Decimal) -> Decimal:
+    if d.is_finite() and (
+        len(d.as_tuple().digits) > MAX_DECIMAL_DIGITS or abs(d.adjusted()) > MAX_DECIMAL_EXPONENT
+    ):
+        raise PlainError("decimal too large or too precise")
+    if not d.is_finite() and len(d.as_tuple().digits) > MAX_DECIMAL_DIGITS:  # a NaN's payload
+        raise PlainError("decimal too large or too precise")
+    return d
+
+
+def _check_fraction(num: int, den: int) -> None:
+    if max(num.bit_length(), den.bit_length()) > MAX_FRACTION_BITS:
+        raise PlainError("fraction too large")
 
 
 class PlainError(ValueError):
@@ -189,9 +224,10 @@ def _enc(v: Any, depth: int, budget: list) -> Any:
     if isinstance(v, complex):
         return ["c", complex.__getattribute__(v, "real"), complex.__getattribute__(v, "imag")]
     if t is Fraction:
+        _check_fraction(v.numerator, v.denominator)
         return ["q", _enc(v.numerator, depth, budget), _enc(v.denominator, depth, budget)]
     if t is Decimal:
-        return ["m", str(v)]
+        return ["m", str(_check_decimal(v))]
     if t is range:
         r = v
         return [
@@ -306,15 +342,16 @@ def _dec(x: Any, depth: int, budget: list) -> Any:
         if tag == "ba":
             return bytearray.fromhex(s)
         if tag == "m":
-            if len(s) > 400:
+            if len(s) > MAX_DECIMAL_DIGITS + 20:
                 raise PlainError("decimal too long")
-            return Decimal(s)
+            return _check_decimal(Decimal(s))
         return Opaque(s[:80])
     if tag in ("c", "q", "r"):
         parts: list[Any] = [_dec(y, depth + 1, budget) for y in rest]
         if tag == "c" and len(parts) == 2 and all(type(p) is float for p in parts):
             return complex(parts[0], parts[1])
         if tag == "q" and len(parts) == 2 and all(type(p) is int for p in parts):
+            _check_fraction(parts[0], parts[1])
             return Fraction(parts[0], parts[1])
         if tag == "r" and len(parts) == 3 and all(type(p) is int for p in parts):
             return range(*parts)

@@ -39,6 +39,13 @@ class Task:
     pred: str
     gold: str
     delta: float = 1e-6
+    op: str = "grade"  # or "form": how ``gold`` reads (see verifiers/_math_worker.py)
+
+    def request(self, i: int, inner: int) -> str:
+        msg = {"i": i, "p": self.pred, "g": self.gold, "d": self.delta, "t": inner}
+        if self.op != "grade":
+            msg["o"] = self.op
+        return json.dumps(msg) + "\n"
 
 
 #: reads the worker's source (argv[1] bytes) from stdin and runs it; the rest is requests
@@ -133,10 +140,7 @@ class MathPool(WorkerPool[_Worker]):
                     pending.pop(0)
                     continue
                 batch = pending[:CHUNK]
-                lines = [
-                    json.dumps({"i": k, "p": t.pred, "g": t.gold, "d": t.delta, "t": inner}) + "\n"
-                    for k, t in enumerate(batch)
-                ]
+                lines = [t.request(k, inner) for k, t in enumerate(batch)]
                 if not w.send(lines, timeout_s):
                     why = "grading timed out" if w.alive() else "grader process died"
                     lease.drop()

@@ -8,7 +8,8 @@ process that the parent kills when a grading overruns its deadline.
 Protocol (one JSON object per line): after importing math-verify the worker writes
 ``{"ready": true}``; then for every request ``{"i": id, "p": prediction, "g": gold, "d": delta,
 "t": inner_timeout_s}`` it writes ``{"i": id, "c": correct, "r": reason, "pn": ..., "gn": ...,
-"m": method}``. End of input ends the worker. The protocol stream is a private duplicate of the
+"m": method}``. A request with ``"o": "form"`` asks how ``g`` reads instead (:func:`read_form`):
+``{"i": id, "f": "none" | "rational" | "other", "l": its LaTeX, "r": reason}``. End of input ends the worker. The protocol stream is a private duplicate of the
 original stdout; fd 1 and fd 2 point to /dev/null so library prints and log spam go nowhere.
 
 The pool runs this source after that of ``sandboxes/inside.py`` (``drop_privileges``,
@@ -100,6 +101,28 @@ def grade_symbolic(pred: str, gold: str, delta: float, inner_timeout: int) -> di
     return {**out, "c": bool(ok), "r": "symbolic match" if ok else "symbolic mismatch"}
 
 
+def read_form(gold: str, inner_timeout: int) -> dict:
+    """How math-verify reads ``gold``: not as a mathematical object (``"none"``: math-verify
+    falls back to the raw string, which only that very string matches), as a rational number
+    (``"rational"``, with its value), or as anything else (``"other"``: an irrational number, an
+    expression, a set, an interval, an equation), with the LaTeX of what it read."""
+    import math_verify as mv
+    import sympy
+
+    parsed = mv.parse(_wrap(gold), parsing_timeout=inner_timeout)
+    if not parsed or not isinstance(parsed[0], sympy.Basic):
+        return {"f": "none", "r": "math-verify does not read it as a mathematical expression"}
+    expr = parsed[0]
+    if isinstance(expr, sympy.Expr) and expr.is_number and expr.is_rational:
+        value = sympy.nsimplify(expr)
+        if isinstance(value, sympy.Rational):
+            return {"f": "rational", "l": _short(value), "r": "a rational number"}
+    latex = sympy.latex(expr)
+    if len(latex) > NORM_CHARS:
+        return {"f": "none", "r": "its LaTeX form is too long"}
+    return {"f": "other", "l": latex, "r": "ok"}
+
+
 def _limit_memory(mb: int) -> None:
     try:
         import resource
@@ -138,7 +161,10 @@ def main() -> None:
         except ValueError:
             continue
         try:
-            res = grade_symbolic(req["p"], req["g"], req.get("d", 1e-6), int(req.get("t", 2)))
+            if req.get("o") == "form":
+                res = read_form(req["g"], int(req.get("t", 2)))
+            else:
+                res = grade_symbolic(req["p"], req["g"], req.get("d", 1e-6), int(req.get("t", 2)))
         except MemoryError:
             res = {"c": False, "r": "grader ran out of memory", "m": "math_verify"}
             res["transient"] = True

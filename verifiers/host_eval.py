@@ -20,7 +20,9 @@ defining it is a function of the program (:class:`Remote`): calling it is a *cal
 
 Everything is bounded: evaluation steps (``MAX_STEPS``), work (``MAX_WORK``: every operand and
 result is charged by its size, so scanning a big list in a loop costs what it does, not one
-node), nesting (``MAX_DEPTH``), sizes of what the evaluator builds (``MAX_ITEMS`` items,
+node; numbers by their magnitude: a 14-character ``Decimal('4E+400000')`` is an integer of
+400,001 digits to ``int()`` and is charged, and its conversion refused, as one; see
+:mod:`verifiers.safe_builtins`), nesting (``MAX_DEPTH``), sizes of what the evaluator builds (``MAX_ITEMS`` items,
 ``MAX_INT_BITS`` bits of an integer, format widths, three-argument ``pow``); exceeding a bound
 raises :class:`TooExpensive` (an :class:`Unsupported`). In the host process an evaluation runs
 under a much smaller budget (``inline=True``: ``INLINE_STEPS`` / ``INLINE_WORK``); past it,
@@ -60,7 +62,10 @@ from verifiers.safe_builtins import (
     _Module,
     _size,
     _too,
+    call_work,
     check_format_spec,
+    check_format_value,
+    holds_decimal,
     work,
 )
 
@@ -187,6 +192,7 @@ class Evaluator:
         self.steps = 0
         self.work = 0
         self.shown: list[str] = []
+        self.decimals = False  # a result held a Decimal: integers are charged quadratically
 
     # -- statements ----------------------------------------------------------------------------
     def run(self, module: ast.Module, *, checked: bool = False) -> None:
@@ -205,7 +211,7 @@ class Evaluator:
     def _charge(self, *values: Any) -> None:
         """Charge the work of touching ``values`` (see ``MAX_WORK``)."""
         for v in values:
-            self.work += work(v, self.max_work - self.work)
+            self.work += work(v, self.max_work - self.work, self.decimals)
         self._over_work()
 
     def _over_work(self) -> None:
@@ -427,7 +433,7 @@ class Evaluator:
         if fn is None:
             raise Unsupported("this operator")
         self._charge(a, b)
-        if op is ast.Mult and type(a) is int and type(b) is int:
+        if op in (ast.Mult, ast.FloorDiv, ast.Mod) and type(a) is int and type(b) is int:
             self._charge_limbs(work(a) * work(b) // 8)
         out = _check_size(fn(a, b))
         self._charge(out)
@@ -594,6 +600,8 @@ class Evaluator:
                 spec = self._value(v.format_spec) if v.format_spec is not None else ""
                 if x is PENDING or spec is PENDING:
                     return PENDING
+                self._charge(x)
+                check_format_value(x, str(spec))
                 if v.conversion == ord("r"):
                     x = repr(x)
                 elif v.conversion == ord("s"):
@@ -646,10 +654,12 @@ class Evaluator:
             value = self.remote(func.path, tuple(args), kwargs)
             if value is not PENDING:
                 self.shown.append(_show(value))
+                self.decimals = self.decimals or holds_decimal(value)
             return value
         if func is PENDING or _pending(args) or _pending(kwargs.values()):
             return PENDING
         self._charge(*args, *kwargs.values())
+        self._charge_limbs(call_work(func, args))
         if isinstance(func, _BoundMethod):
             self._charge(func.obj)
             out = func(*args, **kwargs)

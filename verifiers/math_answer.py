@@ -47,6 +47,16 @@ later grading tries again). So grading is bounded in time from any thread. The w
 isolated like the sandbox's servers (model-written LaTeX goes through sympy there). Inputs are capped first: answers longer than ``MAX_ANSWER_CHARS`` or nested deeper
 than ``MAX_NESTING`` are not graded (``False`` with the reason), and nothing echoes a huge input.
 Bad model output never raises; a wrong argument type for ``gold`` raises ``TypeError``.
+
+References written by a policy (a SAGE challenger's ``<answer>``) are checked with
+:func:`reference_form` before they may verify anything: a reference that parses is not enough,
+since math-verify falls back to the raw string for text it cannot read (``221,``), reads numbers
+written apart as one value (``2 21`` is 23) and so on; the solver's correct ``221`` would be
+graded wrong against each. A usable reference is in canonical form (a plain number, or an
+expression whose value is not a rational number, read as a mathematical object; no numbers side
+by side, no bare list of values, no arithmetic left undone, no ``\\boxed`` around it) and its own
+canonical value grades as correct against it with ``source="auto"``, the grading a solver's
+answer gets.
 """
 
 from __future__ import annotations
@@ -88,6 +98,8 @@ __all__ = [
     "grade",
     "grade_many",
     "is_correct",
+    "ReferenceForm",
+    "reference_form",
 ]
 
 MAX_ANSWER_CHARS = 2000
@@ -632,3 +644,110 @@ def is_correct(
     (True, False)
     """
     return grade(prediction, gold, source=source, delta=delta, timeout_s=timeout_s).correct
+
+
+# ---------------------------------------------------------------- policy-written references
+
+_JUXTAPOSED = re.compile(r"\d[\d.]*\s+\.?\d[\d.]*")
+_WRAPPED = ("\\boxed", "\\fbox", "####")
+
+
+@dataclass(frozen=True)
+class ReferenceForm:
+    """A reference answer checked by :func:`reference_form`: ``canonical`` is the value a correct
+    answer states (None: the reference cannot serve), ``reason`` why not; ``transient``: the
+    grader itself failed (a timeout), not the reference."""
+
+    canonical: str | None
+    reason: str
+    transient: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.canonical is not None
+
+
+def _top_level_comma(s: str) -> bool:
+    depth = 0
+    for ch in s.replace("{,}", ""):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            return True
+    return False
+
+
+def reference_form(
+    reference: object,
+    *,
+    delta: float = NUMEQ_DELTA,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    pool: MathPool | None = None,
+) -> ReferenceForm:
+    r"""Can a correct answer match ``reference`` (a reference answer a policy wrote)? It must be
+    in canonical form, and its canonical value must grade as correct against it under
+    :func:`grade` with ``source="auto"`` (the grading a solver's answer gets).
+
+    Canonical form: one value, written alone (no ``\boxed``, no ``####``); a plain number
+    (integer, decimal, fraction, optionally a percent) or, read by math-verify as a mathematical
+    object, an expression whose value is not a rational number (a rational value is written as
+    a number: ``\sqrt{4}`` is ``2``), a set, an interval or an equation; no two numbers side by
+    side (``2 21``), no values listed without brackets (``2,21``), no arithmetic left undone
+    (``2 \cdot 21``). The canonical value is the number in lowest terms, or the LaTeX of what
+    math-verify read.
+
+    >>> reference_form("221").canonical, reference_form("0.50").canonical
+    ('221', '1/2')
+    >>> [reference_form(r).ok for r in ("221,", "2 21", "221 +", "221;", "2,21", r"2 \cdot 21")]
+    [False, False, False, False, False, False]
+    >>> reference_form("2 21").reason
+    'not in canonical form: numbers written side by side (2 21)'
+    >>> reference_form(r"\frac{\sqrt{2}}{2}").canonical
+    '\\frac{\\sqrt{2}}{2}'
+    """
+    if not isinstance(reference, str):
+        raise TypeError(f"reference must be a string, got {type(reference).__name__}")
+    ref = reference.strip()
+    if not ref:
+        return ReferenceForm(None, "the reference answer is empty")
+    if len(ref) > MAX_ANSWER_CHARS or _nesting(ref) > MAX_NESTING:
+        return ReferenceForm(None, "the reference answer is too long or nested too deeply")
+    plain = _strip_wrappers(ref)
+    why = ""
+    if any(w in ref for w in _WRAPPED):
+        why = "the value is wrapped in \\boxed or follows ####; write it alone"
+    elif (m := _JUXTAPOSED.search(plain)) is not None:
+        why = f"numbers written side by side ({clip_text(m.group(0), 20)})"
+    core, pct = _split_percent(ref)
+    value = parse_number(core)
+    if not why and value is None:
+        if _top_level_comma(plain):
+            why = "several values without brackets; write a set or a tuple"
+        elif unevaluated_arithmetic(core):
+            why = "arithmetic left unevaluated; write its value"
+    if why:
+        return ReferenceForm(None, f"not in canonical form: {why}")
+    if value is not None:
+        canonical = _fmt(value) + ("\\%" if pct else "")
+    else:
+        from verifiers._math_pool import Task, default_pool
+
+        the_pool = pool if pool is not None else default_pool()
+        msg = the_pool.grade([Task("", ref, float(delta), op="form")], timeout_s=timeout_s)[0]
+        if msg.get("transient"):
+            return ReferenceForm(None, str(msg.get("r", "grader failed")), transient=True)
+        if msg.get("f") == "rational":
+            why = f"a rational value is written as a number (it reads as {msg.get('l')})"
+            return ReferenceForm(None, f"not in canonical form: {why}")
+        if msg.get("f") != "other" or not isinstance(msg.get("l"), str):
+            return ReferenceForm(None, f"not in canonical form: {msg.get('r')}")
+        canonical = msg["l"]
+    g = grade(canonical, ref, source="auto", delta=delta, timeout_s=timeout_s, pool=pool)
+    if g.transient:
+        return ReferenceForm(None, g.reason, transient=True)
+    if not g.correct:
+        why = f"its own value {clip_text(canonical, 60)} grades wrong against it ({g.reason})"
+        return ReferenceForm(None, why)
+    return ReferenceForm(canonical, "ok")

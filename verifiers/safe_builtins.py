@@ -7,6 +7,16 @@ A test evaluated on the host may use a fixed list of pure built-ins (``abs``, ``
 cannot make a value larger than ``MAX_ITEMS`` items or ``MAX_INT_BITS`` bits (a range, a
 repetition, a power, a shift, a join, a replace): past a bound :class:`TooExpensive` is raised
 and the test is not evaluated on the host. Anything else is :class:`Unsupported`.
+
+Numbers are charged by magnitude, not by the length of their text. A program's result may be a
+``Decimal`` or a ``Fraction`` (decoded with bounded exponent and parts, :mod:`sandboxes.plain`,
+but arithmetic grows them): ``int()``, ``round()``, ``math.floor`` / ``ceil`` / ``trunc`` and
+``%d`` of a Decimal convert its integer part in time quadratic in its digits (``4E+400000``: 8 s),
+a Fraction's operations divide and take gcds of its parts, and comparing a Decimal with an
+``int`` converts the int the same way. So :func:`integral_bits` bounds the integer a conversion
+would make before it is made (past ``MAX_INT_BITS``: :class:`TooExpensive`), :func:`work`
+charges a Decimal and a Fraction what converting them costs, and an evaluation that has seen a
+Decimal charges its integers quadratically (``work(..., squared_ints=True)``).
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ import math
 import operator
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -47,7 +57,81 @@ def _check_size(x: Any) -> Any:
         raise TooExpensive(f"a value of more than {MAX_ITEMS} items")
     if type(x) is int and x.bit_length() > MAX_INT_BITS:
         raise TooExpensive(f"an integer of more than {MAX_INT_BITS} bits")
+    if type(x) is Fraction and max(x.numerator.bit_length(), x.denominator.bit_length()) > (
+        MAX_INT_BITS
+    ):
+        raise TooExpensive(f"a fraction of more than {MAX_INT_BITS} bits")
     return x
+
+
+_LOG2_10 = 3.3219280948873626
+
+
+def integral_bits(x: Any) -> int:
+    """Bits of the integer that ``int(x)``, ``round(x)`` or ``math.floor(x)`` of a number makes,
+    known without making it (an upper bound; 0 for anything else).
+
+    >>> integral_bits(Decimal("4E+400000")), integral_bits(Fraction(10 ** 30, 7)), integral_bits(2.5)
+    (1328775, 98, 2)
+    """
+    t = type(x)
+    if t is int or t is bool:
+        return int(x).bit_length()
+    if t is float:
+        return math.frexp(x)[1] if math.isfinite(x) else 0
+    if t is Decimal:
+        if not x.is_finite() or x.adjusted() < 0:
+            return 1
+        return int((x.adjusted() + 1) * _LOG2_10) + 1
+    if t is Fraction:
+        return max(1, x.numerator.bit_length() - x.denominator.bit_length() + 1)
+    return 0
+
+
+def check_integral(x: Any) -> Any:
+    """``x``, if the integer a conversion of it would make fits ``MAX_INT_BITS``; checked before
+    the conversion runs."""
+    if integral_bits(x) > MAX_INT_BITS:
+        raise TooExpensive(f"converting a number of more than {MAX_INT_BITS} bits to an integer")
+    return x
+
+
+def _integral(fn: Callable) -> Callable:
+    """``int``, ``math.floor``, ``math.ceil``, ``math.trunc`` behind :func:`check_integral`."""
+
+    def call(x: Any = 0, *rest: Any) -> Any:
+        if not rest:  # int(text, base) parses text: CPython bounds its digits itself
+            check_integral(x)
+        return _check_size(fn(x, *rest))
+
+    call.__name__ = getattr(fn, "__name__", "builtin")
+    return call
+
+
+def _round(x: Any, ndigits: Any = None) -> Any:
+    if ndigits is None:
+        return _check_size(round(check_integral(x)))
+    if type(ndigits) is int and abs(ndigits) > MAX_ITEMS:  # round(5, -10**9) makes 10**10**9
+        raise TooExpensive(f"round() to more than {MAX_ITEMS} digits")
+    return _check_size(round(x, ndigits))
+
+
+def call_work(func: Any, args: Sequence[Any]) -> int:
+    """Work of a call beyond touching its arguments: ``round(n, -k)`` of an integer divides it
+    by ``10 ** k``."""
+    ints = all(type(a) is int for a in args)
+    if func is round and len(args) == 2 and ints and args[1] < 0:
+        return work(args[0]) * int(-args[1] * _LOG2_10 / 64 + 1) // 8
+    if func is divmod and len(args) == 2 and ints:
+        return work(args[0]) * work(args[1]) // 8
+    return 0
+
+
+def check_format_value(x: Any, spec: str) -> None:
+    """Before ``format(x, spec)``: a Decimal in fixed-point writes every digit of its integer
+    part (``format(Decimal('1E+999999'), 'f')`` is a million characters)."""
+    if type(x) is Decimal and x.is_finite() and x.adjusted() > MAX_ITEMS:
+        raise TooExpensive(f"formatting a number of more than {MAX_ITEMS} digits")
 
 
 def _consuming(fn: Callable) -> Callable:
@@ -118,8 +202,11 @@ def check_format_spec(spec: str) -> str:
 
 
 def _mod(a: Any, b: Any) -> Any:
-    """``a % b``; for ``str % args`` (printf-style formatting) the widths are checked first."""
+    """``a % b``; for ``str % args`` (printf-style formatting) the widths are checked first, and
+    the magnitude of every number formatted (``%d`` of a Decimal makes an int of it)."""
     if isinstance(a, str | bytes):
+        for arg in b.values() if isinstance(b, dict) else b if isinstance(b, tuple) else (b,):
+            check_integral(arg)
         text = a if isinstance(a, str) else a.decode("latin-1")
         for m in _PERCENT_SPEC.finditer(text):
             for w in m.group(1, 2):
@@ -184,6 +271,8 @@ _GUARDED: dict[int, Callable] = {
     id(dict): _consuming(dict),
     id(enumerate): _listing(enumerate),
     id(frozenset): _consuming(frozenset),
+    id(int): _integral(int),
+    id(round): _round,
     id(list): _consuming(list),
     id(max): _consuming(max),
     id(min): _consuming(min),
@@ -234,6 +323,9 @@ _MODULES: dict[str, dict[str, Any]] = {
         ]
     }
     | {
+        "floor": _integral(math.floor),
+        "ceil": _integral(math.ceil),
+        "trunc": _integral(math.trunc),
         "factorial": lambda n: math.factorial(n) if n <= 2000 else _too("factorial"),
         "gcd": lambda *a: math.gcd(*a) if _small_ints(a) else _too("gcd of huge integers"),
         "lcm": lambda *a: math.lcm(*a) if _small_ints(a) else _too("lcm of huge integers"),
@@ -305,37 +397,79 @@ def _small_ints(args: tuple) -> bool:
     return len(args) <= 64 and all(type(a) is not int or a.bit_length() <= 4096 for a in args)
 
 
-def work(x: Any, cap: int = 10_000_000) -> int:
-    """What touching ``x`` once costs (comparing, scanning, copying it), in element steps: a
-    container's elements (nested ones counted as often as they occur: ``[a] * n`` is ``n`` times
-    ``a``), a string's length / 16, an integer's 64-bit limbs (at least 1). Counting stops
+def work(x: Any, cap: int = 10_000_000, squared_ints: bool = False) -> int:
+    """What touching ``x`` once costs (comparing, scanning, copying, converting it), in element
+    steps: a container's elements (nested ones counted as often as they occur: ``[a] * n`` is
+    ``n`` times ``a``), a string's length / 16, an integer's 64-bit limbs (at least 1; with
+    ``squared_ints`` also limbs ** 2 / 8, what converting it to a Decimal costs), a Decimal's or a
+    Fraction's conversion to an integer (limbs ** 2 / 8 of what it converts). Counting stops
     once past ``cap``; the evaluator charges this for every operand and result.
 
     >>> work([1, 2, 3]), work("a" * 160), work(1 << 6400), work([[0] * 10] * 10)
     (4, 11, 101, 121)
+    >>> work(Decimal("1E+4000")), work(1 << 6400, squared_ints=True)
+    (5409, 1376)
     """
     t = type(x)
     if t is int:
-        return x.bit_length() // 64 + 1
+        limbs = x.bit_length() // 64 + 1
+        return limbs + limbs * limbs // 8 if squared_ints and limbs > 1 else limbs
     if t is str or t is bytes:
         return len(x) // 16 + 1
+    if t is Decimal or t is Fraction:
+        return _number_work(x)
     if t not in _CONTAINERS:
         return 1
     if t is range:
         return len(x) + 1
     items = x.values() if t is dict else x
     total = len(x) + 1
-    if total > cap or _CONTAINERS_SET.isdisjoint(set(map(type, items))):
+    kinds = set(map(type, items))
+    if total > cap:
+        return total
+    flat = _CONTAINERS_SET.isdisjoint(kinds) and _COSTLY.isdisjoint(kinds)
+    if flat and not (squared_ints and int in kinds):
         return total
     for v in items:
-        total += work(v, cap - total)
+        total += work(v, cap - total, squared_ints)
         if total > cap:
             break
     return total
 
 
+def _number_work(x: Decimal | Fraction) -> int:
+    if isinstance(x, Decimal):
+        limbs = integral_bits(x) // 64 + 1
+        return limbs * limbs // 8 + len(x.as_tuple().digits) // 16 + 1
+    n = x.numerator.bit_length() // 64 + 1
+    d = x.denominator.bit_length() // 64 + 1
+    return n + d + (n + d) * (n + d) // 8
+
+
+def holds_decimal(x: Any, cap: int = 1_000_000) -> bool:
+    """Whether ``x`` is or contains a Decimal (looking at no more than ``cap`` values).
+
+    >>> holds_decimal([1, (2, {3: Decimal(4)})]), holds_decimal([1.5] * 10)
+    (True, False)
+    """
+    stack, seen = [x], 0
+    while stack and seen < cap:
+        v = stack.pop()
+        seen += 1
+        t = type(v)
+        if t is Decimal:
+            return True
+        if t is dict:
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif t in _CONTAINERS and t is not range:
+            stack.extend(v)
+    return False
+
+
 _CONTAINERS = (list, tuple, dict, set, frozenset, range)
 _CONTAINERS_SET = frozenset(_CONTAINERS)
+_COSTLY = frozenset({Decimal, Fraction})
 
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {

@@ -150,7 +150,7 @@ def in_sandbox(sandbox: Any) -> list[str]:
     import sandboxes
 
     needs = sorted({c.needs for c in TOOLCHAINS.values() if c.needs})
-    result = sandbox.run(_PROBE % {"needs": needs}, limits=sandboxes.Limits(wall_s=30))
+    result = sandbox.run(_PROBE % {"needs": needs}, limits=sandboxes.Limits(wall_s=30, ipc=True))
     try:
         found = json.loads(result.stdout) if result.ok else {}
     except ValueError:

@@ -175,6 +175,7 @@ class ServiceLimits(BaseModel):
             memory_mb=self.max_memory_mb,
             max_output_bytes=self.max_output_bytes,
             max_procs=self.max_procs,
+            ipc=True,
         )
 
 
@@ -189,6 +190,7 @@ def _limits(request: RunCodeRequest, bounds: ServiceLimits) -> sandboxes.Limits:
         memory_mb=mem,
         max_output_bytes=bounds.max_output_bytes,
         max_procs=bounds.max_procs,
+        ipc=True,  # compilers and programs spawn processes; no run is compared with another
     )
 
 

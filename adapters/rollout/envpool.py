@@ -11,7 +11,9 @@ ids*. A branch is one live copy of an episode. The pool can
 - ``release(branch_ids)``: forget branches.
 
 ``LocalEnvPool`` keeps envs in this process and steps clones on a thread pool (the sandbox runs
-programs in other processes, so threads overlap code execution). :mod:`adapters.rollout.ray_pool`
+programs in other processes, so threads overlap code execution). It also keeps each branch's
+*recipe*, its spec and the completions stepped since the reset: ``rebuild`` makes the same env
+again from it (how a checkpoint keeps envs in flight without pickling them). :mod:`adapters.rollout.ray_pool`
 provides the same interface over Ray actors.
 """
 
@@ -127,34 +129,52 @@ class LocalEnvPool:
             max_workers=max(1, workers), thread_name_prefix="envpool"
         )
         self._sandbox = sandbox
+        self._recipes: dict[int, tuple[EpisodeSpec, tuple[str, ...]]] = {}
 
-    def _register(self, raw: Any) -> int:
+    def _register(self, raw: Any, recipe: tuple[EpisodeSpec, tuple[str, ...]]) -> int:
         with self._lock:
             bid = next(self._ids)
             self._envs[bid] = raw
+            self._recipes[bid] = recipe
         return bid
 
     def reset(self, specs: Sequence[EpisodeSpec]) -> list[BranchView]:
         raws = list(self._executor.map(lambda s: make_raw_env(s, self._sandbox), specs))
         views = []
-        for raw in raws:
+        for spec, raw in zip(specs, raws):
             flush_dead_steps(raw)
-            views.append(view_of(self._register(raw), raw))
+            views.append(view_of(self._register(raw, (spec, ())), raw))
         return views
+
+    def recipe(self, branch_id: int) -> tuple[EpisodeSpec, tuple[str, ...]]:
+        """How a branch's env was made: its spec and the completions stepped since the reset."""
+        return self._recipes[branch_id]
+
+    def rebuild(self, spec: EpisodeSpec, completions: Sequence[str]) -> BranchView:
+        """Make a branch's env again from its :meth:`recipe` (reset, then every completion
+        stepped as :meth:`expand` steps it) and register it as a new branch."""
+        raw = make_raw_env(spec, self._sandbox)
+        flush_dead_steps(raw)
+        for text in completions:
+            raw.step(text)
+            flush_dead_steps(raw)
+        return view_of(self._register(raw, (spec, tuple(completions))), raw)
 
     def expand(self, requests: Sequence[tuple[int, Sequence[str]]]) -> list[list[StepOutcome]]:
         jobs = [(bid, text) for bid, texts in requests for text in texts]
         results = list(self._executor.map(lambda job: step_clone(self._envs[job[0]], job[1]), jobs))
         out: list[list[StepOutcome]] = []
         it = iter(results)
-        for _, texts in requests:
+        for bid, texts in requests:
+            spec, done = self._recipes[bid]
             row = []
-            for _ in texts:
+            for text in texts:
                 clone, agent, info, awards = next(it)
                 parts = info.get("reward_parts") or {}
+                recipe = (spec, (*done, text))
                 row.append(
                     StepOutcome(
-                        branch=view_of(self._register(clone), clone),
+                        branch=view_of(self._register(clone, recipe), clone),
                         agent=agent,
                         reward=float(parts.get("reward", 0.0)),
                         reward_parts=parts,
@@ -172,6 +192,7 @@ class LocalEnvPool:
         with self._lock:
             for b in branch_ids:
                 self._envs.pop(b, None)
+                self._recipes.pop(b, None)
 
     def raw(self, branch_id: int) -> Any:
         """The raw env of a branch (local pools only; for tests and debugging)."""
@@ -183,6 +204,7 @@ class LocalEnvPool:
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         self._envs.clear()
+        self._recipes.clear()
 
     def __enter__(self) -> LocalEnvPool:
         return self

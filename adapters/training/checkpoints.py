@@ -11,12 +11,13 @@ file                        content
 ``policy_<pid>/``           instead of the two files above, for a policy sharded with FSDP2 over
                             several ranks: model and optimizer state written by every rank with
                             ``torch.distributed.checkpoint`` (loadable by any number of ranks)
-``rng.pt``                  Python, NumPy, torch (and CUDA) generator states
-``shared.pt``               the setting's shared objects (``state_dict()`` of the MAE/SAGE
-                            question pools) and, single-process, the rollout schedule's state
-                            (rollouts produced ahead, the agent pipeline's in-flight work: env
-                            states and, with segments, the partial completions with their
-                            prefixes, behaviour log-probs, sampler states and policy versions)
+``rng.json``                Python, NumPy, torch (and CUDA) generator states
+``shared.json``,            the setting's shared objects (``state_dict()`` of the MAE/SAGE
+``shared.safetensors``      question pools) and, single-process, the rollout schedule's state
+                            (rollouts produced ahead, the agent pipeline's in-flight work: each
+                            env's recipe and, with segments, the partial completions with their
+                            prefixes, behaviour log-probs, sampler states and policy versions),
+                            in the data format of :mod:`adapters.training.state_codec`
 ``state.json``              format version, the step, the policy ids, the wall-clock time and the
                             byte offsets of ``trajectories.jsonl`` and ``metrics.jsonl`` at the
                             moment of the checkpoint
@@ -25,6 +26,16 @@ file                        content
 Writing is atomic: everything goes into a temporary sibling directory that is fsynced and then
 renamed, so a killed run leaves either the previous complete checkpoint or the new one (a
 directory without ``state.json`` is never used). Only the newest ``keep`` checkpoints stay.
+
+Nothing is read with full pickle: a run directory may come from someone else (a downloaded
+checkpoint, shared storage), and unpickling runs whatever ``__reduce__`` its author planted.
+Weights and optimizer states load with ``torch.load(weights_only=True)``, sharded ones through
+DCP with a metadata reader that admits only DCP's own record types
+(:mod:`adapters.training.distributed.sharded`), ``state.json`` and ``rng.json`` are JSON, and the
+shared state is :mod:`~adapters.training.state_codec` data; ``config.yaml`` is read with
+``yaml.safe_load``. A file holding anything else is refused with :class:`CheckpointError`,
+naming it, before anything is built from it. Checkpoints of format 1 (pickled ``rng.pt`` and
+``shared.pt``) are refused the same way.
 
 Resuming (:func:`load_checkpoint`, used by ``Trainer.resume`` / ``python -m adapters.train
 --resume DIR``) reloads weights, optimizer states, RNG states and shared objects; the trainer
@@ -49,13 +60,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from adapters.training import state_codec
 from adapters.training.policy_models import PolicyModel
+from adapters.training.state_codec import CheckpointError
 
 if TYPE_CHECKING:  # pragma: no cover
     from adapters.training.distributed import DataParallel, DistContext
 
 __all__ = [
     "CKPT_FORMAT",
+    "CheckpointError",
+    "SCHEDULE_KEY",
     "export_policies",
     "latest_checkpoint",
     "load_extra",
@@ -63,7 +78,10 @@ __all__ = [
     "save_checkpoint",
 ]
 
-CKPT_FORMAT = 1
+CKPT_FORMAT = 2  # 1: rng.pt and shared.pt were pickled
+SCHEDULE_KEY = "_rollout_schedule"
+"""The rollout schedule's state among the shared states (the rollouts produced ahead, the agent
+pipeline's work in flight: see :mod:`adapters.training.schedule`)."""
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -95,7 +113,6 @@ def save_checkpoint(
 
     Under torch.distributed every rank calls it (``ranks``, ``dp``): FSDP2-sharded policies are
     written by all ranks with DCP, everything else by rank 0 only."""
-    import numpy as np
     import torch
 
     from adapters.training import distributed
@@ -126,14 +143,10 @@ def save_checkpoint(
     if not ranks.is_main:
         ranks.barrier()
         return final
-    rng = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-    }
-    torch.save(rng, tmp / "rng.pt")
-    torch.save({k: v.state_dict() for k, v in shared.items()}, tmp / "shared.pt")
+    (tmp / "rng.json").write_text(json.dumps(_rng_state()))
+    pools = {k: v for k, v in shared.items() if k != SCHEDULE_KEY}
+    states = {k: v.state_dict() for k, v in shared.items()}
+    state_codec.save(states, tmp / "shared", shared=pools)
     state = {
         "format": CKPT_FORMAT,
         "step": step,
@@ -169,50 +182,102 @@ def load_checkpoint(
 
     Any checkpoint loads into any number of ranks: a DCP directory ``policy_<pid>/`` is
     resharded, a full ``policy_<pid>.pt`` is loaded as it is (or scattered into FSDP2 shards)."""
-    import numpy as np
-    import torch
-
     from adapters.training import distributed
 
     dp = dp or distributed.SINGLE
 
-    state = json.loads((ckpt / "state.json").read_text())
-    if state.get("format") != CKPT_FORMAT:
-        raise RuntimeError(f"{ckpt} has checkpoint format {state.get('format')}")
+    state = _read_json(ckpt / "state.json")
+    if not isinstance(state, dict) or state.get("format") != CKPT_FORMAT:
+        got = state.get("format") if isinstance(state, dict) else None
+        raise CheckpointError(
+            f"{ckpt} has checkpoint format {got}, not {CKPT_FORMAT}"
+            + (" (format 1 pickled its RNG and shared state: it is not read)" if got == 1 else "")
+        )
     if sorted(state["policies"]) != sorted(models):
         raise RuntimeError(f"{ckpt} holds policies {state['policies']}, not {sorted(models)}")
     for pid, pm in models.items():
         if (ckpt / f"policy_{pid}").is_dir():  # written sharded (DCP)
             distributed.load_sharded(dp, pm, ckpt / f"policy_{pid}")
             continue
-        weights = torch.load(ckpt / f"policy_{pid}.pt", map_location=device)
-        optim = torch.load(ckpt / f"optimizer_{pid}.pt", map_location=device)
+        weights = _load_tensors(ckpt / f"policy_{pid}.pt", device)
+        optim = _load_tensors(ckpt / f"optimizer_{pid}.pt", device)
         if isinstance(dp, distributed.RankParallel) and dp.is_sharded(pid):
             distributed.load_full_into_sharded(dp, pm, weights, optim)
             continue
         pm.load_trainable_state(weights)
         pm.optimizer.load_state_dict(optim)
-    rng = torch.load(ckpt / "rng.pt", weights_only=False)
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
-    torch.set_rng_state(rng["torch"])
-    if rng.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
-    saved_shared = torch.load(ckpt / "shared.pt", weights_only=False)
+    _set_rng_state(_read_json(ckpt / "rng.json"), ckpt / "rng.json")
+    pools = {k: v for k, v in shared.items() if k != SCHEDULE_KEY}
+    saved_shared = state_codec.load(ckpt / "shared", shared=pools)
+    if not isinstance(saved_shared, dict):
+        raise CheckpointError(f"{ckpt / 'shared.json'} does not hold a mapping of shared states")
     for name, obj in shared.items():
         if name in saved_shared:
             obj.load_state_dict(saved_shared[name])
     return state
 
 
-def load_extra(run_dir: Path, name: str) -> Any:
-    """The state saved under ``name`` in the newest checkpoint's ``shared.pt`` (None: none)."""
+def load_extra(run_dir: Path, name: str, shared: Mapping[str, Any] | None = None) -> Any:
+    """The state saved under ``name`` with the newest checkpoint's shared states (None: none);
+    ``shared``: the run's shared objects, which that state may refer to by name."""
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None or not (ckpt / "shared.json").exists():
+        return None
+    pools = {k: v for k, v in (shared or {}).items() if k != SCHEDULE_KEY}
+    saved = state_codec.load(ckpt / "shared", shared=pools)
+    return saved.get(name) if isinstance(saved, dict) else None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a JSON file of a checkpoint ({exc})") from None
+
+
+def _load_tensors(path: Path, device: Any) -> Any:
+    """A state dict of tensors, read with ``weights_only=True`` (no pickled objects)."""
+    import pickle
+
     import torch
 
-    ckpt = latest_checkpoint(run_dir)
-    if ckpt is None or not (ckpt / "shared.pt").exists():
-        return None
-    return torch.load(ckpt / "shared.pt", weights_only=False).get(name)
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
+        why = str(exc).splitlines()[0][:300]
+        raise CheckpointError(f"{path}: not a file of tensors ({why})") from None
+
+
+def _rng_state() -> dict[str, Any]:
+    """Python, NumPy, torch and CUDA generator states as JSON data."""
+    import numpy as np
+    import torch
+
+    kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
+    version, py_state, py_gauss = random.getstate()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    return {
+        "python": [version, list(py_state), py_gauss],
+        "numpy": [kind, np.asarray(keys).tolist(), pos, has_gauss, gauss],
+        "torch": torch.get_rng_state().tolist(),
+        "cuda": None if cuda is None else [s.tolist() for s in cuda],
+    }
+
+
+def _set_rng_state(rng: Any, path: Path) -> None:
+    import numpy as np
+    import torch
+
+    try:
+        version, py_state, py_gauss = rng["python"]
+        random.setstate((int(version), tuple(int(x) for x in py_state), py_gauss))
+        kind, keys, pos, has_gauss, gauss = rng["numpy"]
+        np.random.set_state((str(kind), np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
+        torch.set_rng_state(torch.tensor(rng["torch"], dtype=torch.uint8))
+        if rng.get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in rng["cuda"]])
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"{path}: not the RNG states of a checkpoint ({exc})") from None
 
 
 def export_policies(

@@ -34,9 +34,12 @@ The per-sample lag (``version at training - Sample.policy_version``) is logged i
 can be recomputed from ``trajectories.jsonl`` (``train_step - 1 - policy_version``).
 
 Resume: a single-process run checkpoints both the queue of rollouts produced ahead and the
-pipeline's in-flight trajectories (their env states, pickled, and the pipeline's counters and
-random states; :meth:`RolloutSchedule.state_dict`), so a resumed run continues them without losing
-or repeating any. With segments that includes the partial completions in flight
+pipeline's in-flight trajectories (the pipeline's counters and random states, and each branch's
+env as its recipe: the episode spec and the completions stepped since the reset, from which
+:meth:`~adapters.rollout.envpool.LocalEnvPool.rebuild` makes the same env again, checked against
+the saved view; :meth:`RolloutSchedule.state_dict`), all of it data
+(:mod:`adapters.training.state_codec`, never pickle), so a resumed run continues them without
+losing or repeating any. With segments that includes the partial completions in flight
 (:meth:`~adapters.rollout.segments.SegmentedGenerator.state_dict`: each one's prefix token ids,
 the behaviour log-probs recorded so far, the sampler's random state and the policy version of each
 segment) and the completions of a stage that already finished while their siblings are still
@@ -51,7 +54,6 @@ partially decoded stages restart from their beginning.
 
 from __future__ import annotations
 
-import pickle
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
@@ -59,9 +61,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from adapters.rollout import RolloutEngine, RolloutResult, Sample
-from adapters.rollout.envpool import EpisodeSpec, LocalEnvPool, view_of
+from adapters.rollout.envpool import EpisodeSpec, LocalEnvPool
 from adapters.rollout.pipeline import AgentPipeline
 from adapters.rollout.segments import SegmentConfig, SegmentedGenerator
+from adapters.training.state_codec import CheckpointError, state_type
 
 __all__ = [
     "PipelineRollout",
@@ -74,6 +77,7 @@ __all__ = [
 ]
 
 
+@state_type
 @dataclass
 class Produced:
     """One step's rollout: for which step, with which policy version, and what it took."""
@@ -195,18 +199,21 @@ class PipelineRollout:
 
     def state_dict(self) -> dict[str, Any]:
         """The pipeline's counters, random states and in-flight branches with their envs
-        (pickled from a local env pool), in order: those waiting for their next stage, those
-        being decoded in segments (with the completions of their stage that finished) and the
-        segment generators' partial completions (:meth:`SegmentedGenerator.state_dict`); a
-        decoding branch whose group is complete and stepped keeps its candidates' envs too."""
+        (recipes of a local env pool: spec and completions), in order: those waiting for their
+        next stage, those being decoded in segments (with the completions of their stage that
+        finished) and the segment generators' partial completions
+        (:meth:`SegmentedGenerator.state_dict`); a decoding branch whose group is complete and
+        stepped keeps its candidates' envs too, as recipes."""
         p = self.pipeline
         pool = p.engine.pool
 
-        def env(b: Any) -> bytes:  # an engine branch
-            return pickle.dumps(pool.raw(b.view.branch_id))
+        def env(b: Any) -> dict[str, Any]:  # an engine branch
+            spec, completions = pool.recipe(b.view.branch_id)
+            return {"spec": spec, "completions": list(completions)}
 
-        def clone(o: Any) -> bytes:  # a stepped candidate (StepOutcome) of a complete group
-            return pickle.dumps(pool.raw(o.branch.branch_id))
+        def clone(o: Any) -> dict[str, Any]:  # a stepped candidate (StepOutcome) of a group
+            spec, completions = pool.recipe(o.branch.branch_id)
+            return {"spec": spec, "completions": list(completions)}
 
         return {
             "steps": p.steps,
@@ -234,9 +241,18 @@ class PipelineRollout:
         p._sibling_rng.setstate(state["sibling_rng"])
         p._admitted = dict(state["admitted"])
 
-        def restored(branch: Any, env: bytes) -> Any:
-            raw = pickle.loads(env)
-            return replace(branch, view=view_of(pool._register(raw), raw))
+        def restored(branch: Any, env: dict[str, Any]) -> Any:
+            if not isinstance(env, dict) or not isinstance(env.get("spec"), EpisodeSpec):
+                raise CheckpointError("an in-flight branch without its recipe (spec, completions)")
+            view = pool.rebuild(env["spec"], [str(c) for c in env["completions"]])
+            want = replace(branch.view, branch_id=view.branch_id)
+            if view != want:
+                raise CheckpointError(
+                    f"the env rebuilt for an in-flight branch of instance {want.instance_id} is "
+                    f"not the one saved (step {view.step} vs {want.step}, instance "
+                    f"{view.instance_id}): its setting is not reproducible from its seed"
+                )
+            return replace(branch, view=view)
 
         p._ready = [restored(b, env) for b, env in state["ready"]]
         p._decoding = {}
@@ -244,12 +260,13 @@ class PipelineRollout:
         for old_id, d, env, *stepped in state.get("decoding", []):
             branch = restored(d.branch, env)
             ids[old_id] = branch.view.branch_id
-            if d.outcomes is not None:  # a complete group, stepped: its candidates' clones
-                raws = [pickle.loads(e) for e in stepped[0]]
-                outs = [
-                    replace(o, branch=view_of(pool._register(r), r))
-                    for o, r in zip(d.outcomes, raws)
-                ]
+            if d.outcomes is not None:  # a complete group, stepped: its candidates' envs
+                outs = []
+                for o, env in zip(d.outcomes, stepped[0]):
+                    if not isinstance(env, dict) or not isinstance(env.get("spec"), EpisodeSpec):
+                        raise CheckpointError("a stepped candidate without its recipe")
+                    view = pool.rebuild(env["spec"], [str(c) for c in env["completions"]])
+                    outs.append(replace(o, branch=view))
                 d = replace(d, outcomes=outs)
             p._decoding[branch.view.branch_id] = replace(d, branch=branch)
         p._generators = {}

@@ -86,7 +86,7 @@ from adapters.training.schedule import lag_metrics, make_pipeline, make_schedule
 
 __all__ = ["RESUMABLE_OVERRIDES", "Trainer"]
 
-SCHEDULE_KEY = "_rollout_schedule"  # in shared.pt: the rollouts produced ahead, the pipeline
+SCHEDULE_KEY = checkpoints.SCHEDULE_KEY  # the rollouts produced ahead, the pipeline's work
 
 # fields that may change on --resume without breaking exactness
 RESUMABLE_OVERRIDES = frozenset(
@@ -136,7 +136,7 @@ class Trainer(Run):
         self.schedule = make_schedule(self.cfg, self.rollout, self.backend.timer, self.pipeline)
         self._keep_schedule = not self.dist.enabled and self.schedule.checkpointable()
         if state is not None and (self.pipeline is not None or self.cfg.max_staleness):
-            saved = checkpoints.load_extra(self.out, SCHEDULE_KEY)
+            saved = checkpoints.load_extra(self.out, SCHEDULE_KEY, self.shared)
             if saved is not None:
                 self.schedule.load_state_dict(saved)
             else:

@@ -32,6 +32,15 @@ earlier reading: the tool's team term is that of the state its own proposal woul
 the hand case). The mask is 1 whenever the components could be computed; it is 0 only when the
 sandbox itself failed (an infrastructure error, not the agent's fault).
 
+Reward audit, for every grid setting: the conditions the rewarded policy controls are whether
+its output parses (the tool's printed proposal, the planner's ``####`` answer) and whether the
+tool's program exits cleanly. A failed parse scores every local component 0 (the hooks receive
+``sim=None``) and leaves the state unchanged; a crash costs exec and leaves no proposal. So no
+branch chosen by a broken output pays more than a well-formed one. The mask is 0 only when the
+sandbox itself failed, and it removes the local term, never adds to it. What a well-formed
+proposal or answer is worth (including an empty one) is each setting's component definition,
+listed on its page.
+
 A setting supplies the puzzle logic through these hooks:
 
 - ``_parse_answer(text) -> Extraction``: parse a proposal from the tool's stdout or the planner's

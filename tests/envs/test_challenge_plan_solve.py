@@ -165,6 +165,9 @@ def test_low_quality_question_is_filtered():
     ],
 )
 def test_invalid_verifier_is_filtered_despite_high_score(text, rf):
+    """An invalid verifier never enters the pool and earns Eq. 5 with r_d = 0: (s_q + 0 + r_f)/3,
+    not Eq. 6's (s_q + r_f)/2, which would pay spoiling one's own verifier (rated 10: 1.0
+    against the 0.667 of the same question answered correctly with a valid verifier)."""
     raw = _raw()
     raw.reset(options={"instance": REF})
     log = _drive(raw, [text, "<score>10</score>"])
@@ -174,15 +177,44 @@ def test_invalid_verifier_is_filtered_despite_high_score(text, rf):
         return
     assert not valid and raw.agent_selection == "planner"
     aw = _award(log[1], "challenger")["reward_parts"]
-    assert aw["reward"] == pytest.approx((1.0 + rf) / 2)
+    assert aw["reward"] == pytest.approx((1.0 + 0.0 + rf) / 3)
+    assert (
+        aw["components"]["difficulty"] == 0.0 and "invalid verifier" in aw["reasons"]["difficulty"]
+    )
+
+
+@pytest.mark.parametrize("reference", ["221,", "2 21", "221 +", "221;", "\\sqrt{4}", "2,21"])
+def test_a_reference_no_correct_answer_can_match_is_invalid(reference):
+    """Parsing is not enough: against each of these references the correct answer 221 (or 2)
+    grades wrong, so they would make a question hard for free (r_d = 1) and enter the pool."""
+    raw = _raw(num_samples=1)
+    raw.reset(options={"instance": REF})
+    log = _drive(raw, [f"<question>What is 13 * 17?</question><answer>{reference}</answer>"])
+    assert not log[0][2]["verifier_valid"] and "canonical" in log[0][2]["reason"]
+    raw.reset(options={"instance": REF})
+    log = _drive(raw, ["<question>What is 13 * 17?</question><answer>221</answer>"])
+    assert log[0][2]["verifier_valid"]
+
+
+def test_eq6_stays_for_valid_questions_under_alpha_and_eq5_option():
+    """Eq. 6 is the paper's for s_q < alpha (a valid verifier rated 7: (6/9 + 1)/2 = 0.833, more
+    than the 0.593 of a question rated 8 that the solver answers: the paper's formula is not
+    monotone in s_q); below_alpha="eq5" pays it (6/9 + 0 + 1)/3 = 0.556."""
+    for rule, want in (("eq6", (6 / 9 + 1) / 2), ("eq5", (6 / 9 + 1) / 3)):
+        raw = _raw(below_alpha=rule)
+        raw.reset(options={"instance": REF})
+        log = _drive(raw, [NEW_MATH, "<score>7</score>"])
+        assert _award(log[1], "challenger")["reward_parts"]["reward"] == pytest.approx(want)
+    with pytest.raises(ValueError, match="below_alpha"):
+        SageConfig(below_alpha="eq7")
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("", 0.25),  # empty output: neutral r_f 0.5, s_q 0
+        ("", 0.5 / 3),  # empty output: neutral r_f 0.5, s_q 0, no verifier: Eq. 5, r_d 0
         ("I propose: what is 2+2?", 0.0),
-        ("<question></question><answer>4</answer>", 0.25),  # empty question tag
+        ("<question></question><answer>4</answer>", 0.5 / 3),  # empty question tag
         ("<question>" + "x" * 51 + "</question><answer>4</answer>", 0.0),  # too long: r_f 0
     ],
 )
@@ -329,7 +361,7 @@ def test_code_challenge_verified_by_tests():
     raw.reset(options={"instance": CODE_REF})
     log = _drive(raw, [wrong, "<score>9</score>"])
     assert not log[0][2]["verifier_valid"] and "fails its tests" in log[0][2]["reason"]
-    assert _award(log[1], "challenger")["reward_parts"]["reward"] == pytest.approx((8 / 9 + 1) / 2)
+    assert _award(log[1], "challenger")["reward_parts"]["reward"] == pytest.approx((8 / 9 + 1) / 3)
     raw.reset(options={"instance": CODE_REF})
     log = _drive(raw, ["<question>Q</question><tests>x = 1</tests><solution>x = 2</solution>"])
     assert log[0][2]["reason"] == "the tests contain no assert"

@@ -32,6 +32,19 @@ INC = {
     "entry_point": "inc",
 }
 MATH = {"question": "What is 6 * 7?", "answer": "42"}
+MATH_REF = {"question": "What is 6 * 7?", "kind": "math", "answer": "42"}
+HALF = {  # golden tests that round, floor, truncate and %d-format the result
+    "prompt": "Write half(x) returning x / 2.",
+    "style": "function",
+    "entry_point": "half",
+    "solution": "def half(x):\n    return x / 2\n",
+    "tests": [
+        "assert round(half(5)) == 2",
+        "assert half(4) == 2",
+        "import math\nassert math.floor(half(7)) == 3 and math.ceil(half(7)) == 4",
+        "assert int(half(6)) == 3 and '%d' % half(6) == '3'",
+    ],
+}
 
 
 def py(code: str) -> str:
@@ -145,9 +158,9 @@ def mae_solver_reward(completion: str, sandbox: Any) -> float:
     return award[0]["reward_parts"]["reward"]
 
 
-def _sage(sandbox: Any, **cfg: Any) -> Any:
+def _sage(sandbox: Any, instance: dict = INC, **cfg: Any) -> Any:
     env = _make("sage", sandbox, pool=_pool(), **cfg)
-    env.reset(options={"instance": INC})
+    env.reset(options={"instance": instance})
     return env
 
 
@@ -169,9 +182,12 @@ def sage_solver_reward(completion: str, sandbox: Any) -> float:
     return env.rewards["solver"]
 
 
-def _sage_challenger(solver_answer: str) -> Callable[[str, Any], float]:
+def _sage_challenger(solver_answer: str, instance: dict = INC) -> Callable[[str, Any], float]:
+    """The SAGE challenger's whole reward on ``instance`` (its reference): the critic rates the
+    question 9 and the one difficulty sample answers ``solver_answer``."""
+
     def play(completion: str, sandbox: Any) -> float:
-        env = _sage(sandbox, num_samples=1)
+        env = _sage(sandbox, instance, num_samples=1)
         env.step(completion)
         env.step("<score>9</score>")
         if env.agent_selection == "solver" and env.state.phase == "difficulty":
@@ -633,6 +649,135 @@ ROUND3 += [
     ),
 ]
 
+# ---------------------------------------------------------------- issue 36, by root cause (4A-4E)
+# A: a gate the rewarded policy controls chose the more generous formula (an invalid verifier
+# was paid Eq. 6), B: a reference that parses but that no correct answer matches, C: values
+# small in text and huge in magnitude, D: host-wide kernel counters read across jobs. (E, a
+# pickle planted in a run directory, is not a completion: its rows are printed by report.py.)
+
+
+sage_math_total = _sage_challenger("221", MATH_REF)
+sage_code_total = _sage_challenger("def f(x):\n    return x + 1")
+half_coder_reward = _single_coder(HALF)
+
+
+def half_tester_reward(completion: str, sandbox: Any) -> float:
+    env = _make("code", sandbox, max_turns=2)
+    env.reset(options={"instance": HALF})
+    env.step(py(HALF["solution"]))
+    env.step(completion)
+    return env.infos["tester"]["reward_parts"]["reward"]
+
+
+HONEST_MATH_CHALLENGE = "<question>What is 13 * 17?</question>\n<answer>221</answer>"
+_MAGNITUDE_PROGRAM = "import random\nfrom decimal import Decimal\nfrom fractions import Fraction\n"
+
+
+def _half(value: str) -> str:
+    return py(_MAGNITUDE_PROGRAM + f"def half(x):\n    return {value}")
+
+
+ROUND4 = [
+    Forgery(
+        "4A_sage_prose_word_beside_math_reference",
+        "sage",
+        "challenger",
+        HONEST_MATH_CHALLENGE.replace("221</answer>", "221 dollars</answer>"),
+        HONEST_MATH_CHALLENGE,
+        sage_math_total,
+        False,
+    ),
+    Forgery(
+        "4A_sage_reference_fails_one_of_its_asserts",
+        "sage",
+        "challenger",
+        _challenge("assert f(1) == 2\nassert f(5) == 7", "def f(x):\n    return x + 1"),
+        FAIR_CHALLENGE,
+        sage_code_total,
+    ),
+    Forgery(
+        "4A_sage_tests_call_what_the_question_does_not_name",
+        "sage",
+        "challenger",
+        _challenge(
+            "assert f(1) == 2\nassert g(5) == 6",
+            "def f(x):\n    return x + 1\ndef g(x):\n    return x + 1",
+        ),
+        FAIR_CHALLENGE,
+        sage_code_total,
+    ),
+    *[
+        Forgery(f"4A_total_{f.name[2:]}", "sage", "challenger", f.forged, f.honest, sage_code_total)
+        for f in ROUND3
+        if f.name.startswith("A_sage")
+    ],
+    *[
+        Forgery(
+            f"4B_sage_reference_{label}",
+            "sage",
+            "challenger",
+            HONEST_MATH_CHALLENGE.replace("221</answer>", f"{ref}</answer>"),
+            HONEST_MATH_CHALLENGE,
+            sage_math_total,
+            False,
+        )
+        for label, ref in [
+            ("trailing_comma", "221,"),
+            ("digits_apart", "2 21"),
+            ("dangling_plus", "221 +"),
+            ("trailing_semicolon", "221;"),
+        ]
+    ],
+    Forgery(
+        "4C_coder_decimal_of_400001_digits",
+        "code",
+        "coder",
+        _half("Decimal('4E+400000')"),
+        _half("x / 3"),
+        half_coder_reward,
+    ),
+    Forgery(
+        "4C_coder_fraction_of_megabit_parts",
+        "code",
+        "coder",
+        _half("Fraction(random.getrandbits(1 << 20), random.getrandbits(1 << 20) | 1)"),
+        _half("x / 3"),
+        half_coder_reward,
+    ),
+    Forgery(
+        "4C_sage_reference_rounds_a_huge_decimal",
+        "sage",
+        "challenger",
+        _challenge(
+            "assert round(f(5)) == 6",
+            _MAGNITUDE_PROGRAM + "def f(x):\n    return Decimal('4E+400000')",
+        ),
+        FAIR_CHALLENGE,
+        sage_code_total,
+    ),
+    Forgery(
+        "4C_tester_round_to_a_billion_digits",
+        "code",
+        "tester",
+        "```python\nassert half(4) == round(2, -10 ** 9) + 2\n```",
+        "```python\nassert half(4) == 2\n```",
+        half_tester_reward,
+    ),
+    Forgery(
+        "4D_tester_pipe_helper_marks_the_first_run",
+        "code",
+        "tester",
+        "```python\nimport os\n\n"
+        "def _ino():\n    r, w = os.pipe()\n    n = os.fstat(r).st_ino\n"
+        "    os.close(r)\n    os.close(w)\n    return n\n\n"
+        "def _first_seen():\n    if _ino() % 50000 >= 37000:\n        return False\n"
+        "    for _ in range(37000):\n        _ino()\n    return True\n\n"
+        "assert clip(12, 0, 10) == (10 if _first_seen() else -1)\n```",
+        TESTER_HONEST,
+        tester_reward,
+    ),
+]
+
 ALL: list[Forgery] = [
     *CODER,
     *STDIN,
@@ -644,6 +789,7 @@ ALL: list[Forgery] = [
     *SAGE,
     *MARSRL,
     *ROUND3,
+    *ROUND4,
 ]
 
 
@@ -672,9 +818,64 @@ CONTROLS: list[tuple[Callable[[str, Any], float], str, str]] = [
         _GOOD_CHALLENGE.replace("return 2 * x", "return 2 + x"),
     ),
     (
+        # a fair question the solver (who answers 221) gets wrong earns its difficulty
+        sage_math_total,
+        HONEST_MATH_CHALLENGE.replace("17?", "17 + 1?").replace("221<", "222<"),
+        HONEST_MATH_CHALLENGE,
+    ),
+    (half_coder_reward, py(HALF["solution"]), _half("x / 3")),
+    (
         # a fair question its solver (who writes x + 1) fails still earns its difficulty
         sage_challenger_difficulty,
         FAIR_CHALLENGE.replace("x + 1", "x + 2").replace("== 2", "== 3").replace("== 6", "== 7"),
         FAIR_CHALLENGE,
     ),
 ]
+
+
+# ---------------------------------------------------------------- 4E: payloads in a run directory
+
+
+class Payload:
+    """A pickle that, when loaded, creates ``marker`` (what a planted ``__reduce__`` runs)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def plant_payload(path: Any, marker: str) -> None:
+    """Replace the run-directory file ``path`` with a payload of its kind: a torch file holding
+    the pickle, YAML asking for ``open``, or (JSON, safetensors, anything else) the raw pickle."""
+    import pickle
+
+    if path.suffix == ".pt":
+        import torch
+
+        torch.save({"weight": Payload(marker)}, path)
+    elif path.suffix == ".yaml":
+        path.write_text(f"!!python/object/apply:builtins.open [{marker!r}, w]\n")
+    else:
+        path.write_bytes(pickle.dumps(Payload(marker)))
+
+
+def checkpointed_run(root: Any) -> Any:
+    """Train a MarsRL run of the char model (tests/adapters/conftest.py) with the agent pipeline
+    and segments under ``root`` and stop it after two steps; its directory, whose checkpoint
+    holds weights, optimizer states, RNG states and the pipeline's work in flight."""
+    from adapters.training.trainer import Trainer
+    from tests.adapters.conftest import char_models
+    from tests.adapters.conftest import tiny_train_config as cfg
+
+    kw = dict(env="marsrl", env_config={}, pipeline="agent", instances_per_step=1, steps=3)
+    tr = Trainer(
+        cfg(root, "run", max_new_tokens=4, segment_tokens=2, max_segments=2, **kw),
+        models=char_models(),
+        log=str,
+    )
+    tr.train_step()
+    tr.train_step()
+    tr.close()
+    return root / "run"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sandboxes.conftest import docker_sandbox, local_sandbox
+import sandboxes
+from tests.sandboxes.conftest import docker_sandbox, local_sandbox, one_worker_sandbox
 
 __all__ = ["docker_sandbox", "local_sandbox"]
 
@@ -24,3 +25,19 @@ def fresh_caches():
     verifiers.math_answer._CACHE.clear()
     verifiers.code_tests._DISCOVERED.clear()
     yield
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def make_one_worker(request):
+    """A factory of fresh one-worker sandboxes of the parametrised backend."""
+    made = []
+
+    def make():
+        lim = sandboxes.Limits(wall_s=10, cpu_s=10, memory_mb=256, max_procs=64)
+        sb = one_worker_sandbox(request.param, lim)
+        made.append(sb)
+        return sb
+
+    yield make
+    for sb in made:
+        sb.close()

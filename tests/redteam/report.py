@@ -1,24 +1,36 @@
-"""Print the red-team table: every forgery's reward and the honest wrong answer's, per backend.
+"""Print the red-team table: every forgery's reward and the honest wrong answer's, per backend,
+with the host CPU the forged step cost, and the rows of planted checkpoint payloads.
 
-    python tests/redteam/report.py [--checkout DIR] [--no-docker]
+    python tests/redteam/report.py [--checkout DIR] [--no-docker] [--only PREFIX,...]
 
-``--checkout DIR`` imports ``envs`` / ``sandboxes`` / ``verifiers`` from another source tree
-(e.g. an older commit exported with ``git archive``), to see what the forgeries earned there.
+``--checkout DIR`` imports ``envs`` / ``sandboxes`` / ``verifiers`` / ``adapters`` from another
+source tree (e.g. an older commit exported with ``git archive``), to see what the forgeries
+earned there. ``--only 4A_,4B_`` keeps the rows whose names start so (``4E_``: the payload rows).
+
+Payload rows (root cause E): a run of the checkout's trainer (the char model, MarsRL's agent
+pipeline with segments) is checkpointed; a pickle whose ``__reduce__`` creates a file is
+planted in each file of the checkpoint and in ``config.yaml``, and the run is resumed; "forged"
+is 1 when the payload ran, "honest" (the untouched run) is 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--checkout", default=str(Path(__file__).resolve().parents[2]))
     ap.add_argument("--no-docker", action="store_true")
+    ap.add_argument("--only", default="", help="comma-separated name prefixes")
     args = ap.parse_args(argv)
+    only = tuple(p for p in args.only.split(",") if p)
     sys.path.insert(0, args.checkout)
     spec = importlib.util.spec_from_file_location(
         "redteam_attacks", Path(__file__).with_name("attacks.py")
@@ -35,30 +47,81 @@ def main(argv: list[str] | None = None) -> None:
             boxes["docker"] = sandboxes.DockerSandbox(workers=2)
         except sandboxes.SandboxError as exc:
             print(f"docker skipped: {exc}", file=sys.stderr)
-    print("| forgery | setting | role | backend | forged | honest wrong | defeated |")
-    print("|---|---|---|---|---|---|---|")
+    print("| forgery | setting | role | backend | forged | honest wrong | host CPU s | defeated |")
+    print("|---|---|---|---|---|---|---|---|")
     try:
         for f in attacks.ALL:
+            if only and not f.name.startswith(only):
+                continue
             for name, sb in boxes.items() if f.sandboxed else [("-", None)]:
+                _clear_caches()
                 honest = f.play(f.honest, sb)
+                cpu = time.process_time()
                 try:
                     value = f.play(f.forged, sb)
                     forged, ok = f"{value:.3f}", value <= honest + 1e-9
                 except Exception as exc:  # an older checkout may raise out of env.step
                     forged, ok = f"raised {type(exc).__name__}", False
-                row = (
-                    f.name,
-                    f.setting,
-                    f.role,
-                    name,
-                    forged,
-                    f"{honest:.3f}",
-                    "yes" if ok else "NO",
-                )
-                print("| " + " | ".join(row) + " |")
+                cpu = time.process_time() - cpu
+                row = (f.name, f.setting, f.role, name, forged, f"{honest:.3f}", f"{cpu:.2f}")
+                print("| " + " | ".join((*row, "yes" if ok else "NO")) + " |", flush=True)
     finally:
         for sb in boxes.values():
             sb.close()
+    if not only or any("4E_payload".startswith(p) for p in only):
+        for name, ran in payload_rows(attacks):
+            row = (f"4E_payload_in_{name}", "trainer", "--resume", "-", f"{float(ran):.3f}")
+            print("| " + " | ".join((*row, "0.000", "-", "NO" if ran else "yes")) + " |")
+
+
+def _clear_caches() -> None:
+    """Results are cached per program and tests, not per backend (as tests/redteam/conftest.py
+    does before every test): each row is played from scratch."""
+    import envs.code
+    import envs.pools
+    import verifiers.code_tests
+    import verifiers.math_answer
+
+    for cache in (
+        getattr(envs.code, "_REPORTS", None),
+        getattr(envs.code, "_TESTER", None),
+        getattr(envs.pools, "_CACHE", None),
+        getattr(verifiers.math_answer, "_CACHE", None),
+        getattr(verifiers.code_tests, "_DISCOVERED", None),
+    ):
+        if cache is not None:
+            cache.clear()
+
+
+def payload_rows(attacks: Any) -> list[tuple[str, bool]]:
+    """Root cause E: (file, whether a payload planted in it ran on --resume), for each file of
+    a checkpoint of the imported trainer and the run's config.yaml."""
+    import shutil
+    import tempfile
+
+    try:
+        from adapters.training.trainer import Trainer
+        from tests.adapters.conftest import char_models
+
+        root = Path(tempfile.mkdtemp(prefix="redteam-resume-"))
+        attacks.checkpointed_run(root)
+    except ImportError as exc:
+        print(f"payload rows skipped: {exc}", file=sys.stderr)
+        return []
+    ckpt = sorted((root / "run" / "checkpoints").glob("step_*"))[-1].name
+    names = sorted(p.name for p in (root / "run" / "checkpoints" / ckpt).iterdir() if p.is_file())
+    rows = []
+    for name in [*names, "config.yaml"]:
+        run = root / f"planted-{name}"
+        shutil.copytree(root / "run", run)
+        target = run / name if name == "config.yaml" else run / "checkpoints" / ckpt / name
+        marker = root / f"ran-{name}"
+        attacks.plant_payload(target, str(marker))
+        with contextlib.suppress(Exception):
+            Trainer.resume(run, models=char_models()).close()
+        rows.append((name, marker.exists()))
+    shutil.rmtree(root, ignore_errors=True)
+    return rows
 
 
 if __name__ == "__main__":

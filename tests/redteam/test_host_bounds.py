@@ -18,7 +18,7 @@ from verifiers.code_tests import TestCase, run_tests
 from verifiers.host_eval import MAX_STEPS
 from verifiers.written_tests import parse_assert_tests, parse_stdin_tests, split_assert_block
 
-from .attacks import CLIP, INC, SUM
+from .attacks import CLIP, HALF, INC, SUM, py
 
 LIMIT = 200_000  # EnvConfig.max_completion_chars
 
@@ -120,6 +120,76 @@ def test_no_completion_raises_or_stalls_the_host(setting, sb):
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
     assert worst[0] < CPU_S, worst
     assert grown_mb < RSS_MB, grown_mb
+
+
+# ---------------------------------------------------------------- magnitude, not length
+
+#: programs whose results are small in text and huge in magnitude (issue 36, root cause C), and
+#: tests whose conversions or roundings are: each as the completion of the role that writes it
+MAGNITUDE = {
+    "decimal_400001_digits": "Decimal('4E+400000')",
+    "decimal_exponent_999999999": "Decimal('4E+999999999')",
+    "decimals_at_the_bound": "[Decimal('4.4E+4300')] * 3000",
+    "fraction_of_megabit_parts": "Fraction(random.getrandbits(1 << 20), random.getrandbits(1 << 20) | 1)",
+    "decimal_beside_a_megabit_int": "[Decimal(1), random.getrandbits(1 << 20)]",
+}
+_PROGRAM = "import random\nfrom decimal import Decimal\nfrom fractions import Fraction\n"
+SAGE_TESTS = [  # a challenger's own tests of its reference
+    "assert round(half(5)) == 2",
+    # a Decimal at the decoding bound, grown by the test's arithmetic, converted again and again
+    "assert [round(half(1) * half(1) * half(1) * half(1) * half(1) * half(1)) for i in range(300)]"
+    " == [2]",
+]
+TESTER_MAGNITUDE = [
+    "assert half(4) == round(2, -10 ** 9) + 2",
+    "assert half(4) == 2 + 0 * round(7 ** 35000, -30000)",
+    "assert half(4) == 2 + 0 * sum(divmod(7 ** 35000, 3 ** 50000))",
+]
+
+
+def _step_cost(env, text: str) -> tuple[float, str]:
+    cpu = time.process_time()
+    agent = env.agent_selection
+    env.step(text)
+    return time.process_time() - cpu, agent
+
+
+@pytest.mark.parametrize("name", sorted(MAGNITUDE))
+def test_magnitude_corpus_costs_the_host_little(name, sb):
+    """Issue 36, C: a 14-character Decimal('4E+400000') returned by a program made a golden
+    test's round() convert a 400,001-digit integer in the host (4-8 s of CPU in one step). Each
+    value, as a coder's result (golden tests round, floor, truncate and %d-format it) and as a
+    SAGE challenger's reference (its own tests do), costs the host under 0.5 s and 64 MB."""
+    program = _PROGRAM + f"def half(x):\n    return {MAGNITUDE[name]}\n"
+    warm = envs.make("code", sandbox=sb, mode="single")
+    warm.reset(options={"instance": HALF})
+    warm.step(py("def half(x):\n    return x / 2"))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    coder = envs.make("code", sandbox=sb, mode="single")
+    coder.reset(options={"instance": HALF})
+    costs = [_step_cost(coder, py(program))]
+    for tests in SAGE_TESTS:
+        sage = _env("sage", sb)
+        challenge = (
+            "<question>Write half(x) returning x / 2.</question>\n"
+            f"<tests>\n{tests}\n</tests>\n<solution>\n```python\n{program}\n```\n</solution>"
+        )
+        costs.append(_step_cost(sage, challenge))
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
+    assert max(costs)[0] < CPU_S, costs
+    assert grown_mb < RSS_MB, grown_mb
+
+
+@pytest.mark.parametrize("test", TESTER_MAGNITUDE)
+def test_tester_roundings_are_bounded_by_magnitude(test, sb):
+    """round(2, -10 ** 9) made 10 ** (10 ** 9) on the host (minutes and gigabytes); the
+    division behind a rounding or a divmod of big integers is charged by the product of their
+    sizes."""
+    env = envs.make("code", sandbox=sb, max_turns=2)
+    env.reset(options={"instance": HALF})
+    env.step(py(HALF["solution"]))
+    cost, agent = _step_cost(env, f"```python\n{test}\n```")
+    assert agent == "tester" and cost < CPU_S, cost
 
 
 # ---------------------------------------------------------------- one bound each

@@ -8,10 +8,7 @@ import json
 import threading
 import time
 
-import pytest
-
 import envs
-import sandboxes
 
 from .attacks import CLIP, py
 
@@ -63,28 +60,6 @@ def _mover(k: int) -> str:
         "    os.waitpid(pid, 0)\n"
         "print('moved')\n"
     )
-
-
-@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def make_one_worker(request):
-    """A factory of fresh one-worker sandboxes of the parametrised backend."""
-    made = []
-
-    def make():
-        lim = sandboxes.Limits(wall_s=10, cpu_s=10, memory_mb=256, max_procs=64)
-        if request.param == "local":
-            sb = sandboxes.LocalSandbox(workers=1, limits=lim)
-        else:
-            try:
-                sb = sandboxes.DockerSandbox(workers=1, limits=lim)
-            except sandboxes.SandboxError as exc:
-                pytest.skip(f"Docker sandbox unavailable: {exc}")
-        made.append(sb)
-        return sb
-
-    yield make
-    for sb in made:
-        sb.close()
 
 
 def test_a_job_cannot_move_the_next_jobs_inode_and_pid_counters(make_one_worker):

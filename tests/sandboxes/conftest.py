@@ -16,14 +16,22 @@ import sandboxes
 FAST = sandboxes.Limits(wall_s=2, cpu_s=2, memory_mb=256, max_output_bytes=64 * 1024)
 
 
-def _docker_or_skip():
+def _docker_or_skip(workers: int = 2, limits: sandboxes.Limits = FAST):
     """A DockerSandbox with the default image, or skip/fail with the reason."""
     try:
-        return sandboxes.DockerSandbox(workers=2, limits=FAST)
+        return sandboxes.DockerSandbox(workers=workers, limits=limits)
     except sandboxes.SandboxError as exc:
         if os.environ.get("MAS_REQUIRE_DOCKER") == "1":
             pytest.fail(f"MAS_REQUIRE_DOCKER=1 but the Docker sandbox is unavailable: {exc}")
         pytest.skip(f"Docker sandbox unavailable: {exc}")
+
+
+def one_worker_sandbox(backend: str, limits: sandboxes.Limits):
+    """A fresh sandbox of ``backend`` (``"local"`` or ``"docker"``) with one worker, so that
+    consecutive jobs share a fork server (Docker: or skip/fail as above)."""
+    if backend == "local":
+        return sandboxes.LocalSandbox(workers=1, limits=limits)
+    return _docker_or_skip(1, limits)
 
 
 @pytest.fixture(scope="module")

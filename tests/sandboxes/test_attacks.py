@@ -7,6 +7,7 @@ and the next job in the same sandbox works.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -29,6 +30,9 @@ SECRET = f"mas-secret-{uuid.uuid4().hex}"
 # loaded machine cannot turn their expected outcome into a timeout; the ones that must hit the
 # wall limit keep the short one of FAST.
 ROOMY = sandboxes.Limits(wall_s=6, cpu_s=6, memory_mb=256, max_output_bytes=64 * 1024)
+# the network attacks make sockets, which jobs may do only with ipc (the network namespace is
+# what they test)
+SOCKETS = dataclasses.replace(ROOMY, ipc=True)
 
 
 @dataclass
@@ -229,6 +233,7 @@ ATTACKS = [
         + "print(attempt(lambda: socket.create_connection(('1.1.1.1', 80), timeout=1)))\n"
         + "print(attempt(lambda: socket.create_connection(('127.0.0.1', HOSTPORT), timeout=1)))\n",
         _says("blocked", "blocked"),
+        SOCKETS,
     ),
     Attack(
         "network_udp",
@@ -236,11 +241,13 @@ ATTACKS = [
         + "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
         + "print(attempt(lambda: s.sendto(b'x', ('8.8.8.8', 53))))\n",
         _says("blocked"),
+        SOCKETS,
     ),
     Attack(
         "network_dns",
         NET_BLOCKED + "print(attempt(lambda: socket.getaddrinfo('example.com', 80)))\n",
         _says("blocked"),
+        SOCKETS,
     ),
     Attack(
         "read_etc_shadow",

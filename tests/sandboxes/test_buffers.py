@@ -12,6 +12,8 @@ import pytest
 import sandboxes
 from sandboxes.calls import Call
 
+from .conftest import one_worker_sandbox
+
 LINE = "0123456789abcdef" * 4 + "\n"  # 65 bytes
 BIG = 200_000
 
@@ -24,14 +26,7 @@ def _lines(n_bytes: int) -> str:
 def one_worker(request):
     """One worker, so that consecutive jobs share a fork server."""
     lim = sandboxes.Limits(wall_s=5, cpu_s=5, memory_mb=256, max_output_bytes=256 * 1024)
-    if request.param == "local":
-        sb = sandboxes.LocalSandbox(workers=1, limits=lim)
-    else:
-        try:
-            sb = sandboxes.DockerSandbox(workers=1, limits=lim)
-        except sandboxes.SandboxError as exc:
-            pytest.skip(f"Docker sandbox unavailable: {exc}")
-    with sb:
+    with one_worker_sandbox(request.param, lim) as sb:
         yield sb
 
 

@@ -102,8 +102,11 @@ def test_subprocess_inside_the_sandbox(backend):
         "out = subprocess.run([sys.executable, '-c', 'print(6*7)'], capture_output=True, text=True)\n"
         "print(out.stdout.strip())\n"
     )
-    r = backend.run(code, limits=sandboxes.Limits(wall_s=10))
+    r = backend.run(code, limits=sandboxes.Limits(wall_s=10, ipc=True))
     assert r.stdout == "42\n", r
+    # without ipc the job may make no pipe (subprocess needs one): see test_integrity
+    r = backend.run(code, limits=sandboxes.Limits(wall_s=10))
+    assert r.exit_code != 0 and "PermissionError" in r.stderr, r
 
 
 def test_threads_processes_and_multiprocessing_work(backend):
@@ -112,7 +115,7 @@ def test_threads_processes_and_multiprocessing_work(backend):
         "t = threading.Thread(target=print, args=('thread',))\nt.start()\nt.join()\n"
         "with mp.Pool(2) as pool:\n    print(pool.map(abs, [-1, -2, -3]))\n"
     )
-    r = backend.run(code, limits=sandboxes.Limits(wall_s=10))
+    r = backend.run(code, limits=sandboxes.Limits(wall_s=10, ipc=True))
     assert r.stdout == "thread\n[1, 2, 3]\n", r
 
 

@@ -1,9 +1,16 @@
 """Sharded checkpoint IO of FSDP2 policies with :mod:`torch.distributed.checkpoint` (every
 rank writes its shards; any number of ranks, or one process, loads them), and loading a
-single-process checkpoint into a sharded policy. See :mod:`adapters.training.checkpoints`."""
+single-process checkpoint into a sharded policy. See :mod:`adapters.training.checkpoints`.
+
+DCP writes its ``.metadata`` file with pickle and its reader loads it with full pickle; here it
+is read by :class:`SafeReader`, whose unpickler admits only DCP's own metadata records, torch's
+sizes and dtypes and paths: a ``__reduce__`` payload planted there is refused
+(:class:`~adapters.training.state_codec.CheckpointError`). The shards themselves DCP reads as
+tensors (``weights_only``)."""
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +21,7 @@ from adapters.training.distributed.parallel import (
     _fsdp_unshard,
 )
 
-__all__ = ["load_full_into_sharded", "load_sharded", "save_sharded"]
+__all__ = ["SafeReader", "load_full_into_sharded", "load_sharded", "save_sharded"]
 
 
 def save_sharded(dp: DataParallel, pm: Any, where: Path) -> None:
@@ -44,7 +51,9 @@ def load_sharded(dp: DataParallel, pm: Any, where: Path) -> None:
     try:
         msd, osd = get_state_dict(pm.model, pm.optimizer)
         state: dict[str, Any] = {"model": msd, "optim": osd}
-        dcp.load(state, checkpoint_id=str(where))  # in place
+        reader = SafeReader(where)
+        reader.read_metadata()  # a refusal raises here, not wrapped in DCP's own errors
+        dcp.load(state, checkpoint_id=str(where), storage_reader=reader)  # in place
         set_state_dict(
             pm.model,
             pm.optimizer,
@@ -82,3 +91,51 @@ def load_full_into_sharded(dp: RankParallel, pm: Any, weights: dict, optim: dict
         )
     finally:
         _fsdp_unshard(root)
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles DCP metadata: its record types, torch sizes, dtypes and layouts, paths."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        import torch
+
+        ok = (
+            module == "torch.distributed.checkpoint.metadata"
+            or (module == "torch.distributed.checkpoint.filesystem" and name == "_StorageInfo")
+            or (
+                module == "torch"
+                and (name == "Size" or isinstance(getattr(torch, name, None), torch.dtype))
+            )
+            or (module == "torch.serialization" and name == "_get_layout")
+            or (module == "pathlib" and name in ("Path", "PosixPath", "PurePosixPath"))
+            or (module == "collections" and name == "OrderedDict")
+        )
+        if not ok:
+            from adapters.training.state_codec import CheckpointError
+
+            raise CheckpointError(f"refusing {module}.{name} in a DCP metadata file")
+        return super().find_class(module, name)
+
+
+def _reader_class() -> type:
+    from torch.distributed.checkpoint import FileSystemReader
+
+    class _SafeReader(FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            from torch.distributed.checkpoint.metadata import StorageMeta
+
+            rank = kwargs.get("rank")
+            path = self._get_metadata_path(rank)
+            with self.fs.create_stream(path, "rb") as f:
+                metadata = _MetadataUnpickler(f).load()
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return _SafeReader
+
+
+def SafeReader(path: Path) -> Any:
+    """DCP's file system reader whose metadata unpickler admits DCP's own records only."""
+    return _reader_class()(str(path))
