@@ -134,6 +134,10 @@ def tiny_train_config(tmp_path, name: str = "run", **overrides):
         lr=1e-2,
         ppo_minibatches=1,  # one optimizer step per batch (the CPU recipe makes 4)
         init="none",  # no cold start (the CPU recipe fine-tunes on the oracle first)
+        # exact log-probs: sample on the float32 training modules and update in float32 (the
+        # defaults, a merged bfloat16 copy and a bfloat16 update, have tests of their own)
+        generation_model="train",
+        update_precision="float32",
         role_sampling={"planner": {"max_new_tokens": 6}},  # the CPU recipe gives it 64
         output_dir=str(tmp_path / name),
     )

@@ -85,3 +85,34 @@ def test_bfloat16_copy_log_probs_stay_close():
     for c in got:
         lp = completion_logprobs(pm.model, [c.prompt_ids], [c.token_ids], pad_id=0)
         assert (lp[0] - torch.tensor(c.logprobs)).abs().mean() < 0.1
+
+
+def test_a_training_step_with_the_merged_copy_and_a_bfloat16_update(tmp_path):
+    """The CPU defaults: rollouts sampled by the merged bfloat16 copy, old log-probs recomputed,
+    the update under bfloat16 autocast; the step changes the adapter and the next rollout
+    samples from the refreshed copy."""
+    from adapters.training.trainer import Trainer
+
+    from .conftest import tiny_train_config
+
+    cfg = tiny_train_config(
+        tmp_path,
+        generation_model="merged",
+        update_precision="bfloat16",
+        candidates=4,
+        lr=5e-2,
+    )
+    tr = Trainer(cfg, models=char_models(seed=3), log=lambda s: None)
+    assert tr.cfg.old_logprobs == "recompute" and tr.backend.copies
+    copy = tr.backend.copies["shared"]
+    before = {k: v.clone() for k, v in copy.model.state_dict().items()}
+    result = tr.rollout(1)
+    for s in result.samples:  # varied rewards: every group has signal
+        s.reward = (sum(map(ord, s.completion)) % 5) / 5
+    stats = tr.update(result.samples, 1)
+    assert stats["optimizer_steps"] >= 1 and stats["samples_trained"] > 0
+    tr.rollout(2)  # refreshes the stale copy before generating
+    after = copy.model.state_dict()
+    assert next(copy.model.parameters()).dtype == torch.bfloat16
+    assert any(not torch.equal(after[k], v) for k, v in before.items())
+    tr.close()
