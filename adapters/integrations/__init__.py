@@ -11,6 +11,9 @@
   :mod:`adapters.integrations.languages` its compiled languages and files.
 * :mod:`adapters.integrations._guard` - what both services bound before a request reaches them
   (token, body and frame caps, header timeout, connection limit): the threat model.
+* :mod:`adapters.integrations.gymnasium_env` - one role of a setting as a single-agent
+  Gymnasium env (``gymnasium.make("mas_rl_envs/<Setting>-<role>-v0")`` after ``import envs``;
+  the ids: :mod:`envs.core.gymnasium_ids`), the other roles played by a policy.
 * :mod:`adapters.integrations.openai_server` - any local policy behind an OpenAI-compatible HTTP
   API (``python -m adapters.serve``).
 """
