@@ -4,7 +4,10 @@
   ``rollout_func`` hook (whole multi-agent episodes, env tokens masked).
 * :mod:`adapters.integrations.openenv` - every setting as an OpenEnv environment server
   (``python -m adapters.serve_env``), on openenv-core's own server and client classes;
-  :mod:`adapters.integrations.trl_openenv` trains through it with TRL's ``environment_factory``;
+  :mod:`adapters.integrations.openenv_sessions` its stateful HTTP (OpenEnv's simulation flow,
+  HTTP sessions counted apart from WebSocket ones);
+  :mod:`adapters.integrations.trl_openenv` trains through it with TRL's ``environment_factory``
+  (:mod:`adapters.integrations.tool_template`: tool calling for SmolLM2 and ``tiny``);
   :mod:`adapters.integrations.openenv_mcp` is its MCP mode (the tool ``answer(completion)``).
 * :mod:`adapters.integrations.sandbox_fusion` - a SandboxFusion-compatible ``/run_code`` service
   on our sandboxes (``python -m adapters.serve_sandbox``), for verl/MARTI/MAE reward functions;
