@@ -251,11 +251,15 @@ def test_capacity_is_reported(servers):
 
 
 def test_generic_client_plays_with_plain_dicts(servers):
+    """openenv's GenericEnvClient, as ``AutoEnv.from_env`` gives it for a server's URL."""
+    from openenv import AutoEnv
     from openenv.core import GenericEnvClient
 
     twin = envs.make("sokoban").unwrapped
     twin.reset(seed=21)
-    with GenericEnvClient(base_url=servers["sokoban"].url).sync() as c:
+    client = AutoEnv.from_env("mas-rl-envs", base_url=servers["sokoban"].url, skip_install=True)
+    assert isinstance(client, GenericEnvClient)
+    with client.sync() as c:
         result = c.reset(seed=21)
         while not result.done:
             agent = result.observation["agent"]
