@@ -90,17 +90,14 @@ def test_environment_class_plays_episodes_through_the_tool(server):
         environment_factory(server.url, reward_mode="max")
 
 
-@pytest.mark.slow
-def test_grpo_trainer_trains_through_the_server(server, tmp_path):
+def _grpo(tmp_path, model, tok, url: str, dataset, **options) -> tuple[list[dict], list[list]]:
+    """Two GRPO steps through the server at ``url``; what TRL logged per step, and each step's
+    rollouts as ``(reset arguments, actions the server received, reward)``."""
     pytest.importorskip("trl")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from trl import GRPOConfig, GRPOTrainer
 
-    from tests.adapters.test_trl_adapter import _bigram_llama
-
-    model, tok = _bigram_llama()  # tiny_model() rewired to answer "#### [R]", "#### [U]" or "hello"
-    tok = with_tool_calling(tok)  # TRL's tools need a tool-calling template: the project's
-    scored = []
+    scored: list[list] = []
 
     def reward(prompts, completions, environments, **kwargs):
         rewards = env_reward(prompts, completions, environments, **kwargs)
@@ -114,37 +111,61 @@ def test_grpo_trainer_trains_through_the_server(server, tmp_path):
         use_cpu=True,
         bf16=False,
         report_to="none",
-        per_device_train_batch_size=4,
         num_generations=2,
-        max_completion_length=16,
         max_steps=2,
-        learning_rate=1e-2,
         logging_steps=1,
         save_strategy="no",
         disable_tqdm=True,
+        gradient_checkpointing=False,  # recomputing activations costs time and saves no CPU memory
         seed=0,
+        **options,
     )
     trainer = GRPOTrainer(
         model=model,
         processing_class=tok,
         args=args,
-        train_dataset=openenv_dataset(4, seed=100),
+        train_dataset=dataset,
         reward_funcs=reward,
-        environment_factory=environment_factory(server.url),
+        environment_factory=environment_factory(url),
     )
     trainer.train()
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(scored) == len(logged) == 2  # one generation batch per step
+    return logged, scored
 
-    assert len(scored) == 2  # one generation batch per step
-    logged = [h["rewards/reward/mean"] for h in trainer.state.log_history if "loss" in h]
-    spread = 0
-    for batch, mean in zip(scored, logged, strict=True):
+
+def _check_rewards(logged: list[dict], scored: list[list], env_id: str, **config) -> None:
+    """Each step's logged mean reward is its rollouts', and each rollout's reward is the episode
+    replayed in-process from the actions the server received."""
+    for batch, h in zip(scored, logged, strict=True):
         rewards = [r for _, _, r in batch]
-        assert mean == pytest.approx(sum(rewards) / len(rewards), abs=1e-6)
+        assert h["rewards/reward/mean"] == pytest.approx(sum(rewards) / len(rewards), abs=1e-6)
         for episode, actions, r in batch:
-            assert [(a["agent"], a["via"]) for a in actions] == [("planner", "final")]
-            returns = _replay(episode["seed"], episode["split"], actions)
+            returns = _replay(episode["seed"], episode["split"], actions, env_id, **config)
             assert r == pytest.approx(sum(returns.values()) / len(returns))
-        spread += len(set(rewards)) > 1
+
+
+@pytest.mark.slow
+def test_grpo_trainer_trains_through_the_server(server, tmp_path):
+    from tests.adapters.test_trl_adapter import _bigram_llama
+
+    model, tok = _bigram_llama()  # tiny_model() rewired to answer "#### [R]", "#### [U]" or "hello"
+    tok = with_tool_calling(tok)  # TRL's tools need a tool-calling template: the project's
+    logged, scored = _grpo(
+        tmp_path,
+        model,
+        tok,
+        server.url,
+        openenv_dataset(4, seed=100),
+        per_device_train_batch_size=4,
+        max_completion_length=16,
+        learning_rate=1e-2,
+    )
+    _check_rewards(logged, scored, "plan_path")
+    for batch in scored:
+        for _, actions, _ in batch:  # the model answers in plain text: submitted as final
+            assert [(a["agent"], a["via"]) for a in actions] == [("planner", "final")]
+    spread = sum(len({r for _, _, r in batch}) > 1 for batch in scored)
     assert spread > 0  # the rewards differ, so GRPO got a signal from the server's rewards
 
 
@@ -213,69 +234,36 @@ def test_tool_demonstrations_show_the_oracle_through_the_tool():
     prompt = rows["prompt"][0]  # datasets fills absent keys with None, which templates ignore
     assert [m["role"] for m in prompt] == ["system"] + ["user", "assistant", "tool"] * 2 + ["user"]
     assert prompt[2]["tool_calls"] == demos[1]["tool_calls"] and prompt[-1]["content"] == ""
+    every = tool_demonstrations(MARSRL, MARSRL_CONFIG, n=1)  # the roles the oracle's episode had
+    solver = tool_demonstrations(MARSRL, MARSRL_CONFIG, n=1, roles=["solver"])
+    assert len(every) > 3 and solver == every[:3]
 
 
 @pytest.mark.slow
 def test_grpo_with_the_embedded_model_calls_the_answer_tool(marsrl_server, tmp_path):
     """TRL's ``environment_factory`` path with SmolLM2-135M-Instruct (the model this machine
     has), on MarsRL's CPU setting: its tokenizer given the project's tool template, one solved
-    episode shown before the task, nearly greedy sampling. In two GRPO steps the model calls
+    solver's turn shown before the task, nearly greedy sampling. In two GRPO steps the model calls
     ``answer`` (TRL's ``tools/call_frequency`` > 0, and the server received the call's text),
     and every reward TRL logged is the server's, replayed in-process."""
-    pytest.importorskip("trl")
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from trl import GRPOConfig, GRPOTrainer
-
     from adapters.policies.models import load_policy_model
 
     model, tok = load_policy_model("smollm2", dtype="float32")
-    tok = with_tool_calling(tok)
-    scored = []
-
-    def reward(prompts, completions, environments, **kwargs):
-        rewards = env_reward(prompts, completions, environments, **kwargs)
-        scored.append(
-            [(dict(e.episode), list(e.actions), r) for e, r in zip(environments, rewards)]
-        )
-        return rewards
-
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
+    demos = tool_demonstrations(MARSRL, MARSRL_CONFIG, n=1, seed=0, roles=["solver"])
+    logged, scored = _grpo(
+        tmp_path,
+        model,
+        with_tool_calling(tok),
+        marsrl_server.url,
+        openenv_dataset(2, seed=100, demonstrations=demos),
         per_device_train_batch_size=2,
-        num_generations=2,
         max_completion_length=48,
         max_tool_calling_iterations=1,
         temperature=0.2,
-        max_steps=2,
         learning_rate=1e-6,
-        logging_steps=1,
-        save_strategy="no",
-        disable_tqdm=True,
-        seed=0,
     )
-    demos = tool_demonstrations(MARSRL, MARSRL_CONFIG, n=1, seed=0)
-    trainer = GRPOTrainer(
-        model=model,
-        processing_class=tok,
-        args=args,
-        train_dataset=openenv_dataset(2, seed=100, demonstrations=demos),
-        reward_funcs=reward,
-        environment_factory=environment_factory(marsrl_server.url),
-    )
-    trainer.train()
-
-    logged = [h for h in trainer.state.log_history if "loss" in h]
-    assert len(scored) == len(logged) == 2
     frequency = [h["tools/call_frequency"] for h in logged]
     via_tool = [a for batch in scored for _, acts, _ in batch for a in acts if a["via"] == "tool"]
     print(f"[trl] call frequency per step {frequency}; {len(via_tool)} answers through the tool")
     assert sum(frequency) > 0 and via_tool
-    for batch, h in zip(scored, logged, strict=True):
-        rewards = [r for _, _, r in batch]
-        assert h["rewards/reward/mean"] == pytest.approx(sum(rewards) / len(rewards), abs=1e-6)
-        for episode, actions, r in batch:
-            returns = _replay(episode["seed"], episode["split"], actions, MARSRL, **MARSRL_CONFIG)
-            assert r == pytest.approx(sum(returns.values()) / len(returns))
+    _check_rewards(logged, scored, MARSRL, **MARSRL_CONFIG)
