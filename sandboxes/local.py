@@ -82,10 +82,6 @@ _ETC_FILES = (
 HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 """The jobs' ``/etc/hosts``: loopback names only (the job has no other network)."""
 _hosts_path: str | None = None
-JOB_DATA = "/tmp/job/mnt/data"
-"""Where a job's ``/mnt/data`` leads: ``mnt/data`` in the job's own directory (wiped after every
-job), so that programs written for SandboxFusion's data directory keep working."""
-_mnt_path: str | None = None
 
 
 def _remove(path: str) -> None:
@@ -108,23 +104,6 @@ def hosts_file() -> str:
         atexit.register(_remove, path)
         _hosts_path = path
     return _hosts_path
-
-
-def mnt_dir() -> str:
-    """A host directory holding one symbolic link, ``data`` -> :data:`JOB_DATA`, made once per
-    process (removed at exit), that the workers bind read-only at ``/mnt``: a job's
-    ``/mnt/data`` is its own directory's ``mnt/data``, never anything of the host's."""
-    global _mnt_path
-    if _mnt_path is None or not os.path.isdir(_mnt_path):
-        import atexit
-        import tempfile
-
-        path = tempfile.mkdtemp(prefix="mas-sandbox-mnt-")
-        os.symlink(JOB_DATA, os.path.join(path, "data"))
-        os.chmod(path, 0o755)
-        atexit.register(shutil.rmtree, path, True)
-        _mnt_path = path
-    return _mnt_path
 
 
 _BWRAP_HINT = (
@@ -454,6 +433,29 @@ class _LocalWorker(Worker):
 # ----------------------------------------------------------------------------------------------
 # the bubblewrap command line
 # ----------------------------------------------------------------------------------------------
+
+
+JOB_DATA = "/tmp/job/mnt/data"
+"""Where a job's ``/mnt/data`` leads: ``mnt/data`` in the job's own directory (wiped after every
+job), so that programs written for SandboxFusion's data directory keep working."""
+_mnt_path: str | None = None
+
+
+def mnt_dir() -> str:
+    """A host directory holding one symbolic link, ``data`` -> :data:`JOB_DATA`, made once per
+    process (removed at exit), that the workers bind read-only at ``/mnt``: a job's
+    ``/mnt/data`` is its own directory's ``mnt/data``, never anything of the host's."""
+    global _mnt_path
+    if _mnt_path is None or not os.path.isdir(_mnt_path):
+        import atexit
+        import tempfile
+
+        path = tempfile.mkdtemp(prefix="mas-sandbox-mnt-")
+        os.symlink(JOB_DATA, os.path.join(path, "data"))
+        os.chmod(path, 0o755)
+        atexit.register(shutil.rmtree, path, True)
+        _mnt_path = path
+    return _mnt_path
 
 
 def bwrap_command(
