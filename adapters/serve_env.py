@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-http-sessions",
         type=int,
         default=None,
-        help="sessions made over plain HTTP or MCP (default: a quarter of --max-sessions)",
+        help="sessions made over plain HTTP or MCP, counted apart from --max-sessions; the "
+        "least recently used is evicted beyond them (default: a quarter of --max-sessions)",
     )
     p.add_argument(
         "--session-timeout",
@@ -46,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=600.0,
         metavar="S",
         help="close sessions idle this many seconds (default 600; 0: never)",
+    )
+    p.add_argument(
+        "--http-session-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="close HTTP sessions idle this many seconds (default 120; 0: never)",
     )
     p.add_argument(
         "--reward",
@@ -96,6 +104,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions,
         max_http_sessions=args.max_http_sessions,
         session_timeout_s=args.session_timeout or None,
+        http_session_timeout_s=args.http_session_timeout or None,
         allow_reset_config=not args.no_reset_config,
         share_pools=args.share_pools,
         reward=args.reward,

@@ -35,15 +35,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--queue",
         type=int,
         default=None,
-        help="requests that may wait for a worker (default: as many as --workers)",
+        help="requests that may wait for a worker; more are answered 504, which clients retry "
+        "(default: 256, or --workers if larger)",
+    )
+    p.add_argument(
+        "--keepalive",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="a request waiting for a worker gets a space of its answer every S seconds, so "
+        "that its client's read timeout counts from its start (default 2; 0: off, see "
+        "--queue-timeout)",
     )
     p.add_argument(
         "--queue-timeout",
         type=float,
         default=8.0,
         metavar="S",
-        help="longest wait for a worker before the answer is 504, which clients retry (default "
-        "8: below verl's HTTP timeout less run_timeout, compile_timeout + 10 s)",
+        help="with --keepalive 0 only: longest wait for a worker before the answer is 504 "
+        "(default 8: below verl's HTTP timeout less run_timeout, compile_timeout + 10 s)",
     )
     p.add_argument("--image", default=None, help="Docker image (default: $MAS_SANDBOX_IMAGE)")
     p.add_argument("--max-run-timeout", type=float, default=60.0, help="cap on run_timeout (s)")
@@ -69,12 +79,18 @@ def _serve(args: argparse.Namespace) -> int:
         raise cli.UsageError("--workers must be at least 1")
     import sandboxes
     from adapters.integrations._server import guard_config, serve
-    from adapters.integrations.sandbox_fusion import Admission, ServiceLimits, create_app
+    from adapters.integrations.sandbox_fusion import (
+        DEFAULT_QUEUE,
+        Admission,
+        ServiceLimits,
+        create_app,
+    )
 
     admission = Admission(
         slots=args.workers,
-        max_queue=args.workers if args.queue is None else args.queue,
+        max_queue=max(args.workers, DEFAULT_QUEUE) if args.queue is None else args.queue,
         queue_timeout_s=args.queue_timeout,
+        keepalive_s=args.keepalive or None,
     )
     guard = guard_config(args)
 

@@ -13,6 +13,7 @@ module that registers a setting of its own first.
 
 from typing import Any
 
+from envs.core.gymnasium_ids import register_gymnasium_ids
 from envs.core.registry import MODES, EnvSpec, list_envs, make, make_raw, register, spec
 
 __all__ = ["MODES", "EnvSpec", "list_envs", "make", "make_raw", "register", "spec"]
@@ -174,3 +175,4 @@ register(
         "two-term arithmetic (+, -, x; one digit), so that a solution fits and is sometimes right",
     ),
 )
+register_gymnasium_ids()  # gymnasium.make('mas_rl_envs/<Setting>-<role>-v0')

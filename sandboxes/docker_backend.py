@@ -9,7 +9,8 @@ Every worker slot is one long-lived container started from the sandbox image (de
   :mod:`sandboxes._seccomp` (no pipes, sockets, memfds, ...) installed by the fork server;
 * ``--network none``, a read-only root filesystem, a size-limited tmpfs at ``/tmp`` (the job
   directory lives there; ``exec``, as the local backend's, so compiled programs run from it,
-  ``nosuid``) and a small ``/dev/shm``;
+  ``nosuid``) and a small ``/dev/shm``; ``/mnt/data`` leads to the job's ``mnt/data``
+  (:func:`sandboxes.local.mnt_dir`, bound read-only at ``/mnt``);
 * memory (RAM + swap), pids and CPU limits on the container, ``--cap-drop ALL``,
   ``no-new-privileges``, and a non-root uid of its own (so RLIMIT_NPROC counts only that
   container's processes); a clean environment. The memory and pids limits follow the jobs:
@@ -56,7 +57,7 @@ from .base import (
     release_uid,
     server_command,
 )
-from .local import hosts_file
+from .local import hosts_file, mnt_dir
 
 log = logging.getLogger("sandboxes")
 
@@ -151,7 +152,10 @@ class _DockerWorker(Worker):
             auto_remove=True,
             init=False,
             # a network-disabled container gets no /etc/hosts: the local backend's (localhost)
-            binds={hosts_file(): {"bind": "/etc/hosts", "mode": "ro"}},
+            binds={
+                hosts_file(): {"bind": "/etc/hosts", "mode": "ro"},
+                mnt_dir(): {"bind": "/mnt", "mode": "ro"},  # /mnt/data: the job's mnt/data
+            },
         )
         host_config["MaskedPaths"] = MASKED_PATHS
         c = api.create_container(

@@ -12,7 +12,8 @@ Each worker slot is one ``bwrap`` process whose sandboxed child is the fork serv
   ``/usr`` (its ``site-packages`` hidden unless ``site_packages=True``); nothing else of the
   host, so no project directory, home, ``/etc/shadow`` or credentials;
 * a private, size-limited tmpfs at ``/tmp`` (the job's cwd is ``/tmp/job``) and at
-  ``/dev/shm``, both wiped after every job; everything else read-only (``/``, ``/etc`` and
+  ``/dev/shm``, both wiped after every job; ``/mnt/data`` leads to the job's ``mnt/data``
+  (:func:`mnt_dir`); everything else read-only (``/``, ``/etc`` and
   ``/dev`` included, also without root);
 * a clean environment (``PATH``, ``HOME``, ``LANG`` and little else);
 * when the host runs as root: no capabilities and a uid of its own per worker (so RLIMIT_NPROC
@@ -451,6 +452,29 @@ class _LocalWorker(Worker):
 # ----------------------------------------------------------------------------------------------
 
 
+JOB_DATA = "/tmp/job/mnt/data"
+"""Where a job's ``/mnt/data`` leads: ``mnt/data`` in the job's own directory (wiped after every
+job), so that programs written for SandboxFusion's data directory keep working."""
+_mnt_path: str | None = None
+
+
+def mnt_dir() -> str:
+    """A host directory holding one symbolic link, ``data`` -> :data:`JOB_DATA`, made once per
+    process (removed at exit), that the workers bind read-only at ``/mnt``: a job's
+    ``/mnt/data`` is its own directory's ``mnt/data``, never anything of the host's."""
+    global _mnt_path
+    if _mnt_path is None or not os.path.isdir(_mnt_path):
+        import atexit
+        import tempfile
+
+        path = tempfile.mkdtemp(prefix="mas-sandbox-mnt-")
+        os.symlink(JOB_DATA, os.path.join(path, "data"))
+        os.chmod(path, 0o755)
+        atexit.register(shutil.rmtree, path, True)
+        _mnt_path = path
+    return _mnt_path
+
+
 def bwrap_command(
     bwrap: str,
     python: str,
@@ -497,7 +521,7 @@ def bwrap_command(
     for f in (*_ETC_FILES, "/etc/python3", f"/etc/python{version}", *java):
         if os.path.exists(f):
             a += ["--ro-bind", f, f]
-    a += ["--ro-bind", hosts_file(), "/etc/hosts"]
+    a += ["--ro-bind", hosts_file(), "/etc/hosts", "--ro-bind", mnt_dir(), "/mnt"]
     prefix = python_prefix
     made: set[str] = set()
 

@@ -2,11 +2,18 @@
 
 A request in another language (or a Python request with ``files`` / ``fetch_files``) runs as one
 sandbox job whose program is a small Python *driver* (:func:`driver_source`): it writes the
-request's ``files`` (base64) and the code into the job's private working directory, runs the
+request's ``files`` (base64) and the code into the job's private working directory (a name is
+a path in that directory; an absolute one, such as SandboxFusion's ``/mnt/data/in.txt``, is
+taken inside it too, never on the host, and its directory is made for the program; a name with
+``..`` is refused), runs the
 compiler (``compile_timeout``, output captured), then the program (``run_timeout``; it inherits
 the job's stdin, stdout and stderr, so the sandbox's output caps apply), and reports the two
-steps and the fetched files as one JSON line on the job's results channel (file descriptor 3,
-which the program does not inherit). The job's wall limit covers both steps; memory, process
+steps and the fetched files (named as the request names them, read the same way) as one JSON
+line on the job's results channel (file descriptor 3, which the program does not inherit). In
+the sandboxes, ``/mnt/data`` leads to the job directory's ``mnt/data``
+(:func:`sandboxes.local.mnt_dir`), so a program that writes ``/mnt/data/out.txt`` and a request
+that fetches that name meet; other absolute paths of a request exist only in the job's
+directory, where the program finds them by their relative name. The job's wall limit covers both steps; memory, process
 and output limits are the request's, as for Python.
 
 =============  ======================  ==============================================  ========
@@ -182,18 +189,25 @@ def report(obj):
         data = data[os.write(3, data):]
 def text(b):
     return b[-CAP:].decode("utf-8", "replace")
-def safe(path):
-    return not (os.path.isabs(path) or ".." in path.split("/") or path in ("", "."))
+def local(name):
+    path = name.lstrip("/")
+    if ".." in path.split("/") or path in ("", "."):
+        return None
+    return path
 out = {"compile": None, "run": None, "files": {}, "error": None}
-for name, data in S["files"].items():
-    if not safe(name):
-        out["error"] = "unsafe file name %%r" %% name
-        report(out)
-        sys.exit(0)
-    d = os.path.dirname(name)
+for name in list(S["files"]) + S["fetch"]:
+    path = local(name)
+    if path is None:
+        if name in S["files"]:
+            out["error"] = "unsafe file name %%r" %% name
+            report(out)
+            sys.exit(0)
+        continue
+    d = os.path.dirname(path)
     if d:
         os.makedirs(d, exist_ok=True)
-    with open(name, "wb") as f:
+for name, data in S["files"].items():
+    with open(local(name), "wb") as f:
         f.write(base64.b64decode(data))
 with open(S["source"].format(cls=S["cls"]), "w", encoding="utf-8") as f:
     f.write(S["code"])
@@ -227,9 +241,9 @@ out["run"] = step(S["run"], S["run_timeout"], False)
 budget = CAP
 for name in S["fetch"]:
     try:
-        if not safe(name):
+        if local(name) is None:
             raise OSError("unsafe file name")
-        with open(name, "rb") as f:
+        with open(local(name), "rb") as f:
             data = f.read(budget + 1)
         if len(data) > budget:
             raise OSError("larger than the output limit")

@@ -10,10 +10,12 @@ name clashes with ours (``verifiers``, ``adapters``: see the README's installati
     python -m adapters.serve_env --env sokoban --port 8000 --env-config num_boxes=2
 
 The server is openenv-core's own (:class:`openenv.core.env_server.http_server.HTTPEnvServer`,
-FastAPI + uvicorn): ``/ws`` holds one session per WebSocket connection (one env instance each,
-isolated from the others, up to ``max_sessions`` at once), plus ``/health``, ``/metadata``,
-``/mcp`` and ``/docs``; ``/reset`` ``/step`` ``/state`` ``/close`` and ``/schema`` are this
-module's (below). ``/mcp`` has tools only in MCP mode (``--mcp``, below). The client is a
+FastAPI + uvicorn) with stateful HTTP added
+(:class:`~adapters.integrations.openenv_sessions.SessionServer`): ``/ws`` holds one session per
+WebSocket connection (one env instance each, isolated from the others, up to ``max_sessions``
+at once), plus ``/health``, ``/metadata``, ``/schema`` (its state is :class:`MasState`'s),
+``/mcp`` and ``/docs``; ``/reset`` ``/step`` ``/state`` and ``/close`` keep HTTP sessions
+(below). ``/mcp`` has tools only in MCP mode (``--mcp``, below). The client is a
 subclass of openenv-core's :class:`~openenv.core.EnvClient`::
 
     from adapters.integrations.openenv import MasAction, MasEnvClient
@@ -59,11 +61,14 @@ that summing ``reward`` over an episode gives the team's total return, as Prime 
 role's reward only (per-role credit: read ``observation.rewards`` for the others); ``team``
 the mean over roles.
 
-HTTP: ``POST /reset`` with a JSON body of the reset options starts an episode in a new session
-(or in ``"session_id"``'s) and answers with its id in ``observation.session_id``; ``POST /step``
-takes ``{"session_id": ..., "action": {"completion": ...}}``, ``GET /state?session_id=...`` the
-state, ``POST /close`` ``{"session_id": ...}`` ends the session. ``/schema``'s state is
-:class:`MasState`'s.
+HTTP (:mod:`adapters.integrations.openenv_sessions`): OpenEnv's simulation flow works as is.
+``POST /reset`` with a JSON body of the reset options starts an episode in the server's default
+HTTP session; ``POST /step`` ``{"action": {"completion": ...}}`` steps it and ``GET /state``
+reads it (``step_count``: steps since the reset; ``episode_id``). Concurrent HTTP clients key
+their requests: ``POST /reset`` with ``"new_session": true`` starts a session of their own,
+every answer carries its ``session_id`` (also in ``observation.session_id``), and ``/step``
+(``{"session_id": ..., "action": ...}``), ``/state?session_id=...`` and ``/close``
+(``{"session_id": ...}``) take it.
 
 MCP mode (``--mcp``, :mod:`adapters.integrations.openenv_mcp`): each session is also an
 OpenEnv ``MCPEnvironment`` whose tool ``answer(completion, agent=None)`` plays the acting role's
@@ -88,10 +93,11 @@ Threat model (a server someone exposed)
 Every request first passes :mod:`adapters.integrations._guard` (optional bearer token from
 ``$MAS_SERVICE_TOKEN``, bodies over 20 MiB and WebSocket frames over 1 MiB refused before they
 are buffered, header-read timeout, connection limit). Then: sessions idle ``--session-timeout``
-seconds (default 600) are closed; sessions made over plain HTTP or MCP
-(``openenv/session/create``) are at most ``--max-http-sessions`` (default a quarter of
-``--max-sessions``), so they never lock out WebSocket clients, and HTTP may close only those;
-a client's reset config cannot raise a limit the operator set (the allowlist above). Session
+seconds (default 600) are closed, HTTP ones after ``--http-session-timeout`` (120); sessions
+made over plain HTTP or MCP (``openenv/session/create``) are counted apart from WebSocket ones
+and at most ``--max-http-sessions`` (default a quarter of ``--max-sessions``), the least
+recently used evicted beyond that, so HTTP clients never lock out WebSocket clients nor each
+other, and HTTP may close only HTTP sessions; a client's reset config cannot raise a limit the operator set (the allowlist above). Session
 ids are random uuids, and a WebSocket client's id is never sent to anyone. What stays out: CPU
 spent inside one session's steps is bounded by the settings' own limits, not per client.
 
@@ -115,6 +121,12 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 from pydantic import Field, field_validator
 
+from adapters.integrations.openenv_sessions import (
+    DEFAULT_HTTP_SESSION_TIMEOUT_S,
+    HttpOrigin,
+    RequestError,
+    SessionServer,
+)
 from adapters.rollout import flush_dead_steps
 
 __all__ = [
@@ -160,10 +172,6 @@ limits, sizes and work (the operator sets the ceiling). A larger value is clampe
 server's, and the reset observation's ``info["clamped"]`` says so."""
 RESET_KEYS = ("seed", "split", "instance", "config", "episode_id")
 REWARD_MODES = ("step-sum", "acting", "team")
-
-
-class RequestError(ValueError):
-    """A request the server cannot honour (sent back to the client as a clear error)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -223,12 +231,13 @@ class MasObservation(Observation):
     terminated: bool = False
     truncated: bool = False
     session_id: str | None = Field(
-        default=None, description="the HTTP session (HTTP /reset only): send it to /step, /state"
+        default=None, description="the HTTP session (HTTP answers only): key /step, /state with it"
     )
 
 
 class MasState(State):
-    """The session's episode: env id, instance, whose turn, totals so far."""
+    """The session's episode: env id, instance, whose turn, totals so far; ``step_count`` is
+    the number of steps taken since the reset (each applies one completion)."""
 
     env_id: str = ""
     instance_id: str = ""
@@ -356,6 +365,7 @@ class MasEnvironment(Environment[MasAction, MasObservation, MasState]):
         self._env_config: dict[str, Any] | None = None
         self._returns: dict[str, float] = {}
         self._episode_id: str | None = None
+        self._steps = 0  # steps taken since the reset (the state's step_count)
 
     # -- helpers -----------------------------------------------------------------------------
     @property
@@ -436,6 +446,7 @@ class MasEnvironment(Environment[MasAction, MasObservation, MasState]):
         except (TypeError, ValueError, KeyError) as exc:
             raise RequestError(f"reset failed: {exc}") from exc
         self._episode_id = episode_id or str(uuid.uuid4())
+        self._steps = 0
         self._returns = {a: 0.0 for a in env.unwrapped.possible_agents}
         self._flush_dead_steps()
         info: dict[str, Any] = {"episode_id": self._episode_id}
@@ -468,6 +479,7 @@ class MasEnvironment(Environment[MasAction, MasObservation, MasState]):
                 f"it is {agent!r}'s turn, not {action.agent!r}: the action was not applied"
             )
         raw.step(action.completion)
+        self._steps += 1
         rewards = {a: float(r) for a, r in raw.rewards.items()}
         for a, r in rewards.items():
             self._returns[a] = self._returns.get(a, 0.0) + r
@@ -497,7 +509,7 @@ class MasEnvironment(Environment[MasAction, MasObservation, MasState]):
         return MasState(
             env_id=self.settings.env_id,
             episode_id=self._episode_id,
-            step_count=int(raw.num_steps),
+            step_count=self._steps,
             instance_id=str(raw.instance_id),
             agent=raw.agent_selection if raw.agents else None,
             turn=int(raw.turn),
@@ -538,26 +550,28 @@ def create_app(
     max_sessions: int = 64,
     max_http_sessions: int | None = None,
     session_timeout_s: float | None = DEFAULT_SESSION_TIMEOUT_S,
+    http_session_timeout_s: float | None = DEFAULT_HTTP_SESSION_TIMEOUT_S,
     allow_reset_config: bool = True,
     share_pools: bool = False,
     reward: str = "step-sum",
     session_cls: Callable[[ServeSettings], Environment] = MasEnvironment,
     action_cls: type[MasAction] = MasAction,
 ) -> Any:
-    """The FastAPI app of openenv-core's server for ``env_id`` (config checked now).
+    """The ASGI app of the server for ``env_id`` (config checked now): openenv's server with
+    HTTP sessions (:class:`~adapters.integrations.openenv_sessions.SessionServer`).
 
     ``session_cls`` and ``action_cls``: what each session is and the action type it takes
     (:func:`adapters.integrations.openenv_mcp.create_mcp_app` passes its MCP ones).
 
-    ``max_http_sessions`` (default a quarter of ``max_sessions``, at least 1) caps the sessions
-    made over plain HTTP (``POST /reset`` without a ``session_id``, MCP ``openenv/session/create``)
-    so they can never take the WebSocket clients' slots; ``session_timeout_s`` closes any session
-    idle that long (None: never).
+    ``max_sessions`` WebSocket sessions at once, whatever HTTP clients do; ``max_http_sessions``
+    (default a quarter of ``max_sessions``, at least 1) HTTP sessions (``POST /reset``, MCP
+    ``openenv/session/create``), the least recently used evicted beyond that;
+    ``http_session_timeout_s`` closes HTTP sessions idle that long, ``session_timeout_s`` any
+    session (None: never).
     """
     import dataclasses
 
     from fastapi import FastAPI
-    from openenv.core.env_server.http_server import HTTPEnvServer
     from openenv.core.env_server.types import ConcurrencyConfig
 
     import envs
@@ -578,152 +592,22 @@ def create_app(
     )
     factory = functools.partial(session_cls, settings)
     app = FastAPI(title=f"mas-rl-envs: {canonical} (OpenEnv)")
-    server = HTTPEnvServer(
+    server = SessionServer(
         factory,
         action_cls,
         MasObservation,
         concurrency_config=ConcurrencyConfig(
             max_concurrent_envs=max_sessions, session_timeout=session_timeout_s
         ),
+        state_cls=MasState,
+        max_http_sessions=max_http_sessions,
+        http_session_timeout_s=http_session_timeout_s,
     )
     server.register_routes(app)
     app.state.env_factory = factory  # what each session is made with
     app.state.env_server = server
-    quota = HttpSessions(server, max_http_sessions or max(1, max_sessions // 4))
-    app.state.http_sessions = quota
-    _replace_http_routes(app, server, quota)
     _install_error_handlers(app)
-    return _HttpOrigin(app, quota)
-
-
-class HttpSessions:
-    """The sessions made over plain HTTP, at most ``quota`` of them alive at once."""
-
-    def __init__(self, server: Any, quota: int) -> None:
-        self.server, self.quota = server, quota
-        self._ids: set[str] = set()
-
-    def alive(self) -> set[str]:
-        self._ids &= set(self.server._sessions)  # closed or reaped sessions leave the quota
-        return self._ids
-
-    async def create(self) -> tuple[str, Any]:
-        if len(self.alive()) >= self.quota:
-            raise RequestError(
-                f"{self.quota} HTTP sessions are open (this server's quota): close one "
-                "(POST /close) or let it expire, or play over the WebSocket (/ws)"
-            )
-        sid, env = await self.server._create_session()
-        self._ids.add(sid)
-        return sid, env
-
-    def get(self, sid: Any) -> Any:
-        if not isinstance(sid, str) or sid not in self.alive():
-            raise RequestError(
-                f"unknown session_id {sid!r}: reset without one to start an HTTP session "
-                "(sessions idle past the server's timeout are closed)"
-            )
-        env = self.server._sessions.get(sid)
-        if env is None:
-            raise RequestError(f"session {sid} is still starting: retry shortly")
-        self.server._update_session_activity(sid)
-        return env
-
-    async def close(self, sid: Any) -> None:
-        self.get(sid)
-        await self.server._destroy_session(sid)
-
-
-def _replace_http_routes(app: Any, server: Any, quota: HttpSessions) -> None:
-    """OpenEnv's HTTP ``/reset`` ``/step`` ``/state`` build a fresh env per request (so ``/step``
-    could never follow a ``/reset``) and ``/schema`` declares the base ``State``: replaced by
-    session-keyed ones and our state schema (plain Starlette routes: the bodies are checked
-    here, with the same messages as over the WebSocket)."""
-    from starlette.responses import JSONResponse
-
-    replaced = {"/reset", "/step", "/state", "/schema"}
-    app.router.routes[:] = [
-        r for r in app.router.routes if getattr(r, "path", None) not in replaced
-    ]
-
-    async def body_of(request: Any, required: bool) -> dict[str, Any]:
-        raw = await request.body()
-        if not raw.strip() and not required:
-            return {}
-        try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            raise RequestError(f"the body is not JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise RequestError("the body must be a JSON object")
-        return body
-
-    async def run(sid: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return await server._run_in_session_executor(sid, fn, *args, **kwargs)
-
-    async def reset(request: Any) -> JSONResponse:
-        body = await body_of(request, required=False)
-        sid = body.pop("session_id", None)
-        created = sid is None
-        if created:
-            sid, env = await quota.create()
-        else:
-            env = quota.get(sid)
-        try:
-            obs = await run(sid, env.reset, **body)
-        except Exception:
-            if created:
-                await quota.close(sid)  # a failed first reset leaves no session behind
-            raise
-        obs.session_id = sid
-        return JSONResponse(_result(obs))
-
-    async def step(request: Any) -> JSONResponse:
-        body = await body_of(request, required=True)
-        if not isinstance(body.get("action"), dict):
-            raise RequestError('the step body must be {"session_id": ..., "action": {...}}')
-        sid = body.get("session_id")
-        env = quota.get(sid)  # refuses anything but a live HTTP session's id
-        assert isinstance(sid, str)
-        try:
-            action = MasAction(**body["action"])
-        except (TypeError, ValueError) as exc:
-            raise RequestError(f"invalid action: {exc}") from None
-        obs = await run(sid, env.step, action)
-        obs.session_id = sid
-        return JSONResponse(_result(obs))
-
-    async def state(request: Any) -> JSONResponse:
-        sid = request.query_params.get("session_id")
-        env = quota.get(sid)
-        assert isinstance(sid, str)
-        return JSONResponse((await run(sid, lambda: env.state)).model_dump())
-
-    async def close(request: Any) -> JSONResponse:
-        sid = (await body_of(request, required=True)).get("session_id")
-        await quota.close(sid)
-        return JSONResponse({"session_id": sid, "closed": True})
-
-    async def schema(request: Any) -> JSONResponse:
-        return JSONResponse(
-            {
-                "action": MasAction.model_json_schema(),
-                "observation": MasObservation.model_json_schema(),
-                "state": MasState.model_json_schema(),
-            }
-        )
-
-    app.add_route("/reset", reset, methods=["POST"])
-    app.add_route("/step", step, methods=["POST"])
-    app.add_route("/state", state, methods=["GET"])
-    app.add_route("/close", close, methods=["POST"])
-    app.add_route("/schema", schema, methods=["GET"])
-
-
-def _result(obs: MasObservation) -> dict[str, Any]:
-    from openenv.core.env_server.serialization import serialize_observation
-
-    return serialize_observation(obs)
+    return HttpOrigin(app, server)
 
 
 def _install_error_handlers(app: Any) -> None:
@@ -740,109 +624,6 @@ def _install_error_handlers(app: Any) -> None:
 
     app.add_exception_handler(RequestError, bad_request)
     app.add_exception_handler(Exception, internal)
-
-
-class _HttpOrigin:
-    """ASGI wrapper: MCP ``openenv/session/create`` over HTTP counts against the HTTP quota, and
-    ``openenv/session/close`` over HTTP may close only sessions made over HTTP (a WebSocket
-    client's session is its own)."""
-
-    def __init__(self, app: Any, quota: HttpSessions) -> None:
-        self.app, self.quota = app, quota
-        self.state = app.state  # tests and callers reach the FastAPI app's state
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope.get("path") != "/mcp" or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
-        refusal = self._refusal(body)
-        if refusal is not None:
-            payload = json.dumps(refusal).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [(b"content-type", b"application/json")],
-                }
-            )
-            await send({"type": "http.response.body", "body": payload})
-            return
-        sent = False
-
-        async def replay() -> dict[str, Any]:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        if self._creates(body):
-            await self._create_counted(scope, replay, send)
-            return
-        await self.app(scope, replay, send)
-
-    @staticmethod
-    def _parse(body: bytes) -> dict[str, Any] | None:
-        try:
-            request = json.loads(body)
-        except ValueError:
-            return None
-        return request if isinstance(request, dict) else None
-
-    def _creates(self, body: bytes) -> bool:
-        request = self._parse(body)
-        return request is not None and request.get("method") == "openenv/session/create"
-
-    def _refusal(self, body: bytes) -> dict[str, Any] | None:
-        request = self._parse(body)
-        if not request:
-            return None
-        method, params = request.get("method"), request.get("params")
-        error = None
-        if method == "openenv/session/create" and len(self.quota.alive()) >= self.quota.quota:
-            error = f"{self.quota.quota} HTTP sessions are open (this server's quota)"
-        if method == "openenv/session/close":
-            sid = params.get("session_id") if isinstance(params, dict) else None
-            if sid not in self.quota.alive():
-                error = f"unknown HTTP session_id {sid!r}"
-        if error is None:
-            return None
-        return {
-            "jsonrpc": "2.0",
-            "id": request.get("id"),
-            "error": {"code": -32000, "message": error},
-        }
-
-    async def _create_counted(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """Pass the create on and record the session id it answers with."""
-        start: dict[str, Any] = {}
-        parts: list[bytes] = []
-
-        async def capture(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                start.update(message)
-                return
-            parts.append(message.get("body", b""))
-            if message.get("more_body"):
-                return
-            body = b"".join(parts)
-            answer = self._parse(body) or {}
-            sid = (answer.get("result") or {}).get("session_id")
-            if isinstance(sid, str):
-                self.quota._ids.add(sid)
-            await send(start)
-            await send({"type": "http.response.body", "body": body})
-
-        await self.app(scope, receive, capture)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -32,9 +32,11 @@ Request (SandboxFusion's ``RunCodeRequest``; unknown fields are ignored, as ther
 ``memory_limit_MB``  memory limit; ``-1`` (SandboxFusion's "none") or any value <= 0 means the
                    server's ``--memory-mb``; capped at ``--max-memory-mb``, at least 32
 ``files``          file name -> base64 content, written into the job's private working
-                   directory before the run (``null`` values are skipped; absolute names and
-                   ``..`` are refused)
-``fetch_files``    files read back after the run, returned base64 in the response's ``files``
+                   directory before the run (``null`` values are skipped; an absolute name
+                   such as ``/mnt/data/in.txt`` is taken inside that directory, where jobs
+                   see ``/mnt/data``; a name with ``..`` is refused)
+``fetch_files``    files read back after the run (names as for ``files``), returned base64 in
+                   the response's ``files`` under the name asked for
 =================  ============================================================================
 
 Response (SandboxFusion's ``RunCodeResponse``, field for field): ``status`` ``"Success"`` (exit
@@ -51,11 +53,20 @@ code; ``-N`` when killed by signal N, as ``subprocess`` reports it; ``null`` on 
 exit code is 0, with the reason in ``message``. ``GET /v1/ping`` answers ``"pong"``.
 
 Load: at most ``--workers`` jobs run at once (default 64, verl's default concurrency, so its
-bursts start at once); a job's time limits count from its start, never from its arrival. Up to
-``--queue`` more requests wait for a worker, each at most ``--queue-timeout`` seconds (default
-8, below verl's HTTP timeout less its ``run_timeout``); past that, or with the queue full, the
-answer is 504, which verl and the ``sandbox-fusion`` client retry. No request is left to run out
-its client's deadline in the queue (:class:`Admission`).
+bursts start at once); a job's time limits count from its start on a worker, never from its
+arrival (:class:`Admission`). Up to ``--queue`` more requests (default 256) wait for a worker,
+first come first served, and a request finding the queue full is answered 504, which verl and
+the ``sandbox-fusion`` client retry. A client's own timeout, though, counts from its request:
+verl gives each request ``compile_timeout + run_timeout + 10`` s and scores one that runs out as
+an API error (-1) where the program would have timed out (-3). So a request that has waited
+``--keepalive`` seconds (default 2) gets its answer's status (200) and then a space every
+``--keepalive`` seconds until it runs, then the JSON response: leading whitespace, which every
+JSON parser skips, and bytes that restart a client's read timeout (``requests``/urllib3 and
+httpx timeouts, which verl and the ``sandbox-fusion`` client use, are per read), so a small
+host serves a large burst slowly but with the scores it would have on a large one. A client
+with a deadline for the whole exchange (aiohttp's ``total``) still counts the wait. With
+``--keepalive 0`` a queued request waits at most ``--queue-timeout`` seconds (default 8) and is
+then answered 504 instead.
 
 Exposure: the guard of :mod:`adapters.integrations._guard` (optional bearer token from
 ``$MAS_SERVICE_TOKEN``, 20 MiB bodies refused before they are read, header-read timeout,
@@ -84,6 +95,7 @@ from pydantic import BaseModel, Field
 import sandboxes
 
 __all__ = [
+    "DEFAULT_QUEUE",
     "LANGUAGES",
     "CommandRunResult",
     "RunCodeRequest",
@@ -91,6 +103,7 @@ __all__ = [
     "Admission",
     "Overloaded",
     "ServiceLimits",
+    "Ticket",
     "create_app",
     "run_code",
 ]
@@ -104,6 +117,8 @@ Language = Literal[
 MAX_CODE_CHARS = 16 << 20
 DEFAULT_RUN_TIMEOUT_S = 10.0  # SandboxFusion's default, also for a run_timeout <= 0
 MAX_STDIN_CHARS = 64 << 20
+DEFAULT_QUEUE = 256
+"""Requests that may wait for a worker by default (at least as many as there are workers)."""
 LANGUAGES: tuple[str, ...] = Language.__args__  # type: ignore[attr-defined]
 """SandboxFusion's ``Language`` names (``sandbox/runners/types.py``), plus ``c`` and
 ``javascript``."""
@@ -349,33 +364,49 @@ def _run_driver(
 
 
 class Overloaded(Exception):
-    """No worker became free within the admission's queue timeout (answered 504)."""
+    """The queue is full, or (without keep-alive) no worker became free in time: answered 504."""
 
 
 class Admission:
     """Admits at most ``slots`` requests to the sandbox at once (one per worker, so an admitted
     request starts at once and its time limits count from its start); up to ``max_queue`` more
-    wait at most ``queue_timeout_s`` for a slot. A request that would wait longer, or finds the
-    queue full, is refused with :class:`Overloaded` (the service answers 504, which verl and the
-    ``sandbox-fusion`` client retry), never left to run out its client's HTTP timeout.
+    wait for a slot, first come first served. A request finding the queue full is refused with
+    :class:`Overloaded` (the service answers 504, which verl and the ``sandbox-fusion`` client
+    retry).
+
+    How long a queued request may wait is the service's choice (:func:`create_app`): with
+    ``keepalive_s`` (the default) as long as it takes, its answer's first bytes keeping the
+    client's read timeout from running out; without, at most ``queue_timeout_s``, then 504.
 
     >>> import asyncio
     >>> async def demo():
-    ...     gate = Admission(slots=1, max_queue=0, queue_timeout_s=0.01)
-    ...     async with gate.slot():
-    ...         try:
-    ...             async with gate.slot():
-    ...                 return "admitted twice"
-    ...         except Overloaded as exc:
-    ...             return str(exc)
+    ...     gate = Admission(slots=1, max_queue=1)
+    ...     first = gate.enter()                     # a free slot: admitted at once
+    ...     second = gate.enter()                    # queued behind it
+    ...     try:
+    ...         gate.enter()
+    ...     except Overloaded as exc:
+    ...         refused = str(exc)
+    ...     before = await second.wait(0.01)         # still waiting
+    ...     first.release()                          # the slot passes to the queue's head
+    ...     return first.granted, before, await second.wait(0.01), refused
     >>> asyncio.run(demo())
-    'all 1 sandbox workers are busy and the queue is full (0 waiting)'
+    (True, False, True, 'all 1 sandbox workers are busy and the queue is full (1 waiting)')
     """
 
-    def __init__(self, slots: int, max_queue: int, queue_timeout_s: float) -> None:
+    def __init__(
+        self,
+        slots: int,
+        max_queue: int,
+        queue_timeout_s: float = 8.0,
+        keepalive_s: float | None = 2.0,
+    ) -> None:
         if slots < 1 or max_queue < 0 or not queue_timeout_s >= 0:
             raise ValueError("slots >= 1, max_queue >= 0 and queue_timeout_s >= 0 required")
+        if keepalive_s is not None and not keepalive_s > 0:
+            raise ValueError("keepalive_s must be positive (None: no keep-alive)")
         self.slots, self.max_queue, self.queue_timeout_s = slots, max_queue, queue_timeout_s
+        self.keepalive_s = keepalive_s
         self._free = slots
         self._waiters: list[Any] = []  # futures of queued requests, first come first served
 
@@ -383,25 +414,13 @@ class Admission:
     def waiting(self) -> int:
         return len(self._waiters)
 
-    def slot(self) -> Any:
-        from contextlib import asynccontextmanager
-
-        @asynccontextmanager
-        async def held():
-            await self._acquire()
-            try:
-                yield
-            finally:
-                self._release()
-
-        return held()
-
-    async def _acquire(self) -> None:
+    def enter(self) -> Ticket:
+        """A ticket: admitted at once when a slot is free and nobody waits, else queued."""
         import asyncio
 
         if self._free > 0 and not self._waiters:
             self._free -= 1
-            return
+            return Ticket(self, None)
         if len(self._waiters) >= self.max_queue:
             raise Overloaded(
                 f"all {self.slots} sandbox workers are busy and the queue is full "
@@ -409,23 +428,7 @@ class Admission:
             )
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
-        try:
-            await asyncio.wait_for(asyncio.shield(waiter), self.queue_timeout_s)
-        except TimeoutError:
-            if waiter.done():  # granted just as the wait ran out: keep the slot
-                return
-            self._waiters.remove(waiter)
-            waiter.cancel()
-            raise Overloaded(
-                f"no sandbox worker became free within {self.queue_timeout_s:g} s "
-                f"({self.slots} workers, {len(self._waiters)} waiting): retry later"
-            ) from None
-        except BaseException:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-            if waiter.done() and not waiter.cancelled():
-                self._release()
-            raise
+        return Ticket(self, waiter)
 
     def _release(self) -> None:
         while self._waiters:
@@ -434,6 +437,40 @@ class Admission:
                 waiter.set_result(None)  # the slot passes straight to the next waiter
                 return
         self._free += 1
+
+
+class Ticket:
+    """A request's place at the :class:`Admission`: a slot (``granted``) or a place in its
+    queue; ``release()`` gives either back (idempotent)."""
+
+    def __init__(self, gate: Admission, waiter: Any) -> None:
+        self._gate, self._waiter, self._released = gate, waiter, False
+
+    @property
+    def granted(self) -> bool:
+        w = self._waiter
+        return w is None or (w.done() and not w.cancelled())
+
+    async def wait(self, timeout_s: float | None) -> bool:
+        """Wait at most ``timeout_s`` for the slot; whether it is held now (still queued: False)."""
+        import asyncio
+
+        if self._released:
+            raise RuntimeError("the ticket was released")
+        if not self.granted:  # asyncio.wait leaves the future pending when the time runs out
+            await asyncio.wait({self._waiter}, timeout=timeout_s)
+        return self.granted
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        if self.granted:
+            self._gate._release()
+        else:
+            if self._waiter in self._gate._waiters:
+                self._gate._waiters.remove(self._waiter)
+            self._waiter.cancel()
 
 
 def create_app(
@@ -446,22 +483,23 @@ def create_app(
 ):
     """The FastAPI app serving ``/run_code``, ``/v1/ping`` and ``/v1/languages`` with ``sandbox``
     (closed when the app shuts down if ``owns_sandbox``). ``admission`` defaults to one slot per
-    sandbox worker, a queue as long again and an 8 s queue timeout; ``languages`` to those whose
-    toolchain the sandbox's jobs find (:func:`.languages.in_sandbox`: the host's for the local
-    backend, the image's for Docker)."""
+    sandbox worker, a queue of :data:`DEFAULT_QUEUE` and keep-alive answers (module docstring);
+    ``languages`` to those whose toolchain the sandbox's jobs find (:func:`.languages.in_sandbox`:
+    the host's for the local backend, the image's for Docker)."""
     import asyncio
+    import functools
     from concurrent.futures import ThreadPoolExecutor
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, StreamingResponse
 
     from adapters.integrations.languages import in_sandbox
 
     bounds = bounds or ServiceLimits()
     langs = tuple(languages if languages is not None else in_sandbox(sandbox))
     workers = int(getattr(sandbox, "workers", 1) or 1)
-    gate = admission or Admission(slots=workers, max_queue=workers, queue_timeout_s=8.0)
+    gate = admission or Admission(slots=workers, max_queue=max(workers, DEFAULT_QUEUE))
     # one thread per admitted request: the sandbox call blocks its thread for the job's length
     executor = ThreadPoolExecutor(max_workers=gate.slots, thread_name_prefix="run-code")
 
@@ -475,19 +513,56 @@ def create_app(
     app = FastAPI(title="mas-rl-envs sandbox service (SandboxFusion API)", lifespan=lifespan)
     app.state.admission = gate
 
+    async def run(ticket: Ticket, job: Any) -> RunCodeResponse:
+        """Run an admitted job; its slot is given back when the job ends, even if the client
+        has gone (the sandbox call cannot be interrupted from here)."""
+        future = asyncio.get_running_loop().run_in_executor(executor, job)
+        try:
+            return await asyncio.shield(future)
+        finally:
+            if future.done():
+                ticket.release()
+            else:
+                future.add_done_callback(lambda _: ticket.release())
+
+    async def kept_alive(ticket: Ticket, job: Any, every_s: float) -> Any:
+        """The answer of a queued request: a space every ``every_s`` seconds while it waits
+        (leading whitespace that JSON parsers skip), then the response's JSON."""
+        try:
+            while not await ticket.wait(every_s):
+                yield b" "
+        except BaseException:  # the client went away while queued: leave the queue
+            ticket.release()
+            raise
+        yield (await run(ticket, job)).model_dump_json().encode()
+
     @app.post("/run_code", response_model=RunCodeResponse, tags=["sandbox"])
     async def run_code_endpoint(request: RunCodeRequest) -> Any:
         refused = _check(request, langs)
         if refused is not None:
             return _refusal(refused)
         try:
-            async with gate.slot():
-                loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(
-                    executor, run_code, sandbox, request, bounds, langs
-                )
+            ticket = gate.enter()
         except Overloaded as exc:
             return JSONResponse(status_code=504, content={"detail": str(exc)})
+        job = functools.partial(run_code, sandbox, request, bounds, langs)
+        try:
+            admitted = await ticket.wait(gate.keepalive_s or gate.queue_timeout_s)
+        except BaseException:
+            ticket.release()
+            raise
+        if admitted:
+            return await run(ticket, job)
+        if gate.keepalive_s is None:
+            ticket.release()
+            detail = (
+                f"no sandbox worker became free within {gate.queue_timeout_s:g} s "
+                f"({gate.slots} workers, {gate.waiting} waiting): retry later"
+            )
+            return JSONResponse(status_code=504, content={"detail": detail})
+        return StreamingResponse(
+            kept_alive(ticket, job, gate.keepalive_s), media_type="application/json"
+        )
 
     @app.get("/v1/ping")
     def ping() -> str:

@@ -188,15 +188,19 @@ def test_bad_requests_get_clear_errors(servers):
         assert "the episode is over" in _error(c, "step", "")
     # the HTTP endpoints answer 400/422 with a message, never a traceback
     http = httpx.Client(base_url=server.url, timeout=30)
-    r = http.post("/step", json={"action": {"completion": "x"}})
-    assert r.status_code == 400 and "unknown session_id None" in r.json()["detail"]
+    r = http.post("/step", json={"action": {"completion": "x"}})  # the default session: new
+    assert r.status_code == 400 and "call reset() before step()" in r.json()["detail"]
+    r = http.post("/step", json={"session_id": "nope", "action": {"completion": "x"}})
+    assert r.status_code == 400 and "unknown session_id 'nope'" in r.json()["detail"]
     r = http.post("/reset", json={"seed": 1, "split": "nope"})
     assert r.status_code == 400 and "split must be" in r.json()["detail"]
     r = http.post("/reset", json={"seed": 2})
     assert r.status_code == 200 and r.json()["observation"]["agent"] == "tool"
     sid = r.json()["observation"]["session_id"]
     r = http.post("/step", json={"session_id": sid, "action": {"text": "x"}})
-    assert r.status_code == 400 and "invalid action" in r.json()["detail"]
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["completion"]
+    r = http.post("/reset", json={"new_session": "yes"})
+    assert r.status_code == 400 and "new_session must be" in r.json()["detail"]
     assert http.post("/close", json={"session_id": sid}).json()["closed"] is True
     assert http.get("/health").json() == {"status": "healthy"}
     assert "completion" in http.get("/schema").json()["action"]["properties"]
@@ -247,11 +251,15 @@ def test_capacity_is_reported(servers):
 
 
 def test_generic_client_plays_with_plain_dicts(servers):
+    """openenv's GenericEnvClient, as ``AutoEnv.from_env`` gives it for a server's URL."""
+    from openenv import AutoEnv
     from openenv.core import GenericEnvClient
 
     twin = envs.make("sokoban").unwrapped
     twin.reset(seed=21)
-    with GenericEnvClient(base_url=servers["sokoban"].url).sync() as c:
+    client = AutoEnv.from_env("mas-rl-envs", base_url=servers["sokoban"].url, skip_install=True)
+    assert isinstance(client, GenericEnvClient)
+    with client.sync() as c:
         result = c.reset(seed=21)
         while not result.done:
             agent = result.observation["agent"]
@@ -364,3 +372,39 @@ def test_reward_modes():
     assert differs >= 1  # a delayed award reached a role other than the acting one
     for env in envs_by_mode.values():
         env.close()
+
+
+def test_openenv_simulation_flow_without_session_ids(servers):
+    """OpenEnv's plain-HTTP flow on a setting: ``/reset``, ``/step``, ``/step``, ``/state`` with
+    no session id act on the default session (the steps continue the reset's episode, in
+    lockstep with a twin; ``step_count`` and ``episode_id`` as in openenv's state contract); a
+    second reset replaces its episode in the same session; a client's own session (``new_session``)
+    is untouched by the default one."""
+    url = servers["plan_path"].url
+    twin = envs.make("plan_path").unwrapped
+    with httpx.Client(base_url=url, timeout=60) as http:
+        first = http.post("/reset", json={"seed": 8, "episode_id": "ep-1"}).json()
+        own = http.post("/reset", json={"seed": 9, "new_session": True}).json()
+        assert own["session_id"] != first["session_id"]
+        twin.reset(seed=8)
+        flush(twin)
+        for _ in range(2):
+            completion = twin.oracle(twin.agent_selection)
+            twin.step(completion)
+            expected = {a: float(r) for a, r in twin.rewards.items()}
+            flush(twin)
+            r = http.post("/step", json={"action": {"completion": completion}}).json()
+            assert r["session_id"] == first["session_id"]
+            assert r["observation"]["rewards"] == expected
+            if twin.agents:
+                assert r["observation"]["prompt"] == twin.observe(twin.agent_selection)["prompt"]
+            assert r["done"] == (not twin.agents)
+        state = http.get("/state").json()
+        assert state["step_count"] == 2 and state["episode_id"] == "ep-1"
+        again = http.post("/reset", json={"seed": 8}).json()
+        assert again["session_id"] == first["session_id"]
+        assert http.get("/state").json()["step_count"] == 0
+        mine = http.get("/state", params={"session_id": own["session_id"]}).json()
+        assert mine["step_count"] == 0 and mine["instance_id"] != state["instance_id"]
+        assert http.post("/close", json={}).json()["session_id"] == first["session_id"]
+        assert http.get("/state").json()["episode_id"] is None  # no default session: a fresh env

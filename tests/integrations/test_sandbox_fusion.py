@@ -150,6 +150,40 @@ def test_files_in_and_out(service):
     assert r["files"] == {"out.txt": base64.b64encode(b"done").decode()}
 
 
+def test_absolute_names_are_inside_the_job(service):
+    """SandboxFusion's ``/mnt/data/...`` names: a file given there is the program's
+    ``/mnt/data/...``, a file the program writes there is fetched; other absolute names are
+    mapped into the job's directory (``/etc/hostname`` is not the host's, nor the sandbox's);
+    nothing stays for the next job."""
+    program = (
+        "import os\n"
+        "print(open('/mnt/data/in.txt').read(), open('etc/motd').read())\n"
+        "open('/mnt/data/out.txt', 'w').write('written')\n"
+        "print(sorted(os.listdir('mnt/data')))\n"
+    )
+    b64 = {k: base64.b64encode(v).decode() for k, v in {"in": b"given", "motd": b"m"}.items()}
+    body = {
+        "code": program,
+        "language": "python",
+        "files": {"/mnt/data/in.txt": b64["in"], "/etc/motd": b64["motd"]},
+        "fetch_files": ["/mnt/data/out.txt", "/etc/hostname", "/etc/motd", "/../etc/passwd"],
+    }
+    r = requests.post(service.url + "/run_code", json=body, timeout=60).json()
+    assert r["status"] == "Success", r
+    assert r["run_result"]["stdout"] == "given m\n['in.txt', 'out.txt']\n"
+    assert r["files"] == {
+        "/mnt/data/out.txt": base64.b64encode(b"written").decode(),
+        "/etc/motd": b64["motd"],
+    }
+    after = {"code": "import os\nprint(os.path.exists('/mnt/data/out.txt'))", "language": "python"}
+    assert requests.post(service.url + "/run_code", json=after).json()["run_result"]["stdout"] == (
+        "False\n"
+    )
+    bad = dict(body, files={"/../x": b64["in"]})
+    resp = requests.post(service.url + "/run_code", json=bad).json()
+    assert resp["status"] == "SandboxError" and "unsafe file name" in resp["message"]
+
+
 CPP_SUM = '#include <cstdio>\nint main(){int a,b;scanf("%d %d",&a,&b);printf("%d\\n",a+b);}'
 
 
