@@ -61,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + f.name.replace("_", "-")
         value = getattr(defaults, f.name)
         if f.name == "roles":
-            p.add_argument(flag, default=None, help="comma-separated roles (default: all)")
+            p.add_argument(
+                flag,
+                default=None,
+                help="comma-separated roles, ROLE=N for the first N episodes only (default: all)",
+            )
         elif isinstance(value, bool):
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
         else:
@@ -99,7 +103,7 @@ def _main(args: argparse.Namespace) -> int:
 
     with cli.bad_input("--env-config"):
         roles = envs.make(train_cfg.env, **train_cfg.env_config).unwrapped.possible_agents
-    unknown = sorted(set(cfg.roles or ()) - set(roles))
+    unknown = sorted(set(cfg.role_episodes() or ()) - set(roles))
     if unknown:
         raise cli.UsageError(f"--roles: {unknown} not among the setting's roles {list(roles)}")
     if args.no_train:
@@ -113,7 +117,7 @@ def _main(args: argparse.Namespace) -> int:
             cfg.episodes,
             cfg.seed,
             prefix=prompt_prefix(train_cfg),
-            roles=cfg.roles,
+            roles=cfg.role_episodes(),
         )
         digest = write_examples(examples, args.export)
         print(f"{len(examples)} examples -> {args.export} (sha256 {digest[:16]})")

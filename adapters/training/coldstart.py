@@ -61,7 +61,9 @@ class ColdStartConfig:
     """How a cold start is made (``python -m adapters.sft`` takes each field as a flag).
 
     episodes: train-split oracle episodes played for the examples (every role's turns).
-    roles: roles whose turns are examples (``None``: all).
+    roles: roles whose turns are examples (``None``: all); ``ROLE=N`` takes that role's turns
+        from the first N episodes only (e.g. ``("tool", "planner=8")``: every tool turn, the
+        planner's of 8 episodes).
     epochs / lr / batch_size / grad_accum: the fine-tuning schedule (a constant learning rate
         after ``warmup_ratio`` of the steps).
     lora_rank / lora_alpha: the adapter the examples train (merged into the base afterwards,
@@ -93,6 +95,24 @@ class ColdStartConfig:
             raise ValueError("batch_size, grad_accum and lora_rank must be >= 1")
         if self.roles is not None:
             object.__setattr__(self, "roles", tuple(self.roles))
+            for entry in self.roles:
+                name, sep, n = str(entry).partition("=")
+                if not name or (sep and not (n.isdigit() and int(n) >= 1)):
+                    raise ValueError(f"roles: {entry!r} is not ROLE or ROLE=N (N >= 1)")
+
+    def role_episodes(self) -> dict[str, int] | None:
+        """Role -> how many episodes give that role's examples (``None``: every role, all).
+
+        >>> ColdStartConfig(episodes=48, roles=("tool", "planner=8")).role_episodes()
+        {'tool': 48, 'planner': 8}
+        """
+        if self.roles is None:
+            return None
+        out = {}
+        for entry in self.roles:
+            name, _, n = entry.partition("=")
+            out[name] = min(int(n), self.episodes) if n else self.episodes
+        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,7 +127,7 @@ def oracle_examples(
     *,
     prefix: Sequence[dict[str, str]] = (),
     role_prefix: dict[str, list[dict[str, str]]] | None = None,
-    roles: Sequence[str] | None = None,
+    roles: Sequence[str] | dict[str, int] | None = None,
     split: str = "train",
 ) -> list[dict[str, Any]]:
     """The oracle's turns on ``episodes`` instances of ``split`` (a cold start's examples come
@@ -125,7 +145,10 @@ def oracle_examples(
     import envs
 
     raw = envs.make(env_id, **env_config).unwrapped
-    wanted = set(roles) if roles else None
+    if roles is None or isinstance(roles, dict):
+        wanted = dict(roles) if roles else None
+    else:
+        wanted = {r: episodes for r in roles}
     out: list[dict[str, Any]] = []
     try:
         for j in range(episodes):
@@ -135,7 +158,7 @@ def oracle_examples(
             while raw.agents:
                 agent = raw.agent_selection
                 answer = raw.oracle(agent)
-                if wanted is None or agent in wanted:
+                if wanted is None or j < wanted.get(agent, 0):
                     prompt = raw.observe(agent)["prompt"]
                     messages = [dict(m) for m in prefix]
                     messages += [dict(m) for m in (role_prefix or {}).get(agent, [])]
@@ -336,7 +359,7 @@ def make_cold_start(
 
     env_config, prefix = _run_view(train_cfg)
     examples = oracle_examples(
-        train_cfg.env, env_config, cfg.episodes, cfg.seed, prefix=prefix, roles=cfg.roles
+        train_cfg.env, env_config, cfg.episodes, cfg.seed, prefix=prefix, roles=cfg.role_episodes()
     )
     if export is not None:
         write_examples(examples, export)
@@ -369,7 +392,8 @@ def make_cold_start(
 
 def cold_start_of(train_cfg: Any) -> ColdStartConfig:
     """The :class:`ColdStartConfig` a training config's ``init`` names: ``cold-start`` (every
-    role's turns) or ``cold-start:ROLE,...`` (those roles' turns), with the defaults otherwise.
+    role's turns) or ``cold-start:ROLE,...`` (those roles' turns; ``ROLE=N``: of the first N
+    episodes), with the defaults otherwise.
 
     >>> cold_start_of(type("C", (), {"init": "cold-start:tool"})()).roles
     ('tool',)
