@@ -53,6 +53,7 @@ EXTRAS = {
     "tensorboard": "train",
     "matplotlib": "train",
     "scipy": "train",
+    "safetensors": "train",
     "docker": "docker",
     "trl": "trl",
     "openenv": "serve",

@@ -189,9 +189,9 @@ def native_bf16(device: Any) -> bool:
     """Whether ``device`` computes bfloat16 natively: CUDA with bf16 support, or a CPU with
     AVX512-BF16 or AMX (where bfloat16 matrix products beat float32; elsewhere they are
     emulated and slower)."""
-    import torch
-
     if getattr(device, "type", str(device)).startswith("cuda"):
+        import torch
+
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     try:
         flags = Path("/proc/cpuinfo").read_text()

@@ -643,8 +643,9 @@ class TrainConfig:
             fast = not cuda and c.dtype == "float32" and native_bf16("cpu")
             c.update_precision = "bfloat16" if fast else "float32"
             src["update_precision"] = (
-                "bfloat16 autocast on a CPU with native bfloat16 (about 2x the float32 update), "
-                "else the model's dtype"
+                "bfloat16 autocast on a CPU with native bfloat16 (about 2x the float32 update)"
+                if fast
+                else "the model's dtype"
             )
         if c.old_logprobs == "auto":
             copy_samples = c.backend == "transformers" and c.generation_model == "merged"

@@ -59,6 +59,10 @@ BASE = {
     "ppo_minibatches": 1,  # one optimizer step per batch (the CPU recipe makes 4)
     "temperature": 1.0,
     "device": "cpu",
+    # exact log-probs, so two ranks match one: sample on the float32 training modules and
+    # update in float32 (the defaults on a CPU with native bfloat16 use a bfloat16 copy)
+    "generation_model": "train",
+    "update_precision": "float32",
 }
 CASES = {
     "lora": {},

@@ -171,7 +171,12 @@ def test_chat_template_kwargs_reach_every_policy_that_renders_a_template():
     )
     kwargs = _template_kwargs(args)
     assert kwargs == {"enable_thinking": False}
-    server = parse_policy_spec("openai:http://127.0.0.1:9/v1#m", chat_template_kwargs=kwargs)
+    from adapters.policies.openai_compat import OpenAIPolicy
+    from adapters.policies.specs import set_chat_template_kwargs
+
+    # built directly: parsing an ``openai:`` spec first checks that the server answers
+    server = OpenAIPolicy("http://127.0.0.1:9/v1", model="m")
+    set_chat_template_kwargs(server, kwargs)
     assert server.extra_body == {"chat_template_kwargs": {"enable_thinking": False}}
     template = (
         "{% for m in messages %}{{ m['content'] }}{% endfor %}"

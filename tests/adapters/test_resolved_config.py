@@ -39,11 +39,11 @@ def test_views_read_the_resolved_values():
         4,
         "tree",
         "best",
-        48,
+        320,
         True,
     )
     loop = c.replace(output_dir="somewhere").view(LoopConfig)
-    assert (loop.steps, loop.instances_per_step, loop.demos, loop.eval_episodes) == (6, 1, 1, 32)
+    assert (loop.steps, loop.instances_per_step, loop.demos, loop.eval_episodes) == (6, 1, 0, 64)
 
 
 def test_every_flag_has_the_help_text_of_its_field():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,14 +31,32 @@ MUST_PASS = {
 OPENENV_SKIPS = ("grader not implemented in this build", "network evidence is unavailable")
 
 
-def test_openenv_validate_runs_the_declared_plan():
+def _package_copy(dest: Path) -> Path:
+    """The checkout's files that git would commit, copied to ``dest``: openenv hashes the whole
+    package tree before and after it validates and refuses a tree holding links (a second
+    virtual environment such as ``.venv-vllm``) or one that changes meanwhile (other tests)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        src = ROOT / name
+        if src.is_file() and not src.is_symlink():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def test_openenv_validate_runs_the_declared_plan(tmp_path):
     if not _image_present():
         if os.environ.get("MAS_REQUIRE_DOCKER") == "1":
             pytest.fail(f"MAS_REQUIRE_DOCKER=1 but {IMAGE} is missing")
         pytest.skip(f"{IMAGE} not built (bash scripts/build_env_server_image.sh)")
     out = subprocess.run(
         [sys.executable, "-m", "openenv.cli", "validate", ".", "--json"],
-        cwd=ROOT,
+        cwd=_package_copy(tmp_path / "package"),
         capture_output=True,
         text=True,
         timeout=900,

@@ -146,21 +146,27 @@ def test_requests_without_the_token_never_reach_the_app():
 
 
 def test_http_cannot_take_every_session_or_close_another_clients():
+    """HTTP clients share their own quota (a quarter of ``max_sessions``): a new HTTP session
+    evicts the least recently used one instead of taking a WebSocket slot, and no HTTP route
+    can close or read a WebSocket client's session."""
     app = create_app("sokoban", max_sessions=4)
     with TestClient(app) as client:
-        assert client.post("/reset", json={"seed": 1}).status_code == 200
-        refused = client.post("/reset", json={"seed": 2})
-        assert refused.status_code == 400 and "quota" in refused.json()["detail"]
+        first = client.post("/reset", json={"seed": 1, "new_session": True})
+        assert first.status_code == 200
+        second = client.post("/reset", json={"seed": 2, "new_session": True})
+        assert second.status_code == 200  # evicts `first` (quota 1) rather than being refused
+        gone = client.get("/state", params={"session_id": first.json()["session_id"]})
+        assert gone.status_code == 400 and "unknown session_id" in gone.json()["detail"]
         rpc = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}
-        assert "quota" in client.post("/mcp", json=rpc).json()["error"]["message"]
-        sockets = [client.websocket_connect("/ws") for _ in range(3)]
+        assert "session_id" in client.post("/mcp", json=rpc).json()["result"]
+        sockets = [client.websocket_connect("/ws") for _ in range(4)]
         for i, ws in enumerate(sockets):
             ws.__enter__()
             ws.send_text(json.dumps({"type": "reset", "data": {"seed": i}}))
             assert json.loads(ws.receive_text())["type"] == "observation"
         server = app.state.env_server
-        ws_ids = [s for s in server._sessions if s not in app.state.http_sessions.alive()]
-        assert len(ws_ids) == 3
+        ws_ids = server.sessions_of("ws")
+        assert len(ws_ids) == 4
         close = {
             "jsonrpc": "2.0",
             "id": 2,
