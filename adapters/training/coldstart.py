@@ -73,9 +73,9 @@ class ColdStartConfig:
     seed: instances, adapter initialisation and example order.
     """
 
-    episodes: int = 96
+    episodes: int = 48
     roles: tuple[str, ...] | None = None
-    epochs: float = 2.0
+    epochs: float = 3.0
     lr: float = 1e-3
     warmup_ratio: float = 0.05
     batch_size: int = 4

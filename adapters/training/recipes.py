@@ -365,9 +365,9 @@ SETTING_VALUES: dict[tuple[str, str], dict[str, Sourced]] = {
 # (other models keep the recipe's generic CPU scale-down), ahead of the recipe's CPU values.
 _TOOL_COLD_START: dict[str, Sourced] = {
     "init": (
-        "cold-start:tool",
-        "CPU: the tool's oracle turns (train split) as a cold start; the other role learns to "
-        "adopt the tool's result by RL",
+        "cold-start:tool,planner=8",
+        "CPU: a cold start on the oracle's turns (train split): every tool turn of 48 episodes, "
+        "the planner's of 8; RL starts from a team that sometimes succeeds",
     ),
 }
 _CPU_GRID: dict[str, Sourced] = {
@@ -397,7 +397,7 @@ def setting_values(recipe: str, env_id: str, cpu: bool = False) -> Mapping[str, 
     >>> setting_values("at-grpo", "math")["max_prompt_tokens"][0]
     8192
     >>> setting_values("at-grpo", "sokoban", cpu=True)["init"][0]
-    'cold-start:tool'
+    'cold-start:tool,planner=8'
     """
     import envs
 

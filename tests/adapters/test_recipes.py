@@ -96,7 +96,7 @@ def test_cpu_scale_down_keeps_every_protocol():
 def test_run_header_names_every_cpu_scaled_value():
     """The run header's CPU line lists what a CPU-only run shrinks, and nothing on CUDA."""
     scaled = TrainConfig(env="sokoban").resolved(cuda=False).cpu_scale_down()
-    want = {"lora_rank": 8, "max_new_tokens": 320, "init": "cold-start:tool"}
+    want = {"lora_rank": 8, "max_new_tokens": 320, "init": "cold-start:tool,planner=8"}
     assert want.items() <= scaled.items(), scaled
     assert scaled["env_config.prompt_style"] == "compact"
     assert TrainConfig(env="sokoban").resolved(cuda=True).cpu_scale_down() == {}

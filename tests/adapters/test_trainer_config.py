@@ -19,7 +19,7 @@ def test_defaults_resolve_per_device():
     assert gpu.env_config == {"max_turns": 4}
     assert cpu.env_config == {"max_turns": 4, "prompt_style": "compact"}
     # a cold start from the tool's oracle turns, no demonstration (no answer key in a prompt)
-    assert cpu.init == "cold-start:tool" and cpu.demos == 0 == gpu.demos
+    assert cpu.init == "cold-start:tool,planner=8" and cpu.demos == 0 == gpu.demos
     assert gpu.init == "none"
     # the merged bfloat16 generation copy samples, so the training model recomputes pi_old
     assert cpu.dtype == "float32" and cpu.old_logprobs == "recompute"

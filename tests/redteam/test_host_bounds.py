@@ -165,16 +165,23 @@ def test_magnitude_corpus_costs_the_host_little(name, sb):
     warm.reset(options={"instance": HALF})
     warm.step(py("def half(x):\n    return x / 2"))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    coder = envs.make("code", sandbox=sb, mode="single")
-    coder.reset(options={"instance": HALF})
-    costs = [_step_cost(coder, py(program))]
-    for tests in SAGE_TESTS:
-        sage = _env("sage", sb)
+
+    def coder_cost() -> tuple[float, str]:
+        coder = envs.make("code", sandbox=sb, mode="single")
+        coder.reset(options={"instance": HALF})
+        return _step_cost(coder, py(program))
+
+    def sage_cost(tests: str) -> tuple[float, str]:
         challenge = (
             "<question>Write half(x) returning x / 2.</question>\n"
             f"<tests>\n{tests}\n</tests>\n<solution>\n```python\n{program}\n```\n</solution>"
         )
-        costs.append(_step_cost(sage, challenge))
+        return _step_cost(_env("sage", sb), challenge)
+
+    # the cheaper of two plays of each step: CPU time also grows when other processes share
+    # the cores (cache and frequency), which is not what is measured here
+    costs = [min(coder_cost(), coder_cost())]
+    costs += [min(sage_cost(t), sage_cost(t)) for t in SAGE_TESTS]
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
     assert max(costs)[0] < CPU_S, costs
     assert grown_mb < RSS_MB, grown_mb
