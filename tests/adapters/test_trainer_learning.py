@@ -1,24 +1,17 @@
-"""AT-GRPO's updates move the greedy policy on unseen instances, towards more reward (slow).
+"""The default CPU run, shortened: a cold-started team that reads the level, and AT-GRPO steps
+that keep it (slow).
 
-This is a test of the training pipeline, not evidence of task learning: on this budget the gain
-is the shaped reward of a team that learned to repeat its demonstration's answer (success and
-team reward do not move; ``docs/learning.md``), which is still a policy change that carries over
-to instances training never drew.
+``python -m adapters.train --env sokoban`` as it runs by default on a CPU (the embedded
+SmolLM2-135M with the shipped cold start, ``adapters/training/coldstarts/``: every tool turn of
+48 oracle episodes and the planner's of 8; then AT-GRPO with K = 4 and T = 4, LoRA rank 8) with
+2 steps of one instance and 8 validation levels, which training never draws, played greedily
+before and after on the same seeds, beside the no-op, constant and open-loop references.
 
-``python -m adapters.train --env sokoban`` as it runs by default on a CPU (embedded SmolLM2-135M,
-LoRA rank 8, AT-GRPO with K = 4 and T = 4, 6 steps of one instance, the recipe's CPU learning rate
-and PPO mini-batches, one oracle demonstration per role, the tool's one-line program format) with
-a smaller evaluation: 8 validation instances, which training never draws, played greedily before
-and after on the same seeds. The paired difference of the episodes' mean reward must be positive
-with its 95% interval above zero. Shorter budgets were measured and do not move the greedy
-policy: 4 steps of 2 one-turn episodes and 6 steps of two-turn episodes left all 16 / 12
-validation episodes unchanged (the base model's first turns already follow the demonstration;
-the gain of the default run is at turns 3 and 4, where the history makes the prompt long).
-On the full default run (32 instances) every episode gained 0.05 or 0.10.
-
-What the test guards: a trainer that does not move the policy, moves it against the reward,
-moves it on the training instances only, or whose before/after evaluations do not use the same
-instances.
+What it guards: an ``init`` that is not applied (the untrained team solves none of these
+levels), a cold start that does not read the level (the constant and no-op references solve
+none and the open loop, the team's answers replayed blind, far fewer), updates that wreck the
+team, and evaluations that do not use the same unseen instances. The full default run's numbers
+(64 levels) are in ``docs/learning.md``.
 """
 
 from __future__ import annotations
@@ -30,12 +23,16 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-# six training steps and two evaluations: 36 min measured while two other training runs shared
-# the 2 cores (the same six steps alone beside one other run: 12 min)
+# two evaluations of 8 episodes, two references and the open loop, two steps: about 8 minutes on
+# 2 idle cores
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
-def test_default_cpu_recipe_moves_the_greedy_policy(tmp_path):
+def _success(report: dict) -> list[float]:
+    return [float(e["success"]) for e in report["per_episode"]]
+
+
+def test_default_cpu_recipe_gives_a_team_that_reads_the_level(tmp_path):
     from adapters.evaluation.stats import paired_difference
     from adapters.policies.models import EmbeddedModelMissing
     from adapters.training.config import TrainConfig
@@ -43,6 +40,8 @@ def test_default_cpu_recipe_moves_the_greedy_policy(tmp_path):
 
     cfg = TrainConfig(
         env="sokoban",
+        steps=2,
+        instances_per_step=1,
         eval_episodes=8,
         device="cpu",
         threads=2,
@@ -62,21 +61,27 @@ def test_default_cpu_recipe_moves_the_greedy_policy(tmp_path):
         trainer.close()
     resolved = trainer.cfg
     assert (resolved.recipe, resolved.algorithm, resolved.candidates) == ("at-grpo", "at-grpo", 4)
-    before = json.loads((tmp_path / "run" / "eval_before.json").read_text())
-    after = json.loads((tmp_path / "run" / "eval_after.json").read_text())
-    ids_before = [e["instance_id"] for e in before["per_episode"]]
-    assert ids_before == [e["instance_id"] for e in after["per_episode"]]
+    assert resolved.init == "cold-start:tool,planner=8"
+    run = tmp_path / "run"
+    before = json.loads((run / "eval_before.json").read_text())
+    after = json.loads((run / "eval_after.json").read_text())
+    refs = json.loads((run / "eval_references.json").read_text())
+    open_loop = json.loads((run / "eval_open_loop.json").read_text())
+    ids = [e["instance_id"] for e in before["per_episode"]]
+    assert len(set(ids)) == 8
+    for report in (after, open_loop, *refs.values()):
+        assert [e["instance_id"] for e in report["per_episode"]] == ids
     train_ids = {
         json.loads(line)["instance_id"]
-        for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()
+        for line in (run / "trajectories.jsonl").read_text().splitlines()
     }
-    assert train_ids and not train_ids & set(ids_before)
-    d = paired_difference(
-        [e["reward"] for e in before["per_episode"]], [e["reward"] for e in after["per_episode"]]
-    )
-    # the trained team's own answers replayed as a fixed script, beside the scripted references
-    open_loop = json.loads((tmp_path / "run" / "eval_open_loop.json").read_text())
-    assert [e["instance_id"] for e in open_loop["per_episode"]] == ids_before
-    assert "open loop" in trainer.comparison
+    assert train_ids and not train_ids & set(ids)
     print(trainer.comparison)
-    assert d.n == 8 and d.mean_diff > 0 and d.low > 0, d
+    for report in (before, after):
+        team = _success(report)
+        assert sum(team) >= 6, team  # 61 of 64 before on the full run
+        for name in ("no-op", "constant"):
+            d = paired_difference(_success(refs[name]), team)
+            assert d.low > 0, (name, d)
+    # the open loop replays the trained team's most frequent answers without the level
+    assert sum(_success(after)) - sum(_success(open_loop)) >= 4, open_loop["per_episode"]
