@@ -155,6 +155,11 @@ def _build(
     raise AssertionError(spec)
 
 
+INIT_FILE = "init.json"
+"""Beside a trainer's exported adapter: ``{"init": DIR}``, the ``--init`` adapter its base had
+merged before training (:func:`adapters.training.checkpoints.export_policies`)."""
+
+
 def _adapter_policy(path: Path, *, device: Any, dtype: Any, **model_kw: Any) -> Policy:
     """A LoRA adapter directory (peft ``save_pretrained``) on top of its base model."""
     from peft import PeftModel
@@ -167,6 +172,14 @@ def _adapter_policy(path: Path, *, device: Any, dtype: Any, **model_kw: Any) -> 
     if base_name and not Path(base_name).exists() and base_name.count("/") != 1:
         base_name = None  # a cache path from another machine: fall back to the embedded model
     model, tok = load_policy_model(base_name, device=device, dtype=dtype or "float32")
+    if (path / INIT_FILE).is_file():  # trained on top of an --init adapter: merge it first
+        init = Path(json.loads((path / INIT_FILE).read_text())["init"])
+        if not (init / "adapter_config.json").is_file():
+            raise ValueError(
+                f"{path} was trained from the --init adapter {init}, which is not there: "
+                "without it this adapter does not apply"
+            )
+        model = PeftModel.from_pretrained(model, str(init)).merge_and_unload()
     peft_model = PeftModel.from_pretrained(model, str(path))
     merged = peft_model.merge_and_unload()
     return TransformersPolicy(merged, tok, device=device, name=str(path), **model_kw)

@@ -286,11 +286,16 @@ def export_policies(
     where: Path,
     ranks: DistContext | None = None,
     dp: DataParallel | None = None,
+    init_dir: str | None = None,
 ) -> None:
     """Save each policy under ``where/<pid>``: its peft adapter, or the full model and tokenizer.
+    ``init_dir``: the adapter merged into the base before training (``--init``); a peft adapter
+    then records it in ``INIT_FILE`` so that loading it (``--policy DIR``) merges the same
+    start first.
 
     Under torch.distributed every rank calls it (sharded weights are gathered) and rank 0 writes.
     """
+    from adapters.policies.specs import INIT_FILE
     from adapters.training import distributed
 
     ranks = ranks or distributed.DistContext()
@@ -315,6 +320,8 @@ def export_policies(
             shutil.rmtree(target, ignore_errors=True)
             shutil.move(str(src), str(target))
             shutil.rmtree(tmp, ignore_errors=True)
+            if init_dir is not None:
+                (target / INIT_FILE).write_text(json.dumps({"init": init_dir}, indent=1))
         else:
             pm.model.save_pretrained(str(target))
             tokenizer.save_pretrained(str(target))

@@ -66,6 +66,7 @@ class Run:
     role_policy: dict[str, str]
     pool: Any
     engine: RolloutEngine
+    init_dir: str | None = None  # the adapter merged into the base before training (cfg.init)
 
 
 def build_run(config: TrainConfig, *, models: Any = None, resume: bool = False) -> Run:
@@ -122,8 +123,9 @@ def _build(cfg: TrainConfig, loop: LoopConfig, dist: DistContext, out: Path, mod
         base.to(device)
     else:
         base, tokenizer = load_base_model(cfg.model, device, cfg.dtype, cfg.seed)
+    init_dir = None
     if cfg.init not in (None, "none"):
-        base = start_from(cfg, base, dist)
+        base, init_dir = start_from(cfg, base, dist)
     # the setting: roles, run-wide shared objects, demonstrations that fit the token budget
     env_config = dict(cfg.env_config)
     roles = env_roles(cfg.env, env_config)
@@ -178,13 +180,14 @@ def _build(cfg: TrainConfig, loop: LoopConfig, dist: DistContext, out: Path, mod
         role_policy=role_policy,
         pool=pool,
         engine=engine,
+        init_dir=init_dir,
     )
 
 
-def start_from(cfg: TrainConfig, base: Any, dist: DistContext) -> Any:
-    """``base`` with ``cfg.init`` merged into its weights: the setting's cached oracle cold
-    start (made by rank 0 on first use) or a peft adapter directory
-    (:mod:`adapters.training.coldstart`)."""
+def start_from(cfg: TrainConfig, base: Any, dist: DistContext) -> tuple[Any, str]:
+    """``base`` with ``cfg.init`` merged into its weights, and the adapter directory merged: the
+    setting's shipped or cached oracle cold start (made by rank 0 on first use) or a peft
+    adapter directory (:mod:`adapters.training.coldstart`)."""
     from adapters.training.coldstart import apply_init, cold_start_of, ensure_cold_start
 
     if str(cfg.init).startswith("cold-start"):
@@ -192,7 +195,7 @@ def start_from(cfg: TrainConfig, base: Any, dist: DistContext) -> Any:
         where = str(dist.broadcast_object(made))
     else:
         where = str(cfg.init)
-    return apply_init(base, where)
+    return apply_init(base, where), str(Path(where).resolve())
 
 
 def prepare_run_dir(out: Path, cfg: TrainConfig, resume: bool) -> None:

@@ -552,8 +552,11 @@ class Trainer(Run):
         return state
 
     def export(self, where: Path) -> None:
-        """Save each policy: its peft adapter, or the full model and tokenizer."""
-        checkpoints.export_policies(self.models, self.tokenizer, where, self.dist, self.dp)
+        """Save each policy: its peft adapter, or the full model and tokenizer (with the
+        ``init`` adapter it was trained on top of named in ``init.json``)."""
+        checkpoints.export_policies(
+            self.models, self.tokenizer, where, self.dist, self.dp, init_dir=self.init_dir
+        )
 
     def close(self) -> None:
         self.metrics.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -14,6 +15,7 @@ pytest.importorskip("trl")
 import envs  # noqa: E402
 from adapters.policies import TransformersPolicy  # noqa: E402
 from adapters.policies.models import load_base_model  # noqa: E402
+from adapters.policies.specs import parse_policy_spec  # noqa: E402
 from adapters.training.coldstart import apply_init, oracle_examples  # noqa: E402
 
 from .conftest import TINY_PLAN_PATH  # noqa: E402
@@ -141,6 +143,16 @@ def test_init_starts_training_from_the_merged_cold_start(tmp_path, char_checkpoi
     }
     for name, value in want.items():
         assert torch.equal(got[name], value), name
+    # the exported adapter names its start, and loading it (--policy DIR) merges that first
+    tr.export(tmp_path / "final")
     tr.close()
+    exported = tmp_path / "final" / "shared"
+    assert json.loads((exported / "init.json").read_text()) == {"init": str(out.resolve())}
+    loaded = parse_policy_spec(str(exported), device="cpu").model.state_dict()
+    for name, value in want.items():  # the RL adapter is fresh (B = 0): the cold start alone
+        assert torch.allclose(loaded[name], value), name
+    shutil.rmtree(out)
+    with pytest.raises(ValueError, match="--init adapter"):
+        parse_policy_spec(str(exported), device="cpu")
     with pytest.raises(ValueError, match=r"adapter_config\.json"):
         TrainConfig(init=str(tmp_path / "nothing-here")).resolved()
