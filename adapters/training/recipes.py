@@ -373,6 +373,7 @@ _TOOL_COLD_START: dict[str, Sourced] = {
 _CPU_GRID: dict[str, Sourced] = {
     **_TOOL_COLD_START,
     "eval_episodes": (64, "CPU: 64 distinct validation instances before and after training"),
+    "instances_per_step": (4, "CPU: 4 levels per step (6 steps: about 20 minutes on 2 cores)"),
     "max_new_tokens": (320, "CPU: the oracle's search program (about 290 tokens) fits"),
     "role_sampling": (
         {"planner": {"max_new_tokens": 64}},

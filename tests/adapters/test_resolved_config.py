@@ -43,7 +43,7 @@ def test_views_read_the_resolved_values():
         True,
     )
     loop = c.replace(output_dir="somewhere").view(LoopConfig)
-    assert (loop.steps, loop.instances_per_step, loop.demos, loop.eval_episodes) == (6, 1, 0, 64)
+    assert (loop.steps, loop.instances_per_step, loop.demos, loop.eval_episodes) == (6, 4, 0, 64)
 
 
 def test_every_flag_has_the_help_text_of_its_field():

@@ -14,7 +14,7 @@ def test_defaults_resolve_per_device():
     gpu = TrainConfig().resolved(cuda=True)
     assert cpu.env == "sokoban" and cpu.recipe == "at-grpo" == gpu.recipe
     assert cpu.algorithm == "at-grpo" and cpu.sampling == "tree"
-    assert (cpu.candidates, cpu.instances_per_step, cpu.steps) == (4, 1, 6)
+    assert (cpu.candidates, cpu.instances_per_step, cpu.steps) == (4, 4, 6)
     # the paper's horizon T = 4 on both devices (the CPU run shrinks sizes, not the protocol)
     assert gpu.env_config == {"max_turns": 4}
     assert cpu.env_config == {"max_turns": 4, "prompt_style": "compact"}
