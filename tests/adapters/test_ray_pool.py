@@ -298,7 +298,9 @@ def test_replayed_branches_match_the_originals(ray_session):
 
 def test_hung_actor_times_out_and_is_replaced(ray_session):
     expected = local_rollout("sudoku", "oracle", "parallel")
-    with RayEnvPool(num_workers=2, call_timeout_s=3.0) as pool:
+    # 10 s: far below the injected 60 s, far above a healthy call on a loaded 2-core machine
+    # (3 s timed out healthy calls too while other jobs shared the cores)
+    with RayEnvPool(num_workers=2, call_timeout_s=10.0) as pool:
         pool.inject_fault(1, step_delay_s=60.0)
         got = rollout(pool, "sudoku", "oracle", "parallel")
         assert pool.recoveries == 1
