@@ -11,7 +11,9 @@ ids*. A branch is one live copy of an episode. The pool can
 - ``release(branch_ids)``: forget branches.
 
 ``LocalEnvPool`` keeps envs in this process and steps clones on a thread pool (the sandbox runs
-programs in other processes, so threads overlap code execution). It also keeps each branch's
+programs in other processes, so threads overlap code execution); the clones of a setting with
+run-wide shared objects (a question pool) are stepped one at a time in request order, so what
+an episode draws from the pool does not depend on the threads' interleaving. It also keeps each branch's
 *recipe*, its spec and the completions stepped since the reset: ``rebuild`` makes the same env
 again from it (how a checkpoint keeps envs in flight without pickling them). :mod:`adapters.rollout.ray_pool`
 provides the same interface over Ray actors.
@@ -139,6 +141,8 @@ class LocalEnvPool:
         return bid
 
     def reset(self, specs: Sequence[EpisodeSpec]) -> list[BranchView]:
+        # resets only read shared objects (a pool draw is a function of the seed and the
+        # pool's content), so they may run in any order
         raws = list(self._executor.map(lambda s: make_raw_env(s, self._sandbox), specs))
         views = []
         for spec, raw in zip(specs, raws):
@@ -162,7 +166,13 @@ class LocalEnvPool:
 
     def expand(self, requests: Sequence[tuple[int, Sequence[str]]]) -> list[list[StepOutcome]]:
         jobs = [(bid, text) for bid, texts in requests for text in texts]
-        results = list(self._executor.map(lambda job: step_clone(self._envs[job[0]], job[1]), jobs))
+        step = lambda job: step_clone(self._envs[job[0]], job[1])  # noqa: E731
+        if any(type(self._envs[bid]).has_shared_objects() for bid, _ in requests):
+            # a step may add to a run-wide pool that another episode's step draws from: one
+            # at a time, in request order, so the threads' interleaving decides nothing
+            results = [step(job) for job in jobs]
+        else:
+            results = list(self._executor.map(step, jobs))
         out: list[list[StepOutcome]] = []
         it = iter(results)
         for bid, texts in requests:

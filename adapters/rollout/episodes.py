@@ -157,12 +157,8 @@ def _distinct_seeds(
     want: int,
 ) -> list[int]:
     """The seeds of the first ``want`` distinct instances (see :func:`episode_specs`)."""
-    from envs.core.base import TurnBasedEnv
-
     raw = _raw_env(env_id, env_config)
-    if getattr(type(raw).create_shared, "__func__", None) is not getattr(
-        TurnBasedEnv.create_shared, "__func__", None
-    ):  # question pools: resets would draw from them
+    if type(raw).has_shared_objects():  # question pools: resets would draw from them
         return [derive_seed(seed, tag, i) for i in range(want)]
     seen: set[str] = set()
     seeds: list[int] = []

@@ -183,6 +183,15 @@ class TurnBasedEnv(AECEnv):
         ``load_state_dict(d)`` so trainers can checkpoint them. Default: none."""
         return {}
 
+    @classmethod
+    def has_shared_objects(cls) -> bool:
+        """Whether the setting has run-wide shared objects (overrides :meth:`create_shared`):
+        its episodes then read and change common state, so stepping them in another order can
+        change what they see, and pools step them one at a time in request order."""
+        return getattr(cls.create_shared, "__func__", None) is not getattr(
+            TurnBasedEnv.create_shared, "__func__", None
+        )
+
     def _next_agent(self, agent: str) -> str:
         """Round-robin in ``possible_agents`` order; a wrap-around starts a new turn."""
         order = self.possible_agents

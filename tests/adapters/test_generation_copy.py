@@ -82,9 +82,12 @@ def test_bfloat16_copy_log_probs_stay_close():
     assert next(copy.model.parameters()).dtype == torch.bfloat16
     assert next(pm.model.parameters()).dtype == torch.float32  # the training model is untouched
     got = _generate(copy.model, tok, SamplingParams(temperature=1.0, seed=2, max_new_tokens=24))
+    diffs = []
     for c in got:
         lp = completion_logprobs(pm.model, [c.prompt_ids], [c.token_ids], pad_id=0)
-        assert (lp[0] - torch.tensor(c.logprobs)).abs().mean() < 0.1
+        diffs.append((lp[0] - torch.tensor(c.logprobs)).abs().detach())
+    diffs = torch.cat(diffs)
+    assert diffs.mean() < 0.1 and diffs.max() < 1.5, (diffs.mean(), diffs.max())
 
 
 def test_a_training_step_with_the_merged_copy_and_a_bfloat16_update(tmp_path):

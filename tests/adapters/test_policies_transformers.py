@@ -15,6 +15,9 @@ from adapters.policies import SamplingParams, TransformersPolicy  # noqa: E402
 from adapters.policies.transformers_policy import (  # noqa: E402
     row_seed,
     sample_next,
+    token_draws,
+    tree_draw,
+    tree_shape,
     uniform_draws,
 )
 from adapters.training.logprobs import sequence_logprobs  # noqa: E402
@@ -251,15 +254,41 @@ def test_sample_next_top_k_top_p_and_temperature():
 
 
 def test_sample_next_is_stable_under_float_noise_in_the_logits():
-    """A flat distribution over a large vocabulary (a random model's): logits that differ by
-    float rounding (another batch layout) give the same tokens for the same draws, but for a
-    draw within about 1e-6 of a boundary of the cumulative distribution."""
-    logits = torch.randn(64, 50000, generator=torch.Generator().manual_seed(0)) * 0.01
-    nudged = logits + torch.randn(64, 50000, generator=torch.Generator().manual_seed(1)) * 1e-6
-    u = torch.from_numpy(uniform_draws(range(64), [0] * 64))
+    """Logits that differ by float rounding (another batch layout, a prefix restored from the
+    cache) give the same tokens for the same draws, for a flat distribution over a large
+    vocabulary (a random model's) and for a confident one (a trained model's)."""
+    gen = torch.Generator().manual_seed(0)
+    flat = torch.randn(512, 49152, generator=gen) * 0.01
+    confident = torch.randn(512, 49152, generator=gen) * 2
+    confident[:, 7] += 14  # the top token holds about two thirds of the mass
+    u = torch.from_numpy(token_draws(range(512), [0] * 512))
     params = SamplingParams(temperature=1.0)
-    a, b = sample_next(logits, u, params)[0], sample_next(nudged, u, params)[0]
-    assert (a != b).sum().item() <= 1
+    for logits in (flat, confident):
+        nudged = logits * (1 + (torch.rand(logits.shape, generator=gen) - 0.5) * 2e-6)
+        a, b = sample_next(logits, u, params)[0], sample_next(nudged, u, params)[0]
+        assert (a != b).sum().item() == 0
+
+
+@pytest.mark.parametrize("n", [300, 5000])
+def test_tree_draw_matches_the_distribution_over_levels(n):
+    """Two and three levels: the draw is distributed as the probabilities, padding and
+    zero-probability tokens are never drawn, and too few draws per row are refused."""
+    levels, _ = tree_shape(n)
+    assert levels == (2 if n == 300 else 3)
+    probs = torch.rand(n, generator=torch.Generator().manual_seed(n)) ** 4
+    probs[::7] = 0
+    rows = 40_000
+    u = torch.from_numpy(token_draws([n] * rows, range(rows)))
+    counts = torch.bincount(tree_draw(probs.expand(rows, -1), u), minlength=n).double()
+    assert len(counts) == n and counts[::7].sum() == 0
+    expected = rows * probs.double() / probs.sum()
+    # Pearson chi-square over the nonzero tokens: mean = dof, sd = sqrt(2 dof); 6 sd is far out
+    keep = expected > 0
+    chi2 = ((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum().item()
+    dof = int(keep.sum()) - 1
+    assert chi2 < dof + 6 * math.sqrt(2 * dof)
+    with pytest.raises(ValueError, match="uniform draws per row"):
+        tree_draw(probs[None], torch.tensor([0.5]))
 
 
 def test_row_seeds_are_distinct_and_deterministic():
