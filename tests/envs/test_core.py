@@ -12,20 +12,25 @@ from envs.core.rewards import RewardParts, mix
 from envs.core.spaces import UnicodeText
 from envs.plan_path import PlanPathConfig, PlanPathRewards
 
+PAPER_SETTINGS = [
+    "sudoku",
+    "sokoban",
+    "plan_path",
+    "code",
+    "math",
+    "propose_solve_judge",
+    "challenge_plan_solve",
+    "discussion",
+    "solver_verifier_corrector",
+]
+
 
 def test_list_envs_has_every_setting_and_aliases():
+    """The papers' nine settings, in registration order (a setting added later joins the list
+    without changing this test)."""
     ids = envs.list_envs()
-    assert ids == [
-        "sudoku",
-        "sokoban",
-        "plan_path",
-        "code",
-        "math",
-        "propose_solve_judge",
-        "challenge_plan_solve",
-        "discussion",
-        "solver_verifier_corrector",
-    ]
+    assert [i for i in ids if i in PAPER_SETTINGS] == PAPER_SETTINGS
+    assert len(ids) == len(set(ids))
     with_aliases = envs.list_envs(include_aliases=True)
     assert {"mae", "sage", "comas", "marsrl"} <= set(with_aliases)
     assert envs.spec("mae").id == "propose_solve_judge"
@@ -126,7 +131,9 @@ def test_trainable_info_contract():
     assert env.infos[agent]["trainable"] is True and "untrainable_reason" not in env.infos[agent]
 
 
-@pytest.mark.parametrize("env_id", ["sudoku", "sokoban", "plan_path", "code", "math"])
+@pytest.mark.parametrize(
+    "env_id", [e for e in envs.list_envs() if envs.spec(e).recipe == "at-grpo"]
+)
 def test_eq4_additive_mixing_is_one_option_away_in_every_atgrpo_setting(env_id):
     """AT-GRPO Eq. 4 (main text): r = alpha * r_team + r_local with alpha = 1 (Section 5.1),
     versus Appendix A.1's convex lam mixing (the default): rewards={"mixing": "additive"}."""
