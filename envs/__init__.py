@@ -133,8 +133,6 @@ _UNMEASURED_NOTE = (
     "the pipeline (rollouts, the paper's rewards, updates); what the untrained team earns "
     "beyond format at 48 new tokens on a CPU is not measured"
 )
-# The CPU sizes of MAE, SAGE and CoMAS are their training recipes' CPU scale-down
-# (adapters/training/recipes.py, cpu_env_config; tests/adapters/test_suite.py checks they agree).
 register(
     "propose_solve_judge",
     "envs.propose_solve_judge:env",
@@ -143,6 +141,7 @@ register(
     recipe="mae",
     delayed_rewards=True,  # the proposer's and solver's rewards arrive by award()
     cpu_options={"num_answers": 2},
+    cpu_train_options=_cpu_train({"num_answers": 2}, "difficulty from 2 solver answers (MAE: N = 5)"),
     cpu_note=_UNMEASURED_NOTE,
 )
 register(
@@ -153,6 +152,7 @@ register(
     recipe="sage",
     delayed_rewards=True,  # the challenger's and planner's rewards arrive by award()
     cpu_options={"num_samples": 2},
+    cpu_train_options=_cpu_train({"num_samples": 2}, "r_d from N_s = 2 solver samples (SAGE's default 4)"),
     cpu_note=_UNMEASURED_NOTE,
 )
 register(
@@ -163,6 +163,7 @@ register(
     recipe="comas",
     delayed_rewards=True,  # solution and evaluation rewards arrive by award() after scoring
     cpu_options={"num_agents": 2},
+    cpu_train_options=_cpu_train({"num_agents": 2}, "the paper's own l = 2 ablation (CoMAS 4.1.1), m = 2 l rounds"),
     cpu_note=_UNMEASURED_NOTE,
 )
 register(

@@ -611,18 +611,14 @@ class TrainConfig:
                 merged = {**base, **user}
             setattr(c, name, merged)
             src[name] = "user" if user else (got[1] if got is not None else "suite default")
-        env_sources = {
-            k: (v, f"recipe {recipe.name}: {why}") for k, (v, why) in recipe.env_config.items()
-        }
+        env_sources: dict[str, tuple[Any, str]] = {}  # the setting's own defaults elsewhere
         if not cuda:
             for k, (v, why) in recipes.cpu_instance_options(c.env).items():
                 env_sources[k] = (v, why)
-            for k, (v, why) in recipe.cpu_env_config.items():
-                env_sources[k] = (v, f"recipe {recipe.name}: {why}")
+        for key in c.env_config:
+            src[f"env_config.{key}"] = "user"
         for key, (value, why) in env_sources.items():
-            if key in c.env_config:
-                src[f"env_config.{key}"] = "user"
-            else:
+            if key not in c.env_config:
                 c.env_config[key] = value
                 src[f"env_config.{key}"] = why
         if c.role_policies:

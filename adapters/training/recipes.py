@@ -1,7 +1,11 @@
 """Training recipes: each paper's training configuration, with the section every value comes from.
 
-A :class:`Recipe` is plain data: ``TrainConfig`` field -> ``(value, source)``, plus the setting
-options (``env_config``) the recipe relies on, and a CPU scale-down. Every setting trains with
+A :class:`Recipe` is plain data: ``TrainConfig`` field -> ``(value, source)``, and a CPU
+scale-down of those fields (``cpu``). A recipe sets no setting option: the setting's own config
+defaults, which its page ties to the paper (the horizon T = 4 of AT-GRPO's settings, MAE's
+N = 5, CoMAS's l, n, kappa, MarsRL's five agent steps), and its spec's CPU options
+(``cpu_train_options``, :mod:`envs.core.registry`) are the one place those values live, so a
+setting added later keeps its own values under any recipe. Every setting trains with
 its paper's recipe by default (the ``recipe`` of its spec, :mod:`envs.core.registry`; AT-GRPO's
 when it names none); ``--recipe NAME`` picks another one.
 :meth:`TrainConfig.resolved() <adapters.training.config.TrainConfig.resolved>` fills each field
@@ -59,9 +63,7 @@ class Recipe:
     paper: str
     summary: str
     values: Mapping[str, Sourced]
-    env_config: Mapping[str, Sourced] = field(default_factory=dict)
     cpu: Mapping[str, Sourced] = field(default_factory=dict)
-    cpu_env_config: Mapping[str, Sourced] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         algorithm = self.values.get("algorithm", (None, ""))[0]
@@ -139,7 +141,6 @@ RECIPES: dict[str, Recipe] = {
         summary="tree sampling K=4, greedy keep, agent- and turn-wise GRPO groups, T=4, "
         "role-sharing policy",
         values=_AT_GRPO_VALUES,
-        env_config={"max_turns": (4, "AT-GRPO §5.1: turn horizon T = 4")},
         cpu={**_CPU_AT_GRPO},
     ),
     "at-grpo-per-role": Recipe(
@@ -150,7 +151,6 @@ RECIPES: dict[str, Recipe] = {
             **_AT_GRPO_VALUES,
             "per_role": (True, "AT-GRPO §5.1 (e): role-specialized policies"),
         },
-        env_config={"max_turns": (4, "AT-GRPO §5.1: turn horizon T = 4")},
         cpu={**_CPU_AT_GRPO},
     ),
     "mae": Recipe(
@@ -181,11 +181,6 @@ RECIPES: dict[str, Recipe] = {
             "lora_rank": (0, "full fine-tuning (paper silent for RL)"),
             "per_role": (False, "MAE §4: one LLM backbone plays all three roles"),
         },
-        env_config={
-            "num_answers": (5, "MAE Table 3: N samples to estimate difficulty 5"),
-            "reference_prob": (0.5, "MAE §5: half reference, the paper's best setting"),
-        },
-        cpu_env_config={"num_answers": (2, "CPU scale-down: difficulty from 2 answers")},
         cpu={
             **_CPU_COMMON,
             "instances_per_step": (
@@ -232,9 +227,7 @@ RECIPES: dict[str, Recipe] = {
             ),
             "per_role": (False, "SAGE §4: four agents from one shared backbone"),
         },
-        env_config={"num_samples": (4, "SAGE Alg. 1's N_s (value not given: paper silent)")},
         cpu={**_CPU_COMMON, "instances_per_step": (4, "CPU scale-down: 4 per-role samples")},
-        cpu_env_config={"num_samples": (2, "CPU scale-down: r_d from N_s = 2 solver samples")},
     ),
     "comas": Recipe(
         name="comas",
@@ -270,18 +263,10 @@ RECIPES: dict[str, Recipe] = {
             "lora_rank": (0, "full fine-tuning with DeepSpeed (CoMAS Table 2)"),
             "per_role": (True, "CoMAS §3.1 and Table 2: l = 4 separately trained agents"),
         },
-        env_config={
-            "num_agents": (4, "CoMAS §4.1.1: l = 4"),
-            "num_evaluations": (1, "CoMAS §4.1.1: n = 1"),
-            "history_rounds": (2, "CoMAS §4.1.1: kappa = 2"),
-        },
         cpu={
             **_CPU_COMMON,
             "candidates": (2, "CPU scale-down: 2 rollouts per question"),
             "minibatch_size": (0, "CPU scale-down: one optimizer step per batch"),
-        },
-        cpu_env_config={
-            "num_agents": (2, "CPU scale-down: the paper's own l = 2 ablation (§4.1.1), m = 2l"),
         },
     ),
     "marsrl": Recipe(
@@ -336,7 +321,6 @@ RECIPES: dict[str, Recipe] = {
             ),
             "max_segments": (4, "MarsRL §4: at most 4 segments"),
         },
-        env_config={"max_steps": (5, "MarsRL §3.2: Solver, V1, C1, V2, C2 at most")},
         cpu={
             **_CPU_COMMON,
             "candidates": (4, "CPU scale-down: group size 4 (still keeps 2)"),

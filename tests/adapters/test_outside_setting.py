@@ -131,7 +131,6 @@ def toy_package(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.slow
 def test_a_setting_outside_the_repository_trains_and_evaluates(toy_package: Path):
     assert not (REPO / "toy_pkg").exists()
     env_id = "toy_pkg.echo:echo_toy"
@@ -144,7 +143,9 @@ def test_a_setting_outside_the_repository_trains_and_evaluates(toy_package: Path
     )  # fmt: skip
     (row,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert row["step"] == 1 and row["optimizer_steps"] >= 1 and row["samples_trained"] > 0
-    assert "recipe: at-grpo" in (run_dir / "config.yaml").read_text()
+    saved = (run_dir / "config.yaml").read_text()
+    assert "recipe: at-grpo" in saved
+    assert "max_turns" not in saved  # the recipe keeps the setting's own horizon (1 turn)
     # the oracle: both roles right, so the team reward is 1 and every episode a success
     report = toy_package / "oracle.json"
     _run(

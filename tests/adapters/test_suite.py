@@ -62,9 +62,6 @@ def comparable(results: dict) -> list[dict]:
 
 
 def test_suites_cover_every_setting_and_both_modes():
-    from adapters.training.recipes import RECIPES, recipe_for
-
-    setting_recipes = {s: recipe_for(s).name for s in envs.list_envs()}
     cpu_options = {s: envs.spec(s).cpu_options for s in envs.list_envs()}
     default, full = SUITES["default"], SUITES["all"]
     keys = [e.key for e in default.entries]
@@ -74,10 +71,11 @@ def test_suites_cover_every_setting_and_both_modes():
         s for s in envs.list_envs() if "single" in envs.spec(s).modes
     )
     assert full.episodes > default.episodes and all(not e.options for e in full.entries)
-    # the CPU sizes are the training recipes' CPU scale-down where the recipe has one
-    for setting, name in setting_recipes.items():
-        for key, (value, _why) in RECIPES[name].cpu_env_config.items():
-            assert cpu_options[setting][key] == value, (setting, key)
+    # a setting's CPU training sizes are its CPU evaluation sizes where it states both
+    for setting in envs.list_envs():
+        for key, (value, _why) in envs.spec(setting).cpu_train_options.items():
+            if key in cpu_options[setting]:
+                assert cpu_options[setting][key] == value, (setting, key)
     for entry in default.entries:  # every entry's options are valid for its setting
         envs.make(entry.setting, **entry.env_config())
 

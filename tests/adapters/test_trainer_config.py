@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import envs
 from adapters.rollout import derive_seed
 from adapters.train import config_from_argv, main
 from adapters.training.config import ConfigError, TrainConfig, config_from_dict
@@ -22,9 +23,11 @@ def test_defaults_resolve_per_device():
     assert cpu.env == "sokoban" and cpu.recipe == "at-grpo" == gpu.recipe
     assert cpu.algorithm == "at-grpo" and cpu.sampling == "tree"
     assert (cpu.candidates, cpu.instances_per_step, cpu.steps) == (4, 4, 6)
-    # the paper's horizon T = 4 on both devices (the CPU run shrinks sizes, not the protocol)
-    assert gpu.env_config == {"max_turns": 4}
-    assert cpu.env_config == {"max_turns": 4, "prompt_style": "compact"}
+    # the paper's horizon T = 4 on both devices (the CPU run shrinks sizes, not the protocol):
+    # the setting's own default, which no recipe restates
+    assert gpu.env_config == {} and cpu.env_config == {"prompt_style": "compact"}
+    for c in (cpu, gpu):
+        assert envs.make(c.env, **c.env_config).unwrapped.config.max_turns == 4
     # a cold start from the tool's oracle turns, no demonstration (no answer key in a prompt)
     assert cpu.init == "cold-start:tool,planner=8" and cpu.demos == 0 == gpu.demos
     assert gpu.init == "none"
