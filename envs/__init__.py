@@ -79,6 +79,7 @@ register(
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
     team_reward=True,
+    problem_loader="envs.code:load_code_problems",
     cpu_note=(
         "the pipeline only: no HumanEval program fits 48 new tokens (measured: the untrained "
         "team's 64 steps on 8 validation problems earned no reward, format included); the task "
@@ -104,6 +105,11 @@ def _cpu_train(options: dict[str, Any], why: str) -> dict[str, tuple[Any, str]]:
     return {k: (v, f"CPU: {why}") for k, v in options.items()}
 
 
+def _cpu_sizes(options: dict[str, Any], why: str) -> dict[str, Any]:
+    """The same CPU sizes for evaluation (``cpu_options``) and training (with the reason)."""
+    return {"cpu_options": options, "cpu_train_options": _cpu_train(options, why)}
+
+
 # on a CPU, math is arithmetic short enough that an answer fits the CPU run's 48 new tokens
 _SMALL_ARITHMETIC = {"generators": ["basic_arithmetic"], "generator_options": _arithmetic(2)}
 register(
@@ -121,8 +127,7 @@ register(
         "that run did not teach it (it collapsed onto constant answers; docs/learning.md). "
         "Not multi-step reasoning, whose word problems need hundreds of tokens"
     ),
-    cpu_options=_SMALL_ARITHMETIC,
-    cpu_train_options=_cpu_train(
+    **_cpu_sizes(
         _SMALL_ARITHMETIC, "two-term arithmetic (+, -, x; up to two digits), so that an answer fits"
     ),
 )
@@ -140,8 +145,7 @@ register(
     description="proposer + solver + judge (Multi-Agent Evolve)",
     recipe="mae",
     delayed_rewards=True,  # the proposer's and solver's rewards arrive by award()
-    cpu_options={"num_answers": 2},
-    cpu_train_options=_cpu_train({"num_answers": 2}, "difficulty from 2 solver answers (MAE: N = 5)"),
+    **_cpu_sizes({"num_answers": 2}, "difficulty from 2 solver answers (MAE: N = 5)"),
     cpu_note=_UNMEASURED_NOTE,
 )
 register(
@@ -151,8 +155,7 @@ register(
     description="challenger + planner + solver + critic (SAGE)",
     recipe="sage",
     delayed_rewards=True,  # the challenger's and planner's rewards arrive by award()
-    cpu_options={"num_samples": 2},
-    cpu_train_options=_cpu_train({"num_samples": 2}, "r_d from N_s = 2 solver samples (SAGE's default 4)"),
+    **_cpu_sizes({"num_samples": 2}, "r_d from N_s = 2 solver samples (SAGE's default 4)"),
     cpu_note=_UNMEASURED_NOTE,
 )
 register(
@@ -162,8 +165,7 @@ register(
     description="multi-agent discussion: solve, evaluate, score (CoMAS)",
     recipe="comas",
     delayed_rewards=True,  # solution and evaluation rewards arrive by award() after scoring
-    cpu_options={"num_agents": 2},
-    cpu_train_options=_cpu_train({"num_agents": 2}, "the paper's own l = 2 ablation (CoMAS 4.1.1), m = 2 l rounds"),
+    **_cpu_sizes({"num_agents": 2}, "the paper's own l = 2 ablation (CoMAS 4.1.1), m = 2 l rounds"),
     cpu_note=_UNMEASURED_NOTE,
 )
 register(
@@ -172,13 +174,13 @@ register(
     aliases=("marsrl",),
     description="solver + verifier + corrector (MarsRL)",
     recipe="marsrl",
+    evaluation_options="envs.solver_verifier_corrector:EVALUATION_CONFIG",
     cpu_note=(
         "the solver's correctness on one-digit arithmetic (untrained: 2 of 16 validation "
         "problems right); at 48 tokens the verifier and corrector rarely write a verdict, and "
         "the paper's long-reasoning gains need a GPU and far more tokens"
     ),
-    cpu_options=_ONE_DIGIT_ARITHMETIC,
-    cpu_train_options=_cpu_train(
+    **_cpu_sizes(
         _ONE_DIGIT_ARITHMETIC,
         "two-term arithmetic (+, -, x; one digit), so that a solution fits and is sometimes right",
     ),

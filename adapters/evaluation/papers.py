@@ -117,9 +117,9 @@ class PaperSuite:
 
 
 def _marsrl_evaluation() -> dict[str, Any]:
-    from envs.solver_verifier_corrector import EVALUATION_CONFIG
+    import envs
 
-    return dict(EVALUATION_CONFIG)
+    return envs.spec("solver_verifier_corrector").paper_evaluation_options()
 
 
 PAPER_SUITES: dict[str, PaperSuite] = {

@@ -138,16 +138,16 @@ class Benchmark:
 
 
 def benchmark_problems(bench: Benchmark) -> list[Any]:
-    """Every problem of the benchmark, in file order (code sets through the code setting)."""
-    if bench.env_id == "code":
-        from envs.code import load_code_problems
+    """Every problem of the benchmark, in file order, as its setting loads them (the spec's
+    ``problem_loader``: code sets through the code setting); math problems without an answer
+    are dropped."""
+    import envs
+    from envs.data.registry import load_dataset
 
-        problems = load_code_problems(bench.dataset, bench.data_path, None, dict(bench.options))
-    else:
-        from envs.data.registry import load_dataset
-
+    problems = envs.spec(bench.env_id).load_problems(bench.dataset, bench.data_path, bench.options)
+    if problems is None:
         problems = load_dataset(bench.dataset, bench.data_path, **dict(bench.options))
-        problems = [p for p in problems if str(getattr(p, "answer", "x")).strip()]
+    problems = [p for p in problems if str(getattr(p, "answer", "x")).strip()]
     if bench.subsample is not None and len(problems) > bench.subsample:
         problems = hash_subsample(problems, bench.subsample)
     return problems if bench.limit is None else problems[: bench.limit]

@@ -29,7 +29,14 @@ or a server must know without building an env::
 * ``award_lookahead`` - awards arrive at most this many steps after the step they pay (0: none);
   the env's ``award_lookahead()`` may lower it for a configuration;
 * ``team_reward`` - whether the setting has a team reward at all (its ``rewards.mixing`` can
-  still turn it off for one configuration).
+  still turn it off for one configuration);
+* ``problem_loader`` - ``"module:callable"`` with the signature of
+  ``(dataset, data_path, data_split, options) -> problems`` that loads a benchmark's problems
+  for the setting (the paper evaluations; ``""``: the dataset registry's records);
+* ``evaluation_options`` - ``"module:attribute"`` naming the env options the paper's own
+  evaluation runs the setting with (``""``: none).
+
+The layers above read these facts and never import a setting's module themselves.
 
 ``make`` also accepts ``"package.module:id"``: it imports ``package.module`` (which calls
 :func:`register`) and then looks ``id`` up, so a setting can live outside this repository.
@@ -65,6 +72,8 @@ class EnvSpec:
     delayed_rewards: bool = False
     award_lookahead: int = 0
     team_reward: bool = False
+    problem_loader: str = ""
+    evaluation_options: str = ""
 
     def __post_init__(self) -> None:
         bad = [m for m in self.modes if m not in MODES]
@@ -78,9 +87,28 @@ class EnvSpec:
         )
 
     def load(self) -> Any:
-        module_name, _, attr = self.entry_point.partition(":")
-        module = importlib.import_module(module_name)
-        return getattr(module, attr or "env")
+        return _import(self.entry_point, "env")
+
+    def load_problems(
+        self, dataset: str, data_path: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> list[Any] | None:
+        """The problems of ``dataset`` as this setting reads them (``problem_loader``); ``None``
+        when the setting has no loader of its own (the dataset registry's records apply)."""
+        if not self.problem_loader:
+            return None
+        return list(_import(self.problem_loader)(dataset, data_path, None, dict(options or {})))
+
+    def paper_evaluation_options(self) -> dict[str, Any]:
+        """The env options of the paper's own evaluation (``evaluation_options``; ``{}``)."""
+        return dict(_import(self.evaluation_options)) if self.evaluation_options else {}
+
+
+def _import(ref: str, default_attr: str = "") -> Any:
+    """The object ``"module:attribute"`` names (the module imported on first use)."""
+    module_name, _, attr = ref.partition(":")
+    if not (attr or default_attr):
+        raise ValueError(f"{ref!r} names no attribute: use 'module:attribute'")
+    return getattr(importlib.import_module(module_name), attr or default_attr)
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
