@@ -105,6 +105,8 @@ def __getattr__(name: str) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from adapters.policies.base import MAX_NEW_TOKENS
+
     p = argparse.ArgumentParser(
         prog="python -m adapters.evaluate",
         description="Evaluate policies on a multi-agent setting (--env; greedy, one episode per "
@@ -146,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-new-tokens",
         type=int,
         default=None,
-        help="(default: 256; --suite: the suite's; --dataset: 4096; paper:NAME: the paper's)",
+        help=f"(default: {MAX_NEW_TOKENS}; --suite: the suite's; --dataset: 4096; paper:NAME: the "
+        "paper's)",
     )
     p.add_argument(
         "--chat-template-kwargs",
@@ -275,6 +278,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
         return _main_passes(parser, args, argv)
     import envs
     from adapters.evaluation import evaluate, with_prompt_prefixes
+    from adapters.policies.base import MAX_NEW_TOKENS
     from adapters.policies.specs import build_policies, check_policy_specs
     from adapters.rollout import env_roles
     from adapters.training.flags import parse_key_values, parse_value
@@ -295,7 +299,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
     with cli.bad_input("--policy"):
         check_policy_specs(args.policy, roles)  # loads nothing; a server must answer
     json_path = _output_file(args.json, "--json")
-    max_new_tokens = 256 if args.max_new_tokens is None else args.max_new_tokens
+    max_new_tokens = MAX_NEW_TOKENS if args.max_new_tokens is None else args.max_new_tokens
     policies, role_policy = build_policies(
         args.policy,
         roles,

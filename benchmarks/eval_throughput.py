@@ -165,7 +165,7 @@ def run_mode(mode: str, trainer: Any, episodes: int) -> tuple[float, float, int]
         split=cfg.eval_split,
         seed=cfg.seed,
         temperature=cfg.eval_temperature or 0.0,
-        max_new_tokens=cfg.max_new_tokens or 256,
+        max_new_tokens=cfg.max_new_tokens,
     )
     t0 = time.perf_counter()
     rewards: list[float] = []

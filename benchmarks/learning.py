@@ -211,7 +211,7 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
         env_config=env_config,
         split=base.cfg.eval_split,
         seed=args.seed,
-        max_new_tokens=base.cfg.max_new_tokens or 256,
+        max_new_tokens=base.cfg.max_new_tokens,
     )
     reps.update({f"ref:{k}": r for k, r in refs.items()})
     base.close()

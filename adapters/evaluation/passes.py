@@ -58,7 +58,7 @@ from typing import Any
 from adapters.evaluation.judge import JudgeSampling
 from adapters.evaluation.stats import mean_interval
 from adapters.evaluation.suite import _check_run_file, write_atomic
-from adapters.policies.base import Policy
+from adapters.policies.base import MAX_NEW_TOKENS, Policy
 from adapters.rollout import (
     EpisodeSpec,
     RolloutConfig,
@@ -389,7 +389,7 @@ def evaluate_datasets(
     env_config: Mapping[str, Any] | None = None,
     seed: int = 0,
     temperature: float = 0.0,
-    max_new_tokens: int = 256,
+    max_new_tokens: int = MAX_NEW_TOKENS,
     out: str | Path | None = None,
 ) -> dict[str, float]:
     """A full pass (one sample per problem) over each of ``datasets`` (``NAME`` or

@@ -27,7 +27,7 @@ from typing import Any
 
 from adapters.evaluation.records import reproduction, transcript
 from adapters.evaluation.stats import paired_difference
-from adapters.policies.base import Policy
+from adapters.policies.base import MAX_NEW_TOKENS, Policy
 from adapters.policies.wrappers import ManagedPolicy
 from adapters.rollout import (
     Episode,
@@ -126,7 +126,7 @@ def evaluate(
     seed: int = 0,
     temperature: float = 0.0,
     top_p: float = 1.0,
-    max_new_tokens: int = 256,
+    max_new_tokens: int = MAX_NEW_TOKENS,
     instance: Any = None,
     shared: Mapping[str, Any] | None = None,
     pool: Any = None,
@@ -266,7 +266,7 @@ def with_prompt_prefixes(
     *,
     system_prompt: str | None = None,
     demos: int = 0,
-    max_new_tokens: int = 256,
+    max_new_tokens: int = MAX_NEW_TOKENS,
     seed: int = 0,
 ) -> tuple[dict[str, Policy], dict[str, str]]:
     """Wrap policies with a system prompt and ``demos`` oracle demonstrations per role.

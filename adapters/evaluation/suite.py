@@ -63,7 +63,7 @@ from typing import Any
 import envs
 from adapters.evaluation import report as report_mod
 from adapters.evaluation.runner import evaluate, with_prompt_prefixes
-from adapters.policies.base import Policy
+from adapters.policies.base import MAX_NEW_TOKENS, Policy
 from adapters.policies.specs import parse_policy_spec, split_role_spec
 from adapters.rollout import env_roles, has_team_reward
 
@@ -127,7 +127,7 @@ def _entries(cpu: bool) -> tuple[SuiteEntry, ...]:
 
 SUITES: dict[str, Suite] = {
     "default": Suite("default", _entries(cpu=True), episodes=8, max_new_tokens=128),
-    "all": Suite("all", _entries(cpu=False), episodes=32, max_new_tokens=256),
+    "all": Suite("all", _entries(cpu=False), episodes=32, max_new_tokens=MAX_NEW_TOKENS),
 }
 
 
@@ -182,7 +182,7 @@ class SuiteArgs:
     split: str = "val"
     temperature: float = 0.0
     top_p: float = 1.0
-    max_new_tokens: int = 256
+    max_new_tokens: int = MAX_NEW_TOKENS
     system_prompt: str | None = None
     demos: int = 0
     device: str | None = None

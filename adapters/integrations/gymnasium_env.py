@@ -25,7 +25,7 @@ CamelCase (``plan_path`` -> ``PlanPath``, ``propose_solve_judge`` -> ``ProposeSo
     ``tiny``, a checkpoint or adapter directory, ``openai:URL#MODEL``;
     :mod:`adapters.policies.specs`), a :class:`~adapters.policies.base.Policy`, or a dict from
     role to either (roles left out play the oracle). A model plays greedily, one completion per
-    turn, at most ``max_new_tokens`` (256) tokens.
+    turn, at most ``max_new_tokens`` (:data:`adapters.policies.base.MAX_NEW_TOKENS`) tokens.
 ``render_mode``
     ``"ansi"`` (``render()`` returns the board or transcript as text) or ``"human"`` (prints it).
 
@@ -60,11 +60,12 @@ from typing import Any
 
 import gymnasium
 
+from adapters.policies.base import MAX_NEW_TOKENS
 from adapters.rollout import flush_dead_steps
 
 __all__ = ["DEFAULT_MAX_NEW_TOKENS", "RoleEnv"]
 
-DEFAULT_MAX_NEW_TOKENS = 256
+DEFAULT_MAX_NEW_TOKENS = MAX_NEW_TOKENS
 _SEED_SPACE = 2**31 - 1
 
 

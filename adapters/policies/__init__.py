@@ -31,7 +31,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from adapters.policies.base import Completion, FinishReason, Policy, SamplingParams, truncate_stop
+from adapters.policies.base import (
+    MAX_NEW_TOKENS,
+    Completion,
+    FinishReason,
+    Policy,
+    SamplingParams,
+    truncate_stop,
+)
 from adapters.policies.chat import ChatPrompt, check_prompts, to_messages
 from adapters.policies.openai_compat import OpenAIAPIError, OpenAIPolicy
 from adapters.policies.oracle import OraclePolicy
@@ -43,6 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from adapters.policies.vllm_policy import VLLMPolicy
 
 __all__ = [
+    "MAX_NEW_TOKENS",
     "ChatPrompt",
     "Completion",
     "FinishReason",

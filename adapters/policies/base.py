@@ -3,7 +3,7 @@
 Every backend (transformers, OpenAI-compatible HTTP, scripted; vLLM elsewhere) implements
 :class:`Policy`::
 
-    policy.generate(prompts, SamplingParams(n=4, temperature=1.0, max_new_tokens=256))
+    policy.generate(prompts, SamplingParams(n=4, temperature=1.0, max_new_tokens=128))
     -> [[Completion, ...n], ...one list per prompt, in prompt order]
 
 Conventions shared by all backends
@@ -53,6 +53,11 @@ logger = logging.getLogger(__name__)
 FinishReason = Literal["stop", "length"]
 
 
+MAX_NEW_TOKENS = 256
+"""The token budget of a completion wherever no recipe, suite or flag sets one (its one default:
+the sampling parameters, the rollout engine and the evaluations all read it from here)."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample completions.
@@ -75,7 +80,7 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
-    max_new_tokens: int = 256
+    max_new_tokens: int = MAX_NEW_TOKENS
     stop: tuple[str, ...] = ()
     seed: int | None = None
     prompt_seeds: tuple[int, ...] | None = None

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from adapters.policies.base import Completion, Policy, SamplingParams
+from adapters.policies.base import MAX_NEW_TOKENS, Completion, Policy, SamplingParams
 from adapters.rollout.envpool import BranchView, EpisodeSpec, LocalEnvPool, StepOutcome
 from adapters.rollout.episodes import award_lookahead, delayed_rewards, derive_seed
 from adapters.rollout.keep import KEEP_RULES, KeepRule, select_candidates
@@ -64,7 +64,7 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
-    max_new_tokens: int = 256
+    max_new_tokens: int = MAX_NEW_TOKENS
     stop: tuple[str, ...] = ()
     role_sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     prompt_seeds: bool = False

@@ -366,7 +366,7 @@ class Trainer(Run):
             env_config=self.env_config,
             split=cfg.eval_split,
             seed=cfg.seed,
-            max_new_tokens=cfg.max_new_tokens or 256,
+            max_new_tokens=cfg.max_new_tokens,
             instance=cfg.instance,
         )
         for name, r in reports.items():
