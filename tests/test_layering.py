@@ -250,27 +250,12 @@ def test_lower_packages_do_not_import_heavy_libraries():
     assert offenders == []
 
 
-def test_moved_public_names_keep_working():
-    """Paths users already import still work, with a deprecation warning where the path moved."""
+def test_public_entry_points():
+    """The paths users import: the commands and the rollout engine at the package's top."""
     import importlib
-    import sys
 
-    from adapters.integrations import trl
     from adapters.rollout import RolloutEngine, engine
 
     assert RolloutEngine is engine.RolloutEngine
-    for old, attr, new in (
-        ("adapters.trl_adapter", "make_rollout_func", trl.make_rollout_func),
-        ("adapters.ray_pool", "RayEnvPool", None),
-    ):
-        sys.modules.pop(old, None)
-        with pytest.warns(DeprecationWarning, match="moved to"):
-            mod = importlib.import_module(old)
-        if new is not None:
-            assert getattr(mod, attr) is new
-        else:
-            from adapters.rollout.ray_pool import RayEnvPool
-
-            assert mod.RayEnvPool is RayEnvPool
     for cli in ("adapters.train", "adapters.evaluate", "adapters.serve"):
         assert callable(importlib.import_module(cli).main)
