@@ -23,6 +23,48 @@ A setting subclasses :class:`TurnBasedEnv` and supplies only what is specific to
   share and trainers checkpoint), ``adaptive_preference(agent)`` (MarsRL keep rule) and
   ``award_lookahead()`` (how many steps later this configuration's awards can arrive).
 
+Hook order: what runs when, in this class and in the tool + planner layer
+(:class:`~envs.core.toolplanner.ToolPlannerEnv`, the grid settings) that fills ``_act`` and
+``_prompt`` with finer hooks of its own. Everything not named here is bookkeeping.
+
+====================  ===================================  ===================================
+call                  TurnBasedEnv, in order               ToolPlannerEnv, inside
+====================  ===================================  ===================================
+``reset``             ``_instance_from_dict`` (an          ``_reset_state``:
+                      explicit instance) or                ``_initial_state(instance)``, empty
+                      ``_sample_instance(split, seed)``    history
+                      (default: ``_generate_instance``
+                      until ``_instance_key`` hashes into
+                      the split); ``_instance_key``
+                      (``instance_id``);
+                      ``_reset_state(instance)``
+``observe(agent)``    ``_prompt(agent)``, clipped to       ``_rules_text``, ``_role_text``
+                      ``max_prompt_chars``                 (``_answer_format``,
+                                                           ``_tool_output_format``), the
+                                                           tool's program and output for the
+                                                           planner, ``_instance_text``,
+                                                           ``_history_text``, ``_state_text``
+``step(text)``        ``_act(agent, text)`` (may call      tool: code block, sandbox run,
+                      ``award()``, ``end_episode()``,      ``_parse_answer(stdout)``,
+                      ``mark_untrainable()``); the         ``_format_proposal``, ``_simulate``
+                      awards applied; ``_next_agent``;     (or ``_noop_sim``),
+                      ``_step_info(agent)`` into the       ``_tool_components``, ``_team``
+                      step's info; termination (ended or   (``tool_team="proposal"``);
+                      success) else truncation             planner: ``####`` answer,
+                      (``_horizon_reached``); rewards      ``_parse_answer``, ``_simulate``,
+                      accumulated; ``render`` in           ``_planner_components``, ``_team``,
+                      ``"human"`` mode                     ``_award_tool`` (the tool's
+                                                           ``award()``), the state advances,
+                                                           ``_is_solved``
+``oracle(agent)``     the setting's                        ``_oracle_code`` (tool),
+                                                           ``_oracle_answer`` /
+                                                           ``_solving_proposal`` (planner)
+``render()``          ``_render_text`` (``"ansi"``,        (the settings' ``cell_grid``)
+                      ``"human"``) or ``_render_rgb``
+                      (default: ``cell_grid`` drawn)
+``clone()``           deep copy but ``_shared_attrs``
+====================  ===================================  ===================================
+
 What the layers above need to know without building an env (the modes, whether some rewards
 arrive later through :meth:`award`, how many steps later at most, the default recipe) is
 registered with the setting's spec (:mod:`envs.core.registry`).
