@@ -44,6 +44,7 @@ table without loading it.
 from __future__ import annotations
 
 import functools
+import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -107,12 +108,15 @@ def group_advantages(
         unbiased: sample std (divisor K-1, paper 002 Eq. 1) or population std (divisor K).
         eps: added to the std.
 
-    Returns a float tensor of advantages; samples in groups of size 1 get 0.
+    Returns a float tensor of advantages; samples in groups of size 1, and groups whose rewards
+    are equal up to float rounding (:func:`~adapters.training.masking.equal_up_to_rounding`), get 0.
 
     >>> group_advantages([1.0, 0.0, 1.0, 0.0], ["g"] * 4, unbiased=False, eps=0.0).tolist()
     [1.0, -1.0, 1.0, -1.0]
     """
     import torch
+
+    from adapters.training.masking import equal_up_to_rounding
 
     r = _as_float_tensor(rewards, "rewards")
     idx = _group_index(group_ids, r.numel(), r.device)
@@ -123,12 +127,16 @@ def group_advantages(
     sums = torch.zeros(n_groups, dtype=r.dtype, device=r.device).index_add_(0, idx, r)
     mean = sums / counts
     centered = r - mean[idx]
-    single = counts[idx] < 2
+    lo = torch.full((n_groups,), math.inf, dtype=r.dtype, device=r.device)
+    hi = torch.full((n_groups,), -math.inf, dtype=r.dtype, device=r.device)
+    lo = lo.scatter_reduce(0, idx, r, reduce="amin")
+    hi = hi.scatter_reduce(0, idx, r, reduce="amax")
+    single = (counts < 2)[idx] | equal_up_to_rounding(lo, hi)[idx]
     if normalize_std:
         sq = torch.zeros(n_groups, dtype=r.dtype, device=r.device).index_add_(0, idx, centered**2)
         denom = (counts - 1).clamp(min=1) if unbiased else counts
         std = (sq / denom).sqrt()[idx]
-        # equal rewards: centered is exactly 0; keep it 0 even with eps = 0
+        # equal rewards (single is set for them): no 0/0 even with eps = 0
         adv = torch.where(std > 0, centered / (std + eps), torch.zeros_like(centered))
     else:
         adv = centered
@@ -234,8 +242,8 @@ def task_relative_reinforce_pp_advantages(
     ``A = (r - mu_role) / (sigma_role + eps)`` over the samples of the same role.
 
     ``roles`` holds one key per sample (the agent role, or a ``(task, role)`` pair). The std is
-    the population one over the role's samples; a role whose rewards are all equal (or a single
-    sample) gets 0. The advantage is broadcast over the sample's tokens by the caller, so a
+    the population one over the role's samples; a role whose rewards are all equal up to float
+    rounding (or a single sample) gets 0. The advantage is broadcast over the sample's tokens by the caller, so a
     long and a short completion with the same reward get the same per-token advantage.
 
     >>> adv = task_relative_reinforce_pp_advantages([1.0, 0.0, 0.2, 0.6], ["p", "p", "s", "s"])
@@ -244,15 +252,16 @@ def task_relative_reinforce_pp_advantages(
     """
     import torch
 
+    from adapters.training.masking import equal_up_to_rounding
+
     r = _as_float_tensor(rewards, "rewards")
     idx = _group_index(roles, r.numel(), r.device)
     out = torch.zeros_like(r)
     for g in range(int(idx.max()) + 1 if idx.numel() else 0):
         rows = idx == g
         x = r[rows]
-        std = x.std(unbiased=False) if x.numel() > 1 else x.new_zeros(())
-        if std > 0:
-            out[rows] = (x - x.mean()) / (std + eps)
+        if x.numel() > 1 and not bool(equal_up_to_rounding(x.min(), x.max())):
+            out[rows] = (x - x.mean()) / (x.std(unbiased=False) + eps)
     return out
 
 

@@ -32,7 +32,9 @@ from collections.abc import Sequence
 import torch
 
 __all__ = [
+    "SPREAD_TOL",
     "check_token_shapes",
+    "equal_up_to_rounding",
     "length_mask",
     "masked_mean",
     "masked_whiten",
@@ -50,13 +52,35 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
     return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1)
 
 
+SPREAD_TOL = 1e-6
+"""Values whose spread (max - min) is at most this fraction of ``max(1, |x|)`` are equal: their
+differences are float rounding (a mean of n equal float32 values need not equal them), which a
+division by their std would blow up to advantages of order 1 with random signs."""
+
+
+def equal_up_to_rounding(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+    """Elementwise: whether a set with minimum ``lo`` and maximum ``hi`` holds one value up to
+    float rounding (:data:`SPREAD_TOL`).
+
+    >>> x = torch.full((7,), 0.1)
+    >>> bool((x - x.mean()).abs().max() > 0), bool(equal_up_to_rounding(x.min(), x.max()))
+    (True, True)
+    >>> bool(equal_up_to_rounding(torch.tensor(0.0), torch.tensor(0.001)))
+    False
+    """
+    scale = torch.maximum(lo.abs(), hi.abs()).clamp(min=1.0)
+    return (hi - lo) <= SPREAD_TOL * scale
+
+
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """``(x - mean) / (std + eps)`` over valid entries (population std); 0 where invalid."""
+    """``(x - mean) / (std + eps)`` over valid entries (population std); 0 where invalid, and
+    0 everywhere when the valid entries are equal up to float rounding (nothing to whiten)."""
     m = mask.to(x.dtype)
+    valid = x[m > 0]
+    if valid.numel() == 0 or bool(equal_up_to_rounding(valid.min(), valid.max())):
+        return torch.zeros_like(x)
     mean = masked_mean(x, m)
     std = masked_mean((x - mean) ** 2, m).sqrt()
-    if std == 0:  # constant values: nothing to whiten (and no 0/0 when eps = 0)
-        return torch.zeros_like(x)
     return (x - mean) / (std + eps) * m
 
 

@@ -166,6 +166,29 @@ def test_masked_whiten_ignores_padding_and_handles_constants():
     assert close(masked_whiten(torch.ones(1, 3), torch.ones(1, 3)), [[0.0, 0.0, 0.0]])
 
 
+@pytest.mark.parametrize("value", [0.1, 0.3, 0.7, 1 / 3, 0.55])
+@pytest.mark.parametrize("n", [3, 7, 12, 37])
+def test_equal_rewards_give_zero_advantages_despite_float_rounding(value, n):
+    """A mean of n equal float32 values need not equal them; dividing that rounding by the
+    std it makes gave advantages of order 1 with random signs (0.86 for 3 rewards of 0.7):
+    every estimator must give exactly 0 to rewards that are all equal."""
+    rewards = [value] * n
+    mask = torch.ones(n, 5)
+    for adv in (
+        group_advantages(rewards, ["g"] * n),
+        group_advantages(rewards, ["g"] * n, normalize_std=False),
+        reinforce_pp_advantages(rewards, mask),
+        reinforce_pp_advantages(rewards, mask, group_ids=["g"] * n),
+        task_relative_reinforce_pp_advantages(rewards, ["r"] * n),
+        task_relative_token_whitened_advantages(rewards, mask, ["r"] * n),
+        masked_whiten(torch.full((n, 5), value), mask),
+    ):
+        assert adv.abs().max().item() == 0.0
+    # a real difference is still whitened, in a group of its own beside an equal one
+    adv = group_advantages([value] * 3 + [0.0, 1.0], ["a"] * 3 + ["b"] * 2, unbiased=False)
+    assert adv[:3].abs().max() == 0 and adv[3:].tolist() == pytest.approx([-1.0, 1.0], abs=1e-5)
+
+
 # ------------------------------------------------------------------------------------------
 # PPO
 
