@@ -40,22 +40,15 @@ Under ``torchrun`` / ``accelerate launch`` each process is one rank of a data-pa
 is DDP / FSDP2 with the global batch's normalisation, rank 0 writes the logs and evaluates, and
 checkpoints are written once and resume on any number of ranks (``docs/scaling.md``).
 
-Default CPU run (``python -m adapters.train --env sokoban``; the same for ``plan_path`` and
-``sudoku``): embedded SmolLM2-135M in float32 with a rank-8 LoRA adapter (a forward/backward costs
-about 25% less than full fine-tuning here, and a checkpoint with Adam states is 30 MB instead of
-about 1.6 GB), role sharing, the paper's protocol (AT-GRPO tree sampling with K = 4, T = 4 turns,
-the paper's rewards) on 1 instance per step for 6 steps, 48 new tokens at temperature 1.0, lr 1e-3
-in 4 PPO mini-batches per step, one oracle demonstration per role (the tool's is a one-line program
-that prints the answer, ``oracle_tool="answer"``, so that it fits in 48 tokens; the run header
-shows it), and 32 greedy validation episodes (64 on CUDA) before and after training on the same seeds, compared
-instance by instance (:func:`~adapters.evaluation.compare_reports`, last lines of the output:
-success rate, the setting's progress measure and the final team reward first, the shaped reward
-after them, and the no-op, demonstration-answer, open-loop and oracle references on the same
-instances).
-What such a run takes is measured in ``benchmarks/learning.py`` (its page); what it shows is in
-``docs/learning.md``: on a CPU the embedded model has not learned to read a grid instance (its
-best measured gain, on easy one-box Sokoban, is a fixed plan that the open-loop reference
-matches), so the default run demonstrates the pipeline.
+Default runs: ``python -m adapters.train --env ID`` resolves the setting's recipe for the device
+(:mod:`adapters.training.recipes`; ``--print-config`` lists every value with its source, and the
+run header lists what a CPU run scales down), evaluates the starting team greedily on distinct
+validation instances, trains, and evaluates again on the same instances, compared instance by
+instance (:func:`~adapters.evaluation.compare_reports`: success rate, the setting's progress
+measure and the final team reward first, the shaped reward after them, then the no-op,
+demonstration-answer, open-loop and oracle references on the same instances). What such runs
+take is measured in ``benchmarks/learning.py``; what they show, with the numbers, in
+``docs/learning.md``.
 On CUDA the defaults are the paper's sizes (see :mod:`adapters.training.recipes`).
 """
 
