@@ -373,11 +373,14 @@ class VLLMBackend(_RolePolicies):
 
     def _base_checkpoint(self, pm: Any, tokenizer: Any) -> str | None:
         """A directory vLLM can load the (frozen) base from: the configured model when it is a
-        checkpoint, else the trainer's current weights exported once."""
+        checkpoint, else the trainer's current weights exported once (a random-weight model, or
+        any base that ``--init`` merged an adapter into: the configured checkpoint is not the
+        base the LoRA deltas apply to)."""
         spec = str(self.cfg.model)
-        if spec == "smollm2":
+        merged_init = self.cfg.init not in (None, "none")
+        if spec == "smollm2" and not merged_init:
             return None
-        if not (spec == "tiny" or spec.startswith("config:")):
+        if not (spec == "tiny" or spec.startswith("config:") or merged_init):
             return spec
         out = self._tmp / "base"
         if not (out / "config.json").is_file():
