@@ -134,9 +134,8 @@ class ScriptedLengthPolicy(TransformersPolicy):
         seeds: list[int],
         params: SamplingParams,
         prefixes: list[list[int]] | None = None,
-        states: list[Any] | None = None,
         budget: int | Sequence[int] | None = None,
-    ) -> list[tuple[list[int], list[float], str | None, Any]]:
+    ) -> list[tuple[list[int], list[float], str | None]]:
         done = [len(p) for p in prefixes] if prefixes is not None else [0] * len(prompts)
         for p, s, d in zip(prompts, seeds, done):
             if s not in self._target or d == 0:
@@ -150,15 +149,14 @@ class ScriptedLengthPolicy(TransformersPolicy):
             seeds,
             params,
             prefixes,
-            states,
             [max(1, min(cap, t - d)) for t, d in zip(targets, done)],
         )
         out = []
-        for t, d, (tokens, lps, finish, state) in zip(targets, done, rows):
+        for t, d, (tokens, lps, finish) in zip(targets, done, rows):
             self.tokens += len(tokens)
             if d + len(tokens) >= min(t, params.max_new_tokens):
                 finish = finish or "stop"
-            out.append((tokens, lps, finish, state))
+            out.append((tokens, lps, finish))
         return out
 
     def _finish(
