@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.checkout import package_copy
 from tests.integrations.test_env_server_image import IMAGE, _image_present
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.docker
 MUST_PASS = {
     "static.manifest",
@@ -31,24 +29,6 @@ MUST_PASS = {
 OPENENV_SKIPS = ("grader not implemented in this build", "network evidence is unavailable")
 
 
-def _package_copy(dest: Path) -> Path:
-    """The checkout's files that git would commit, copied to ``dest``: openenv hashes the whole
-    package tree before and after it validates and refuses a tree holding links (a second
-    virtual environment such as ``.venv-vllm``) or one that changes meanwhile (other tests)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        src = ROOT / name
-        if src.is_file() and not src.is_symlink():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
-    return dest
-
-
 def test_openenv_validate_runs_the_declared_plan(tmp_path):
     if not _image_present():
         if os.environ.get("MAS_REQUIRE_DOCKER") == "1":
@@ -56,7 +36,7 @@ def test_openenv_validate_runs_the_declared_plan(tmp_path):
         pytest.skip(f"{IMAGE} not built (bash scripts/build_env_server_image.sh)")
     out = subprocess.run(
         [sys.executable, "-m", "openenv.cli", "validate", ".", "--json"],
-        cwd=_package_copy(tmp_path / "package"),
+        cwd=package_copy(tmp_path / "package"),
         capture_output=True,
         text=True,
         timeout=900,
