@@ -36,6 +36,28 @@ _SUDOKU_NOTE = (
 # prompt shares is most of a CPU run's generation time
 _COMPACT = {"prompt_style": ("compact", "CPU: compact prompts (the fixed instructions shortened)")}
 
+# The CPU runs of the grid settings where a team learns on a CPU (docs/learning.md): a cold
+# start teaches the tool to compute the answer from the instance (a search program that reads
+# the map), and reinforcement learning then teaches the planner to adopt its teammate's result,
+# which is what AT-GRPO's team training is about. Embedded model only; ahead of recipe values.
+_CPU_GRID_TRAINING: dict[str, tuple[Any, str]] = {
+    "init": (
+        "cold-start:tool,planner=8",
+        "CPU: a cold start on the oracle's turns (train split): every tool turn of 48 episodes, "
+        "the planner's of 8; RL starts from a team that sometimes succeeds",
+    ),
+    "eval_episodes": (64, "CPU: 64 distinct validation instances before and after training"),
+    "instances_per_step": (4, "CPU: 4 levels per step (6 steps: about 20 minutes on 2 cores)"),
+    "max_new_tokens": (320, "CPU: the oracle's search program (about 290 tokens) fits"),
+    "role_sampling": (
+        {"planner": {"max_new_tokens": 64}},
+        "CPU: a planner answer (#### and a move list) fits 64 tokens",
+    ),
+}
+# AT-GRPO A.2.1 fixes the prompt length of its math and code runs
+_LONG_PROMPTS = {
+    "max_prompt_tokens": (8192, "AT-GRPO A.2.1: maximum prompt length 8192 (math and code)")
+}
 register(
     "sudoku",
     "envs.sudoku:env",
@@ -58,6 +80,7 @@ register(
     award_lookahead=1,  # the tool's team term is the turn's value, paid at the planner's step
     cpu_options={"height": 6, "width": 6, "num_boxes": 1},
     cpu_train_options=_COMPACT,
+    cpu_train_values=_CPU_GRID_TRAINING,
     cpu_note=_GRID_NOTE,
 )
 register(
@@ -70,6 +93,7 @@ register(
     award_lookahead=1,  # the tool's team term is the turn's value, paid at the planner's step
     cpu_options={"height": 6, "width": 6, "min_distance": 3},
     cpu_train_options=_COMPACT,
+    cpu_train_values=_CPU_GRID_TRAINING,
     cpu_note=_GRID_NOTE,
 )
 register(
@@ -79,6 +103,7 @@ register(
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
     team_reward=True,
+    train_values=_LONG_PROMPTS,
     problem_loader="envs.code:load_code_problems",
     cpu_note=(
         "the pipeline only: no HumanEval program fits 48 new tokens (measured: the untrained "
@@ -120,6 +145,7 @@ register(
     recipe="at-grpo",
     team_reward=True,
     award_lookahead=1,  # the reasoner's team reward comes with the tool's agreeing step
+    train_values=_LONG_PROMPTS,
     cpu_note=(
         "the reward beyond format on arithmetic that fits 48 tokens: the tool's correctness "
         "(measured: right at 49 of 64 first turns untrained, 63 of 64 after a 12-step run, on "

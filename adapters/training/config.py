@@ -555,23 +555,24 @@ class TrainConfig:
         c.recipe = recipe.name
         src = c.sources
 
-        per_setting = recipes.setting_values(recipe.name, c.env)
-        # the CPU values a setting's recipe tunes for the embedded model (its cold start, ...)
+        import envs
+
+        setting = envs.spec(c.env)
+        per_setting = setting.train_values
+        # the CPU values a setting tunes for the embedded model (its cold start, ...)
         embedded = str(c.model).lower() in recipes.EMBEDDED_MODELS
-        cpu_setting = (
-            recipes.setting_values(recipe.name, c.env, cpu=True) if embedded and not cuda else {}
-        )
+        cpu_setting = setting.cpu_train_values if embedded and not cuda else {}
 
         def pick(name: str) -> tuple[Any, str] | None:
             if name in cpu_setting:
                 value, why = cpu_setting[name]
-                return value, f"recipe {recipe.name}: {why}"
+                return value, f"setting {setting.id}: {why}"
             if not cuda and name in recipe.cpu:
                 value, why = recipe.cpu[name]
                 return value, f"recipe {recipe.name}: {why}"
             if name in per_setting:
                 value, why = per_setting[name]
-                return value, f"recipe {recipe.name}: {why}"
+                return value, f"setting {setting.id}: {why}"
             if name in recipe.values:
                 value, why = recipe.values[name]
                 return value, f"recipe {recipe.name}: {why}"

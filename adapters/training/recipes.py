@@ -11,9 +11,13 @@ when it names none); ``--recipe NAME`` picks another one.
 :meth:`TrainConfig.resolved() <adapters.training.config.TrainConfig.resolved>` fills each field
 the user left unset (``None``) from, in order:
 
-1. the recipe's CPU scale-down (only without CUDA),
-2. the recipe,
-3. :data:`DEVICE_DEFAULTS` (engineering values that no paper fixes: batch sizes for generation
+1. the setting's own CPU values for the embedded model (its spec's ``cpu_train_values``, only
+   without CUDA: the grid settings' cold start and sizes),
+2. the recipe's CPU scale-down (only without CUDA),
+3. the setting's own values under any recipe (its spec's ``train_values``: AT-GRPO's prompt
+   length for math and code),
+4. the recipe,
+5. :data:`DEVICE_DEFAULTS` (engineering values that no paper fixes: batch sizes for generation
    and the update, evaluation size, demonstrations),
 
 and records where each value came from (``TrainConfig.sources``; ``config.yaml`` in the run
@@ -49,7 +53,6 @@ __all__ = [
     "cpu_instance_options",
     "describe_recipes",
     "recipe_for",
-    "setting_values",
 ]
 
 Sourced = tuple[Any, str]
@@ -331,67 +334,9 @@ RECIPES: dict[str, Recipe] = {
     ),
 }
 
-# Values a recipe sets per setting: (recipe, env id) -> field -> (value, source)
-SETTING_VALUES: dict[tuple[str, str], dict[str, Sourced]] = {
-    (recipe, env): {
-        "max_prompt_tokens": (8192, "AT-GRPO A.2.1: maximum prompt length 8192 (math and code)")
-    }
-    for recipe in ("at-grpo", "at-grpo-per-role")
-    for env in ("math", "code")
-}
-
-
-# The CPU runs of the AT-GRPO settings where a team can learn on a CPU (docs/learning.md): a
-# cold start teaches the tool to compute the answer from the instance (a search program that
-# reads the map, a program that evaluates the expression), and reinforcement learning then
-# teaches the other role to adopt its teammate's result, which is what AT-GRPO's team training
-# is about. (recipe, env id) -> field -> (value, source); CPU runs of the embedded model only
-# (other models keep the recipe's generic CPU scale-down), ahead of the recipe's CPU values.
-_TOOL_COLD_START: dict[str, Sourced] = {
-    "init": (
-        "cold-start:tool,planner=8",
-        "CPU: a cold start on the oracle's turns (train split): every tool turn of 48 episodes, "
-        "the planner's of 8; RL starts from a team that sometimes succeeds",
-    ),
-}
-_CPU_GRID: dict[str, Sourced] = {
-    **_TOOL_COLD_START,
-    "eval_episodes": (64, "CPU: 64 distinct validation instances before and after training"),
-    "instances_per_step": (4, "CPU: 4 levels per step (6 steps: about 20 minutes on 2 cores)"),
-    "max_new_tokens": (320, "CPU: the oracle's search program (about 290 tokens) fits"),
-    "role_sampling": (
-        {"planner": {"max_new_tokens": 64}},
-        "CPU: a planner answer (#### and a move list) fits 64 tokens",
-    ),
-}
-# the model names the CPU setting values are tuned for (the embedded SmolLM2-135M-Instruct)
+# the model names the CPU setting values (the specs' ``cpu_train_values``) are tuned for: the
+# embedded SmolLM2-135M-Instruct
 EMBEDDED_MODELS = ("smollm2", "smollm2-135m", "smollm2-135m-instruct")
-CPU_SETTING_VALUES: dict[tuple[str, str], dict[str, Sourced]] = {
-    **{
-        (r, env): dict(_CPU_GRID)
-        for r in ("at-grpo", "at-grpo-per-role")
-        for env in ("sokoban", "plan_path")
-    },
-}
-
-
-def setting_values(recipe: str, env_id: str, cpu: bool = False) -> Mapping[str, Sourced]:
-    """The values ``recipe`` sets for one setting only (e.g. AT-GRPO's prompt cap for math);
-    ``cpu``: the values of a run without CUDA instead (:data:`CPU_SETTING_VALUES`).
-
-    >>> setting_values("at-grpo", "math")["max_prompt_tokens"][0]
-    8192
-    >>> setting_values("at-grpo", "sokoban", cpu=True)["init"][0]
-    'cold-start:tool,planner=8'
-    """
-    import envs
-
-    try:
-        canonical = envs.spec(env_id).id
-    except ValueError:
-        return {}
-    table = CPU_SETTING_VALUES if cpu else SETTING_VALUES
-    return table.get((recipe, canonical), {})
 
 
 # Engineering values no paper fixes: field -> (CPU value, CUDA value, source)

@@ -34,7 +34,13 @@ or a server must know without building an env::
   ``(dataset, data_path, data_split, options) -> problems`` that loads a benchmark's problems
   for the setting (the paper evaluations; ``""``: the dataset registry's records);
 * ``evaluation_options`` - ``"module:attribute"`` naming the env options the paper's own
-  evaluation runs the setting with (``""``: none).
+  evaluation runs the setting with (``""``: none);
+* ``train_values`` - training values (``TrainConfig`` field -> ``(value, reason)``) this setting
+  needs under any recipe (AT-GRPO's 8,192-token prompts for math and code); a recipe's CPU
+  scale-down still applies over them on a CPU;
+* ``cpu_train_values`` - training values of a CPU run of the embedded model, ahead of every
+  recipe value (the grid settings' cold start, level counts and completion lengths, which
+  ``docs/learning.md`` measured).
 
 The layers above read these facts and never import a setting's module themselves.
 
@@ -74,6 +80,8 @@ class EnvSpec:
     team_reward: bool = False
     problem_loader: str = ""
     evaluation_options: str = ""
+    train_values: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
+    cpu_train_values: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         bad = [m for m in self.modes if m not in MODES]
@@ -82,9 +90,8 @@ class EnvSpec:
         if self.award_lookahead < 0:
             raise ValueError(f"{self.id}: award_lookahead must be >= 0")
         object.__setattr__(self, "cpu_options", MappingProxyType(dict(self.cpu_options)))
-        object.__setattr__(
-            self, "cpu_train_options", MappingProxyType(dict(self.cpu_train_options))
-        )
+        for name in ("cpu_train_options", "train_values", "cpu_train_values"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     def load(self) -> Any:
         return _import(self.entry_point, "env")

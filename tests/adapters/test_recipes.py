@@ -399,7 +399,8 @@ PROMPT_CAPS = [
 @pytest.mark.parametrize(("env", "cap"), PROMPT_CAPS)
 def test_recipes_carry_the_papers_maximum_prompt_length(env, cap):
     cfg = TrainConfig(env=env).resolved(cuda=True)
-    assert cfg.max_prompt_tokens == cap and cfg.sources["max_prompt_tokens"].startswith("recipe")
+    assert cfg.max_prompt_tokens == cap
+    assert cfg.sources["max_prompt_tokens"].startswith(("recipe", f"setting {cfg.env}"))
 
 
 def test_prompts_over_the_maximum_prompt_length_are_skipped_and_counted(tmp_path):
