@@ -105,9 +105,9 @@ register(
     train_values=_LONG_PROMPTS,
     problem_loader="envs.code:load_code_problems",
     cpu_note=(
-        "the pipeline only: no HumanEval program fits 48 new tokens (measured: the untrained "
-        "team's 64 steps on 8 validation problems earned no reward, format included); the task "
-        "needs a GPU and the paper's 4096 tokens"
+        "the pipeline only: no HumanEval program fits the CPU run's 48 new tokens (the untrained "
+        "team earned no reward, format included: docs/learning.md); the task needs a GPU and the "
+        "paper's 4096 tokens"
     ),
 )
 
@@ -146,10 +146,9 @@ register(
     award_lookahead=1,  # the reasoner's team reward comes with the tool's agreeing step
     train_values=_LONG_PROMPTS,
     cpu_note=(
-        "the reward beyond format on arithmetic that fits 48 tokens: the tool's correctness "
-        "(measured: right at 49 of 64 first turns untrained, 63 of 64 after a 12-step run, on "
-        "unseen problems) and the team reward, which needs the reasoner to state the value: "
-        "that run did not teach it (it collapsed onto constant answers; docs/learning.md). "
+        "the reward beyond format on arithmetic that fits 48 tokens: the tool's correctness, "
+        "which a short run improves on unseen problems, and the team reward, which needs the "
+        "reasoner to state the tool's value and which no measured run taught (docs/learning.md). "
         "Not multi-step reasoning, whose word problems need hundreds of tokens"
     ),
     **_cpu_sizes(
@@ -201,9 +200,9 @@ register(
     recipe="marsrl",
     evaluation_options="envs.solver_verifier_corrector:EVALUATION_CONFIG",
     cpu_note=(
-        "the solver's correctness on one-digit arithmetic (untrained: 2 of 16 validation "
-        "problems right); at 48 tokens the verifier and corrector rarely write a verdict, and "
-        "the paper's long-reasoning gains need a GPU and far more tokens"
+        "the solver's correctness on one-digit arithmetic, which the untrained model sometimes "
+        "has; at 48 tokens the verifier and corrector rarely write a verdict, and the paper's "
+        "long-reasoning gains need a GPU and far more tokens (docs/learning.md)"
     ),
     **_cpu_sizes(
         _ONE_DIGIT_ARITHMETIC,
