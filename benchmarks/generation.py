@@ -11,8 +11,10 @@ Everything below is measured in one run, on one device, so the ratios compare li
   (temperature 1, the training recipe's sampling), for the policy as training holds it (a LoRA
   adapter on the float32 model: ``adapter fp32``) and for the generation copy the trainer now
   samples from (:class:`~adapters.training.backends.GenerationCopy`: the adapter merged, in
-  bfloat16 where the device has it: ``merged``). The sampled/greedy ratio shows what the draw
-  costs; merged/adapter what the copy gains.
+  bfloat16 where the device has it: ``merged``). The sampled/greedy ratio at the same length
+  (every row generated to the token budget in both modes) shows what the draw costs; at natural
+  lengths it also holds the difference in what the two modes write; merged/adapter shows what
+  the copy gains.
 * ``decode step``: milliseconds of one decode step (one new token for every row) after a
   ``--cache``-token prompt, at each ``--rows``, for both.
 * ``update``: seconds per 1,000 tokens of one forward and backward pass of the LoRA policy over
@@ -57,7 +59,13 @@ def _policy_models(model: Any, rank: int) -> Any:
     return pm
 
 
-def _gen_rate(policy: Any, prompts: list[str], params: Any) -> tuple[float, int]:
+def _gen_rate(
+    policy: Any, prompts: list[str], params: Any, fixed_length: bool = False
+) -> tuple[float, int]:
+    """New tokens per second of one ``generate`` call; ``fixed_length``: no row ends before the
+    token budget (EOS ignored), so two runs generate the same number of tokens."""
+    if fixed_length:
+        policy.eos_ids = frozenset()
     t = time.perf_counter()
     out = policy.generate(prompts, params)
     dt = time.perf_counter() - t
@@ -161,9 +169,23 @@ def main(argv: list[str] | None = None) -> int:
         rates[mode] = row
         a, b = row.values()
         print(f"{'generate ' + mode + ' (tokens/s)':<34}{a:>16.1f}{b:>16.1f}{b / a:>8.2f}")
+    # the draw's own cost: both modes generate every row to the token budget, so the same
+    # number of tokens after the same prefill (natural lengths differ between the modes, and
+    # tokens/s with them mixes that difference into the ratio)
+    for i, module in enumerate(variants.values()):
+        fixed = {}
+        for mode, temperature in (("greedy", 0.0), ("sampled", 1.0)):
+            params = SamplingParams(
+                temperature=temperature, seed=0, max_new_tokens=args.max_new_tokens
+            )
+            pol = TransformersPolicy(module, tok, device=device, batch_size=len(prompts))
+            fixed[mode], _ = _gen_rate(pol, prompts, params, fixed_length=True)
+        label = "sampled / greedy, same length, " + ["adapter", "merged"][i]
+        print(f"{label:<40}{fixed['sampled'] / fixed['greedy']:>10.2f}")
     for i, name in enumerate(variants):
         s_over_g = rates["sampled"][name] / rates["greedy"][name]
-        print(f"{'sampled / greedy, ' + ['adapter', 'merged'][i]:<34}{s_over_g:>16.2f}")
+        label = "sampled / greedy, natural, " + ["adapter", "merged"][i]
+        print(f"{label:<40}{s_over_g:>10.2f}")
     for rows in [int(r) for r in args.rows.split(",")]:
         ms = [_decode_ms(m, rows, args.cache, device) for m in variants.values()]
         label = f"decode step, {rows} rows (ms)"
