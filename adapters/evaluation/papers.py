@@ -75,6 +75,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.evaluation.passes import Benchmark, PassArgs, protocol_lines, run_passes
+from adapters.policies.base import EVAL_TEMPERATURE
 
 __all__ = [
     "PAPER_SUITES",
@@ -97,7 +98,7 @@ class PaperSuite:
     groups: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
     metric: str = "pass@1"
     samples: int = 1
-    temperature: float = 0.0
+    temperature: float = EVAL_TEMPERATURE
     top_p: float = 1.0
     top_k: int = -1
     max_new_tokens: int = 4096

@@ -58,7 +58,7 @@ from typing import Any
 from adapters.evaluation.judge import JudgeSampling
 from adapters.evaluation.stats import mean_interval
 from adapters.evaluation.suite import _check_run_file, write_atomic
-from adapters.policies.base import MAX_NEW_TOKENS, Policy
+from adapters.policies.base import EVAL_TEMPERATURE, MAX_NEW_TOKENS, Policy
 from adapters.rollout import (
     EpisodeSpec,
     RolloutConfig,
@@ -175,7 +175,7 @@ class PassArgs:
     policies: tuple[str, ...]
     samples: int = 1
     ks: tuple[int, ...] = ()
-    temperature: float = 0.0
+    temperature: float = EVAL_TEMPERATURE
     top_p: float = 1.0
     top_k: int = -1
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
@@ -219,7 +219,7 @@ def play_pass(
     *,
     first: int = 0,
     samples: int = 1,
-    temperature: float = 0.0,
+    temperature: float = EVAL_TEMPERATURE,
     top_p: float = 1.0,
     top_k: int = -1,
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
@@ -388,7 +388,7 @@ def evaluate_datasets(
     *,
     env_config: Mapping[str, Any] | None = None,
     seed: int = 0,
-    temperature: float = 0.0,
+    temperature: float = EVAL_TEMPERATURE,
     max_new_tokens: int = MAX_NEW_TOKENS,
     out: str | Path | None = None,
 ) -> dict[str, float]:

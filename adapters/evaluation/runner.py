@@ -27,7 +27,7 @@ from typing import Any
 
 from adapters.evaluation.records import reproduction, transcript
 from adapters.evaluation.stats import paired_difference
-from adapters.policies.base import MAX_NEW_TOKENS, Policy
+from adapters.policies.base import EVAL_TEMPERATURE, MAX_NEW_TOKENS, Policy
 from adapters.policies.wrappers import ManagedPolicy
 from adapters.rollout import (
     Episode,
@@ -124,7 +124,7 @@ def evaluate(
     role_policy: Mapping[str, str] | None = None,
     split: str = "val",
     seed: int = 0,
-    temperature: float = 0.0,
+    temperature: float = EVAL_TEMPERATURE,
     top_p: float = 1.0,
     max_new_tokens: int = MAX_NEW_TOKENS,
     instance: Any = None,

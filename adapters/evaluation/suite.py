@@ -63,7 +63,7 @@ from typing import Any
 import envs
 from adapters.evaluation import report as report_mod
 from adapters.evaluation.runner import evaluate, with_prompt_prefixes
-from adapters.policies.base import MAX_NEW_TOKENS, Policy
+from adapters.policies.base import EVAL_TEMPERATURE, MAX_NEW_TOKENS, Policy
 from adapters.policies.specs import parse_policy_spec, split_role_spec
 from adapters.rollout import env_roles, has_team_reward
 
@@ -180,7 +180,7 @@ class SuiteArgs:
     chunk_size: int = 16
     seed: int = 0
     split: str = "val"
-    temperature: float = 0.0
+    temperature: float = EVAL_TEMPERATURE
     top_p: float = 1.0
     max_new_tokens: int = MAX_NEW_TOKENS
     system_prompt: str | None = None

@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from adapters.policies.base import (
+    EVAL_TEMPERATURE,
     MAX_NEW_TOKENS,
     Completion,
     FinishReason,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from adapters.policies.vllm_policy import VLLMPolicy
 
 __all__ = [
+    "EVAL_TEMPERATURE",
     "MAX_NEW_TOKENS",
     "ChatPrompt",
     "Completion",

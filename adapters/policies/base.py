@@ -57,6 +57,9 @@ MAX_NEW_TOKENS = 256
 """The token budget of a completion wherever no recipe, suite or flag sets one (its one default:
 the sampling parameters, the rollout engine and the evaluations all read it from here)."""
 
+EVAL_TEMPERATURE = 0.0
+"""The evaluations' sampling temperature wherever no paper protocol or flag sets one: greedy."""
+
 
 @dataclass(frozen=True)
 class SamplingParams:

@@ -44,6 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapters.policies.base import EVAL_TEMPERATURE
 from adapters.training.advantages import ESTIMATORS
 
 __all__ = [
@@ -167,7 +168,7 @@ RECIPES: dict[str, Recipe] = {
             "temperature": (1.0, "MAE Table 3: actor rollout temperature 1.0"),
             "top_p": (1.0, "MAE Table 3: actor rollout top-p 1.0"),
             "top_k": (-1, "MAE Table 3 (no top-k)"),
-            "eval_temperature": (0.0, "greedy validation (paper silent)"),
+            "eval_temperature": (EVAL_TEMPERATURE, "greedy validation (paper silent)"),
             "lr": (1e-6, "MAE Table 3 lists a learning rate whose value is missing from the text"),
             "weight_decay": (0.01, "AdamW (MAE Table 3), weight decay not stated (paper silent)"),
             "max_grad_norm": (1.0, "MAE Table 3: grad clip 1.0"),
@@ -207,7 +208,7 @@ RECIPES: dict[str, Recipe] = {
             ),
             "top_p": (1.0, "paper silent"),
             "top_k": (-1, "paper silent"),
-            "eval_temperature": (0.0, "greedy validation (paper silent)"),
+            "eval_temperature": (EVAL_TEMPERATURE, "greedy validation (paper silent)"),
             "lr": (3e-6, "SAGE §5 and Table 4: learning rate 3e-6"),
             "weight_decay": (0.01, "paper silent"),
             "max_grad_norm": (1.0, "paper silent"),
@@ -361,7 +362,7 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
     "keep_n": (1, 1, "suite default"),
     "keep_scope": ("branch", "branch", "suite default"),
     "kl_loss_type": ("k3", "k3", "suite default"),
-    "eval_temperature": (0.0, 0.0, "suite default: greedy validation"),
+    "eval_temperature": (EVAL_TEMPERATURE, EVAL_TEMPERATURE, "suite default: greedy validation"),
     "ppo_minibatches": (1, 1, "suite default: one optimizer step per batch"),
     "loss_agg": ("token-mean", "token-mean", "suite default: verl's token mean"),
     "minibatch_size": (0, 0, "suite default: ppo_minibatches sets the optimizer steps"),
