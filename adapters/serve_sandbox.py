@@ -60,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-mb", type=int, default=1024, help="memory when a request says -1")
     p.add_argument("--max-memory-mb", type=int, default=4096, help="cap on memory_limit_MB")
     p.add_argument("--max-output-mb", type=float, default=8.0, help="stdout/stderr cap, each")
+    p.add_argument(
+        "--memory-budget-mb",
+        type=int,
+        default=None,
+        metavar="MB",
+        help="jobs run at once only while the sum of their memory limits fits in MB (default: "
+        "3/4 of the memory available at start; 0: no budget, --workers alone)",
+    )
     p.add_argument("--max-procs", type=int, default=64, help="processes/threads per job")
     p.add_argument(
         "--site-packages",
@@ -77,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise cli.UsageError("--workers must be at least 1")
+    if args.memory_budget_mb is not None and args.memory_budget_mb < 0:
+        raise cli.UsageError("--memory-budget-mb must be positive (0: no budget)")
     import sandboxes
     from adapters.integrations._server import guard_config, serve
     from adapters.integrations.sandbox_fusion import (
@@ -84,6 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
         Admission,
         ServiceLimits,
         create_app,
+        host_memory_budget_mb,
     )
 
     admission = Admission(
@@ -91,6 +102,11 @@ def _serve(args: argparse.Namespace) -> int:
         max_queue=max(args.workers, DEFAULT_QUEUE) if args.queue is None else args.queue,
         queue_timeout_s=args.queue_timeout,
         keepalive_s=args.keepalive or None,
+        memory_mb=(
+            host_memory_budget_mb()
+            if args.memory_budget_mb is None
+            else args.memory_budget_mb or None
+        ),
     )
     guard = guard_config(args)
 

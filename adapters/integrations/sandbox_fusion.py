@@ -53,7 +53,11 @@ code; ``-N`` when killed by signal N, as ``subprocess`` reports it; ``null`` on 
 exit code is 0, with the reason in ``message``. ``GET /v1/ping`` answers ``"pong"``.
 
 Load: at most ``--workers`` jobs run at once (default 64, verl's default concurrency, so its
-bursts start at once); a job's time limits count from its start on a worker, never from its
+bursts start at once), and only as many as the sum of their memory limits fits in
+``--memory-budget-mb`` (default three quarters of the memory the host has available when the
+service starts): 64 programs that each fill verl's 1024 MB would otherwise exhaust a 24 GiB
+host, whose out-of-memory killer then ends one of them, scored as a crash where a larger host
+gives the time-out. A job's time limits count from its start on a worker, never from its
 arrival (:class:`Admission`). Up to ``--queue`` more requests (default 256) wait for a worker,
 first come first served, and a request finding the queue full is answered 504, which verl and
 the ``sandbox-fusion`` client retry. A client's own timeout, though, counts from its request:
@@ -105,6 +109,7 @@ __all__ = [
     "ServiceLimits",
     "Ticket",
     "create_app",
+    "host_memory_budget_mb",
     "run_code",
 ]
 
@@ -369,10 +374,15 @@ class Overloaded(Exception):
 
 class Admission:
     """Admits at most ``slots`` requests to the sandbox at once (one per worker, so an admitted
-    request starts at once and its time limits count from its start); up to ``max_queue`` more
-    wait for a slot, first come first served. A request finding the queue full is refused with
-    :class:`Overloaded` (the service answers 504, which verl and the ``sandbox-fusion`` client
-    retry).
+    request starts at once and its time limits count from its start), and, with ``memory_mb``,
+    only as many as the sum of their memory limits fits in that budget: a burst of programs
+    that each fill their limit then waits its turn instead of exhausting the host, whose
+    out-of-memory killer would end an arbitrary one (scored as a crash, not as the time-out the
+    program would have had on a larger host). A request asking for more than the whole budget
+    runs alone. Up to ``max_queue`` more wait, first come first served (a large request at the
+    head is not overtaken by smaller ones behind it). A request finding the queue full is
+    refused with :class:`Overloaded` (the service answers 504, which verl and the
+    ``sandbox-fusion`` client retry).
 
     How long a queued request may wait is the service's choice (:func:`create_app`): with
     ``keepalive_s`` (the default) as long as it takes, its answer's first bytes keeping the
@@ -392,6 +402,14 @@ class Admission:
     ...     return first.granted, before, await second.wait(0.01), refused
     >>> asyncio.run(demo())
     (True, False, True, 'all 1 sandbox workers are busy and the queue is full (1 waiting)')
+    >>> async def budget():
+    ...     gate = Admission(slots=8, max_queue=8, memory_mb=2048)
+    ...     a, b, c = gate.enter(1024), gate.enter(1024), gate.enter(512)
+    ...     waited = c.granted                       # 8 slots, but 2048 MiB already reserved
+    ...     a.release()
+    ...     return waited, c.granted, gate.reserved_mb
+    >>> asyncio.run(budget())
+    (False, True, 1536)
     """
 
     def __init__(
@@ -400,51 +418,81 @@ class Admission:
         max_queue: int,
         queue_timeout_s: float = 8.0,
         keepalive_s: float | None = 2.0,
+        memory_mb: int | None = None,
     ) -> None:
         if slots < 1 or max_queue < 0 or not queue_timeout_s >= 0:
             raise ValueError("slots >= 1, max_queue >= 0 and queue_timeout_s >= 0 required")
         if keepalive_s is not None and not keepalive_s > 0:
             raise ValueError("keepalive_s must be positive (None: no keep-alive)")
+        if memory_mb is not None and memory_mb < 1:
+            raise ValueError(f"memory_mb must be a positive budget or None, got {memory_mb}")
         self.slots, self.max_queue, self.queue_timeout_s = slots, max_queue, queue_timeout_s
         self.keepalive_s = keepalive_s
+        self.memory_mb = memory_mb
+        self.reserved_mb = 0
         self._free = slots
-        self._waiters: list[Any] = []  # futures of queued requests, first come first served
+        self._waiters: list[tuple[Any, int]] = []  # (future, MiB) of queued requests, in order
 
     @property
     def waiting(self) -> int:
         return len(self._waiters)
 
-    def enter(self) -> Ticket:
-        """A ticket: admitted at once when a slot is free and nobody waits, else queued."""
+    def _need(self, memory_mb: int) -> int:
+        budget = self.memory_mb
+        return 0 if budget is None else max(0, min(int(memory_mb), budget))
+
+    def _fits(self, need: int) -> bool:
+        budget = self.memory_mb
+        return self._free > 0 and (budget is None or self.reserved_mb + need <= budget)
+
+    def enter(self, memory_mb: int = 0) -> Ticket:
+        """A ticket for a request whose jobs may use ``memory_mb`` MiB: admitted at once when a
+        slot and the memory are free and nobody waits, else queued."""
         import asyncio
 
-        if self._free > 0 and not self._waiters:
+        need = self._need(memory_mb)
+        if not self._waiters and self._fits(need):
             self._free -= 1
-            return Ticket(self, None)
+            self.reserved_mb += need
+            return Ticket(self, None, need)
         if len(self._waiters) >= self.max_queue:
-            raise Overloaded(
-                f"all {self.slots} sandbox workers are busy and the queue is full "
-                f"({len(self._waiters)} waiting)"
+            busy = (
+                f"all {self.slots} sandbox workers are busy"
+                if self._free == 0
+                else f"the memory budget is taken ({self.reserved_mb} of {self.memory_mb} MiB)"
             )
+            raise Overloaded(f"{busy} and the queue is full ({len(self._waiters)} waiting)")
         waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        return Ticket(self, waiter)
+        self._waiters.append((waiter, need))
+        return Ticket(self, waiter, need)
 
-    def _release(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.pop(0)
-            if not waiter.done():
-                waiter.set_result(None)  # the slot passes straight to the next waiter
-                return
+    def _release(self, need: int) -> None:
         self._free += 1
+        self.reserved_mb -= need
+        self._grant()
+
+    def _grant(self) -> None:
+        """Admit queued requests from the head while they fit."""
+        while self._waiters:
+            waiter, wants = self._waiters[0]
+            if waiter.done():  # cancelled by a client that went away
+                self._waiters.pop(0)
+                continue
+            if not self._fits(wants):
+                return  # the head waits for more to be released; nobody overtakes it
+            self._waiters.pop(0)
+            self._free -= 1
+            self.reserved_mb += wants
+            waiter.set_result(None)
 
 
 class Ticket:
-    """A request's place at the :class:`Admission`: a slot (``granted``) or a place in its
-    queue; ``release()`` gives either back (idempotent)."""
+    """A request's place at the :class:`Admission`: a slot and its memory (``granted``) or a
+    place in its queue; ``release()`` gives either back (idempotent)."""
 
-    def __init__(self, gate: Admission, waiter: Any) -> None:
+    def __init__(self, gate: Admission, waiter: Any, memory_mb: int = 0) -> None:
         self._gate, self._waiter, self._released = gate, waiter, False
+        self.memory_mb = memory_mb
 
     @property
     def granted(self) -> bool:
@@ -466,11 +514,30 @@ class Ticket:
             return
         self._released = True
         if self.granted:
-            self._gate._release()
+            self._gate._release(self.memory_mb)
         else:
-            if self._waiter in self._gate._waiters:
-                self._gate._waiters.remove(self._waiter)
+            gate = self._gate
+            gate._waiters = [(w, n) for w, n in gate._waiters if w is not self._waiter]
             self._waiter.cancel()
+            gate._grant()  # a large request leaving the head may let smaller ones in
+
+
+def host_memory_budget_mb(fraction: float = 0.75) -> int:
+    """``fraction`` of the memory this host has available now (``MemAvailable``; the physical
+    memory where that cannot be read), in MiB: the default budget of the jobs a service runs at
+    once (:class:`Admission`)."""
+    available = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if available is None:
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(1, int(available * fraction) >> 20)
 
 
 def create_app(
@@ -483,7 +550,8 @@ def create_app(
 ):
     """The FastAPI app serving ``/run_code``, ``/v1/ping`` and ``/v1/languages`` with ``sandbox``
     (closed when the app shuts down if ``owns_sandbox``). ``admission`` defaults to one slot per
-    sandbox worker, a queue of :data:`DEFAULT_QUEUE` and keep-alive answers (module docstring);
+    sandbox worker, a memory budget of :func:`host_memory_budget_mb`, a queue of
+    :data:`DEFAULT_QUEUE` and keep-alive answers (module docstring);
     ``languages`` to those whose toolchain the sandbox's jobs find (:func:`.languages.in_sandbox`:
     the host's for the local backend, the image's for Docker)."""
     import asyncio
@@ -499,7 +567,9 @@ def create_app(
     bounds = bounds or ServiceLimits()
     langs = tuple(languages if languages is not None else in_sandbox(sandbox))
     workers = int(getattr(sandbox, "workers", 1) or 1)
-    gate = admission or Admission(slots=workers, max_queue=max(workers, DEFAULT_QUEUE))
+    gate = admission or Admission(
+        slots=workers, max_queue=max(workers, DEFAULT_QUEUE), memory_mb=host_memory_budget_mb()
+    )
     # one thread per admitted request: the sandbox call blocks its thread for the job's length
     executor = ThreadPoolExecutor(max_workers=gate.slots, thread_name_prefix="run-code")
 
@@ -542,7 +612,7 @@ def create_app(
         if refused is not None:
             return _refusal(refused)
         try:
-            ticket = gate.enter()
+            ticket = gate.enter(_limits(request, bounds).memory_mb)
         except Overloaded as exc:
             return JSONResponse(status_code=504, content={"detail": str(exc)})
         job = functools.partial(run_code, sandbox, request, bounds, langs)

@@ -78,6 +78,68 @@ def test_a_queued_request_outlives_its_clients_read_timeout():
         strict.stop()
 
 
+STAMP = "import time\nprint(time.time())\nblock = bytearray(24 << 20)\ntime.sleep(1.5)\n"
+
+
+def test_jobs_wait_for_the_memory_budget_not_only_for_a_worker():
+    """Four workers but a 300 MiB budget: a request asking 200 MiB and one asking 60 run side
+    by side; a second 200 MiB request waits until the first ends (first come first served: a
+    request behind it would wait too, not overtake it)."""
+    server = Server(
+        "adapters.serve_sandbox",
+        "--workers",
+        "4",
+        "--memory-budget-mb",
+        "300",
+        "--keepalive",
+        "0.3",
+    ).wait()
+
+    def start(memory: int) -> float:
+        body = {"code": STAMP, "language": "python", "run_timeout": 10, "memory_limit_MB": memory}
+        r = requests.post(server.url + "/run_code", json=body, timeout=(5.0, 30.0))
+        assert r.json()["status"] == "Success", r.text
+        return float(r.json()["run_result"]["stdout"])
+
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            first = pool.submit(start, 200)
+            time.sleep(0.3)
+            small = pool.submit(start, 60)
+            time.sleep(0.3)
+            second = pool.submit(start, 200)
+            t1, t3, t2 = first.result(60), small.result(60), second.result(60)
+    finally:
+        server.stop()
+    assert t3 - t1 < 1.2  # fitted beside the first
+    assert t2 - t1 > 1.4  # waited for the first job's memory
+
+
+def test_admission_order_under_a_memory_budget():
+    """First come first served: a large request at the head is not overtaken by a small one
+    behind it; when it gives up, the small one is admitted."""
+    import asyncio
+
+    from adapters.integrations.sandbox_fusion import Admission
+
+    async def scenario() -> list[bool]:
+        gate = Admission(slots=4, max_queue=4, memory_mb=1000)
+        held = gate.enter(600)
+        big = gate.enter(800)  # waits for memory
+        small = gate.enter(100)  # would fit, but queues behind big
+        seen = [held.granted, big.granted, small.granted]
+        big.release()  # the client gave up
+        seen.append(small.granted)
+        huge = gate.enter(5000)  # more than the budget: runs alone once the rest are done
+        seen.append(huge.granted)
+        held.release()
+        small.release()
+        seen += [huge.granted, gate.reserved_mb == 1000]
+        return seen
+
+    assert asyncio.run(scenario()) == [True, False, False, True, False, True, True]
+
+
 @pytest.mark.slow
 def test_verls_all_timeout_burst_on_two_workers():
     """verl's all-timeout pattern, scaled: 32 infinite loops at once (verl's client runs 32
