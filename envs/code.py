@@ -146,9 +146,9 @@ from envs.core.program import LRU, ProblemPool, ProgramConfig, ProgramEnv, fence
 from envs.core.rewards import RewardParts
 from envs.data.records import CodeProblem
 from envs.data.splits import canonical_text
-from verifiers.code_tests import TestCase, TestReport, check_compiles, quiet_parse
-from verifiers.diff_tests import run_tests_many  # plain tests go to verifiers.code_tests
+from verifiers.code_tests import TestCase, TestReport, run_tests_many
 from verifiers.extract import clip_text, extract_code_block
+from verifiers.source_checks import check_compiles, quiet_parse
 from verifiers.written_tests import parse_assert_tests, parse_stdin_tests
 
 __all__ = [

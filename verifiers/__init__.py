@@ -4,7 +4,9 @@ Modules (each module docstring is its documentation page; nothing heavy is impor
 
 * :mod:`verifiers.extract`      code blocks, ``####`` answers, JSON, move lists, clipping
 * :mod:`verifiers.math_answer`  final-answer extraction and grading (math-verify + NumEq)
-* :mod:`verifiers.code_tests`   running programs against stdio / assert tests in a sandbox
+* :mod:`verifiers.code_tests`   running programs against stdio / assert / differential tests in
+  a sandbox (the plain runner and its records: :mod:`verifiers.plain_tests`; evalplus-style
+  differential tests: :mod:`verifiers.diff_tests`)
 * :mod:`verifiers.written_tests` reading model-written tests (stdio pairs, assert blocks)
 * :mod:`verifiers.mutation`     AST mutants and the mutation score of a test suite
 * :mod:`verifiers.judge`        LLM-judge score parsing; SAGE / MAE / CoMAS normalisations

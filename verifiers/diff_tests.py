@@ -15,9 +15,8 @@ whose name starts with ``evalplus:`` (:func:`make_test`): ``stdin`` holds the ar
 plain encoding, ``expected_stdout`` a JSON spec the host keeps (expected value, ``atol``, the
 dataset and entry point for evalplus's special oracles, the canonical solution's time per input),
 and ``code`` the same check as an exact ``assert`` (:func:`as_assert`: shown to people and used
-by the code setting's oracle tester; never run here). :func:`run_tests_many` has the signature of
-:func:`verifiers.code_tests.run_tests_many` and hands every other test to it, so lists may mix
-both kinds. Run through a plain stdio runner by mistake, a differential test fails, never passes.
+by the code setting's oracle tester; never run here). :func:`verifiers.code_tests.run_tests_many`
+runs lists that mix both kinds (through :func:`run_with_differential`). Run through a plain stdio runner by mistake, a differential test fails, never passes.
 
 Time. The job's wall limit is ``max(limits.wall_s, min(60 s, sum of the per-input limits)) + 1``
 with a per-input limit of ``max(limits.wall_s, 4 x the canonical time per input)`` (evalplus:
@@ -47,9 +46,9 @@ from typing import Any
 
 from sandboxes import plain
 from sandboxes.calls import Call, CallResult
-from verifiers.code_tests import TestCase, TestReport, TestResult, check_compiles
-from verifiers.code_tests import run_tests_many as run_plain_tests_many
 from verifiers.extract import clip_text
+from verifiers.plain_tests import TestCase, TestReport, TestResult, run_plain_tests_many
+from verifiers.source_checks import check_compiles
 
 __all__ = [
     "MARKER",
@@ -60,7 +59,7 @@ __all__ = [
     "judge",
     "make_test",
     "run_inputs",
-    "run_tests_many",
+    "run_with_differential",
 ]
 
 MARKER = "evalplus:"
@@ -114,7 +113,7 @@ def make_test(
 
 def as_assert(entry_point: str, args: Sequence[Any], expected: Any, dataset: str) -> str:
     """The test as one exact ``assert`` statement, for people and for the code setting's oracle
-    tester (never run by :func:`run_tests_many`); ``""`` when the values have no literal form
+    tester (never run by :func:`verifiers.code_tests.run_tests_many`); ``""`` when the values have no literal form
     (NaN, infinities, opaque objects) or it would exceed 2000 characters.
 
     >>> as_assert("add", [2, 3], 5, "humaneval")
@@ -357,7 +356,7 @@ def _verdicts(
     return out
 
 
-def run_tests_many(
+def run_with_differential(
     items: Sequence[tuple[object, Sequence[TestCase]] | tuple[object, Sequence[TestCase], str]],
     *,
     sandbox: Any = None,
@@ -366,9 +365,10 @@ def run_tests_many(
     float_tol: float | None = None,
     prelude: str = "",
 ) -> list[TestReport]:
-    """:func:`verifiers.code_tests.run_tests_many` that also runs differential tests (module
-    docstring): those with host-side verdicts, every other test by the verifier unchanged. An
-    item's prelude (trusted starter code) goes before the program of its differential job too."""
+    """What :func:`verifiers.code_tests.run_tests_many` runs for lists holding differential
+    tests (module docstring): those with host-side verdicts, every other test by the plain runner
+    (:func:`verifiers.plain_tests.run_plain_tests_many`). An item's prelude (trusted starter code)
+    goes before the program of its differential job too."""
     import sandboxes
 
     base = limits if limits is not None else sandboxes.Limits()

@@ -41,14 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from verifiers.code_tests import (
-    MAX_SOURCE_CHARS,
-    TestCase,
-    check_compiles,
-    quiet_parse,
-    run_tests,
-    run_tests_many,
-)
+from verifiers.code_tests import TestCase, run_tests, run_tests_many
+from verifiers.source_checks import MAX_SOURCE_CHARS, check_compiles, quiet_parse
 
 __all__ = [
     "TAU_MUT",

@@ -16,6 +16,7 @@ import sandboxes
 from envs.data import load_humaneval_plus, load_mbpp_plus
 from envs.data.evalplus import evalplus_file, mbpp_deserialize_inputs, read_tasks
 from verifiers import diff_tests
+from verifiers.code_tests import run_tests_many
 
 FIX = Path(__file__).resolve().parents[1] / "data" / "fixtures"
 HE_FILE = FIX / "HumanEvalPlus-v0.1.10.jsonl"
@@ -38,7 +39,7 @@ def mbpp():
 
 
 def report(problem, code):
-    return diff_tests.run_tests_many([(code, problem.tests)])[0]
+    return run_tests_many([(code, problem.tests)])[0]
 
 
 # ---------------------------------------------------------------- reading the release format
@@ -220,7 +221,7 @@ def test_a_looping_input_times_out_and_stops_the_run(he):
         "    s = sorted(numbers)\n    return any(b - a < threshold for a, b in zip(s, s[1:]))\n"
     )
     limits = sandboxes.Limits(wall_s=0.5)
-    rep = diff_tests.run_tests_many([(loop, p.tests)], limits=limits)[0]
+    rep = run_tests_many([(loop, p.tests)], limits=limits)[0]
     statuses = [r.status for r in rep.results]
     first = statuses.index("timeout")
     assert all(s == "passed" for s in statuses[:first])  # inputs 0 and 1 have 6 numbers
@@ -242,7 +243,7 @@ def test_expected_values_never_enter_the_sandbox():
             return sandboxes.default().run_many(jobs)
 
     code = "def f(x):\n    return x.replace('INPUT-1', 'EXPECTED-' + '7' * 12)\n"
-    rep = diff_tests.run_tests_many([(code, [test])], sandbox=Spy())[0]
+    rep = run_tests_many([(code, [test])], sandbox=Spy())[0]
     assert rep.all_passed and seen
     assert all(sentinel not in text and "INPUT-1" in text for text in seen)
 

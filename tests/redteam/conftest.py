@@ -16,14 +16,14 @@ def fresh_caches():
     """Results are cached per program and tests, not per backend: start every test clean."""
     import envs.code
     import envs.pools
-    import verifiers.code_tests
     import verifiers.math_answer
+    import verifiers.plain_tests
 
     for cache in (envs.code._REPORTS, envs.code._TESTER):
         cache.clear()
     envs.pools._CACHE.clear()
     verifiers.math_answer._CACHE.clear()
-    verifiers.code_tests._DISCOVERED.clear()
+    verifiers.plain_tests._DISCOVERED.clear()
     yield
 
 

@@ -79,15 +79,15 @@ def _clear_caches() -> None:
     does before every test): each row is played from scratch."""
     import envs.code
     import envs.pools
-    import verifiers.code_tests
     import verifiers.math_answer
+    import verifiers.plain_tests
 
     for cache in (
         getattr(envs.code, "_REPORTS", None),
         getattr(envs.code, "_TESTER", None),
         getattr(envs.pools, "_CACHE", None),
         getattr(verifiers.math_answer, "_CACHE", None),
-        getattr(verifiers.code_tests, "_DISCOVERED", None),
+        getattr(verifiers.plain_tests, "_DISCOVERED", None),
     ):
         if cache is not None:
             cache.clear()
