@@ -379,13 +379,7 @@ def run_plain_tests_many(
     float_tol: float | None = None,
     prelude: str = "",
 ) -> list[TestReport]:
-    """Run several ``(solution, tests)`` pairs; one report each (see the module docstring).
-
-    ``prelude``: trusted code put before every solution (starter-code imports and helpers); a
-    test that calls its helpers gets their real definitions. An item may bring its own as a
-    third element, ``(solution, tests, prelude)``. A solution that does not compile gets every
-    test marked ``syntax_error`` and runs nothing.
-    """
+    """:func:`verifiers.code_tests.run_tests_many` for ``stdio`` and ``assert`` tests only."""
     from verifiers.assert_plans import plan_test
 
     plan_of: dict[tuple[str, str], Any] = {}
