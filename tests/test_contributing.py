@@ -53,8 +53,8 @@ PER_SETTING = ["tests/envs/test_contract.py"]
 EVERY_SETTING = [
     "tests/envs/test_echo_toy.py",
     "tests/envs/test_core.py::test_list_envs_has_every_setting_and_aliases",
-    "tests/adapters/test_suite.py::test_suites_cover_every_setting_and_both_modes",
-    "tests/adapters/test_recipes.py::test_cpu_scale_down_keeps_every_protocol",
+    "tests/adapters/evaluation/test_suite.py::test_suites_cover_every_setting_and_both_modes",
+    "tests/adapters/training/test_recipes.py::test_cpu_scale_down_keeps_every_protocol",
 ]
 
 

@@ -147,7 +147,7 @@ def _check_rewards(logged: list[dict], scored: list[list], env_id: str, **config
 
 @pytest.mark.slow
 def test_grpo_trainer_trains_through_the_server(server, tmp_path):
-    from tests.adapters.test_trl_adapter import _bigram_llama
+    from tests.adapters.integrations.test_trl_adapter import _bigram_llama
 
     model, tok = _bigram_llama()  # tiny_model() rewired to answer "#### [R]", "#### [U]" or "hello"
     tok = with_tool_calling(tok)  # TRL's tools need a tool-calling template: the project's

@@ -15,10 +15,10 @@ pytest.importorskip("peft")
 from adapters.training.flags import _convert
 from adapters.training.trainer import Trainer
 
-from .conftest import char_models
-from .conftest import tiny_train_config as cfg
+from ..conftest import char_models
+from ..conftest import tiny_train_config as cfg
 
-FIX = Path(__file__).resolve().parents[1] / "data" / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "data" / "fixtures"
 BENCH5 = FIX / "bench5" / "aime24.jsonl"
 
 

@@ -21,8 +21,8 @@ from adapters.training.losses import ppo_clip_loss, truncated_is_weights  # noqa
 from adapters.training.trainer import Trainer  # noqa: E402
 from adapters.training.update import prepare_logprobs, update_policy  # noqa: E402
 
-from .conftest import char_models  # noqa: E402
-from .conftest import tiny_train_config as cfg  # noqa: E402
+from ..conftest import char_models  # noqa: E402
+from ..conftest import tiny_train_config as cfg  # noqa: E402
 
 
 class ShapedTrainer(Trainer):

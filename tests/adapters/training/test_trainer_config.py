@@ -14,7 +14,7 @@ from adapters.rollout import derive_seed
 from adapters.train import config_from_argv, main
 from adapters.training.config import ConfigError, TrainConfig, config_from_dict
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_defaults_resolve_per_device():

@@ -22,7 +22,7 @@ from adapters.policies.transformers_policy import (  # noqa: E402
 )
 from adapters.training.logprobs import sequence_logprobs  # noqa: E402
 
-from .conftest import make_char_model  # noqa: E402
+from ..conftest import make_char_model  # noqa: E402
 
 PROMPTS = [
     "hello",

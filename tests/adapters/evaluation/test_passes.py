@@ -16,7 +16,7 @@ from adapters.evaluation.passes import Benchmark, PassArgs, pass_at_k, run_passe
 from adapters.policies import ScriptedPolicy
 from adapters.policies.specs import parse_policy_spec
 
-BENCH5 = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "bench5" / "aime24.jsonl"
+BENCH5 = Path(__file__).resolve().parents[2] / "data" / "fixtures" / "bench5" / "aime24.jsonl"
 RIGHT_ON = {"What is 2 + 3?": "5", "What is 7 * 6?": "42"}  # right on 2 of the 5 problems
 
 

@@ -16,7 +16,7 @@ import envs
 from adapters.integrations import trl as ta
 from adapters.rollout import flush_dead_steps
 
-from .conftest import make_char_tokenizer
+from ..conftest import make_char_tokenizer
 
 PLAN = {"mode": "multi", "max_turns": 2, "height": 4, "width": 4}
 EOS_TEMPLATE = (

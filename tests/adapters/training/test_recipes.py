@@ -23,7 +23,7 @@ from adapters.training.logprobs import (  # noqa: E402
 from adapters.training.trainer import Trainer  # noqa: E402
 from adapters.training.update import compute_advantages  # noqa: E402
 
-from .conftest import TINY_PLAN_PATH, char_models, make_char_model, tiny_train_config  # noqa: E402
+from ..conftest import TINY_PLAN_PATH, char_models, make_char_model, tiny_train_config  # noqa: E402
 
 # (setting, field, paper value) on CUDA, where the paper's recipe applies unscaled
 PAPER_VALUES = [

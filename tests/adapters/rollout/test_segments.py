@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 from adapters.policies import SamplingParams, TransformersPolicy
 from adapters.rollout.segments import SegmentedGenerator, generate_in_segments
 
-from .conftest import make_char_model
+from ..conftest import make_char_model
 
 PROMPTS = ["hello", "a longer question about segments?"]
 

@@ -16,8 +16,8 @@ from adapters.policies.oracle import OraclePolicy
 from adapters.training.metrics import MetricsLogger, curve_figure, read_jsonl
 from adapters.training.trainer import Trainer
 
-from .conftest import TINY_PLAN_PATH, char_models
-from .conftest import tiny_train_config as cfg
+from ..conftest import TINY_PLAN_PATH, char_models
+from ..conftest import tiny_train_config as cfg
 
 
 def test_steps_zero_evaluates_once_and_says_it_trained_nothing(tmp_path):

@@ -19,7 +19,7 @@ from adapters.evaluation.papers import (
 from adapters.evaluation.passes import Benchmark, PassArgs
 from envs.data.registry import DATASETS
 
-FIX = Path(__file__).resolve().parents[1] / "data" / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "data" / "fixtures"
 
 
 def test_every_paper_benchmark_has_a_loader():

@@ -109,7 +109,7 @@ def _char_pipeline(seed: int = 2):
     pytest.importorskip("transformers")
     from adapters.policies import TransformersPolicy
 
-    from .conftest import make_char_model
+    from ..conftest import make_char_model
 
     model, tok = make_char_model(seed=seed, eos_bias=2.5)
     policy = TransformersPolicy(model, tok, device="cpu", batch_size=8, name="char")

@@ -87,7 +87,7 @@ def test_update_masks_exactly_the_positive_tokens_when_every_token_qualifies(tmp
     from adapters.training.config import TrainConfig
     from adapters.training.trainer import Trainer
 
-    from .conftest import char_models, tiny_train_config
+    from ..conftest import char_models, tiny_train_config
 
     assert TrainConfig(env="marsrl").resolved(cuda=False).mpt_mask_tau == 0.99
     assert TrainConfig(env="marsrl").resolved(cuda=True).mpt_target_entropy == 0.2
@@ -118,7 +118,7 @@ def test_update_gate_is_the_batch_token_mean_entropy_of_the_model(tmp_path) -> N
 
     from adapters.training.trainer import Trainer
 
-    from .conftest import char_models, tiny_train_config
+    from ..conftest import char_models, tiny_train_config
 
     def run(target, samples=None):
         cfg = tiny_train_config(

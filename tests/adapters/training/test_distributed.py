@@ -39,7 +39,7 @@ pytest.importorskip("peft")
 
 from .test_resume import _env as resume_env  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SMALL = {"height": 3, "width": 3, "min_distance": 2, "wall_density": 0.0, "max_turns": 2}
 BASE = {
     "env": "plan_path",

@@ -21,7 +21,7 @@ from adapters.training.config import (  # noqa: E402
 )
 from adapters.training.trainer import Trainer  # noqa: E402
 
-from .conftest import char_models, tiny_train_config  # noqa: E402
+from ..conftest import char_models, tiny_train_config  # noqa: E402
 
 
 def mean_baseline(items, opts):

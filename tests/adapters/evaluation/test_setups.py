@@ -14,7 +14,7 @@ from adapters.evaluation.setups import SetupPolicy, with_setups
 from adapters.policies import ScriptedPolicy
 from adapters.policies.base import SamplingParams
 
-FIX = Path(__file__).resolve().parents[1] / "data" / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "data" / "fixtures"
 TASK = "What is 2 + 3? Put the answer in \\boxed{}."
 
 

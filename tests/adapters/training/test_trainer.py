@@ -21,8 +21,8 @@ from adapters.training.logprobs import completion_logprobs, sequence_logprobs  #
 from adapters.training.trainer import Trainer  # noqa: E402
 from adapters.training.update import compute_advantages  # noqa: E402
 
-from .conftest import TINY_PLAN_PATH, char_models, make_char_model  # noqa: E402
-from .conftest import tiny_train_config as cfg  # noqa: E402
+from ..conftest import TINY_PLAN_PATH, char_models, make_char_model  # noqa: E402
+from ..conftest import tiny_train_config as cfg  # noqa: E402
 
 SMALL = TINY_PLAN_PATH
 

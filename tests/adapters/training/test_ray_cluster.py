@@ -41,7 +41,7 @@ def test_trainer_env_pool_on_a_two_node_ray_cluster(cluster, tmp_path):
     from adapters.training.config import TrainConfig
     from adapters.training.trainer import Trainer
 
-    from .conftest import make_char_model  # noqa: F401  (the fixtures' thread settings)
+    from ..conftest import make_char_model  # noqa: F401  (the fixtures' thread settings)
 
     runs = {}
     for pool in ("ray", "local"):

@@ -18,7 +18,7 @@ from adapters.policies.models import load_base_model  # noqa: E402
 from adapters.policies.specs import parse_policy_spec  # noqa: E402
 from adapters.training.coldstart import apply_init, oracle_examples  # noqa: E402
 
-from .conftest import TINY_PLAN_PATH  # noqa: E402
+from ..conftest import TINY_PLAN_PATH  # noqa: E402
 
 TOY = {**TINY_PLAN_PATH, "height": 4, "width": 4, "prompt_style": "compact"}
 
@@ -72,7 +72,7 @@ def _oracle_nll(model, tok, examples) -> float:
 @pytest.fixture(scope="module")
 def char_checkpoint(tmp_path_factory):
     """The tests' char-level chat model saved as a local checkpoint (a --model PATH)."""
-    from .conftest import make_char_model
+    from ..conftest import make_char_model
 
     path = tmp_path_factory.mktemp("char-model")
     model, tok = make_char_model(seed=0, max_position_embeddings=4096)

@@ -21,7 +21,7 @@ from adapters.evaluation.viewer import find_sources, page_data, render_page, wri
 from adapters.policies.specs import build_policies
 from envs.core.render import COLORS
 
-from .headless_chromium import Chromium, find_chromium
+from ..headless_chromium import Chromium, find_chromium
 
 SOKOBAN_SINGLE = {"mode": "single", "max_turns": 3}
 HOSTILE = [

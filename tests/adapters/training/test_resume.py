@@ -25,7 +25,7 @@ pytest.importorskip("peft")
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CORRIDOR = {"grid": ["..."], "start": [0, 0], "goal": [0, 2]}
 
 

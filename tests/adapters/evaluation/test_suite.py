@@ -25,7 +25,7 @@ from adapters.evaluation.report import fmt_interval
 from adapters.evaluation.suite import plan_units
 from adapters.policies import ScriptedPolicy
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SMALL = "plan_path,sudoku:single,propose_solve_judge"  # 2 + 1 + 1 entries, with and without team
 
 

@@ -14,7 +14,7 @@ from adapters.training.config import TrainConfig  # noqa: E402
 from adapters.training.logprobs import completion_logprobs  # noqa: E402
 from adapters.training.policy_models import build_policy_models  # noqa: E402
 
-from .conftest import char_models  # noqa: E402
+from ..conftest import char_models  # noqa: E402
 
 PROMPTS = ["go left and then up", "a longer prompt with more words in it", "x"]
 
@@ -96,7 +96,7 @@ def test_a_training_step_with_the_merged_copy_and_a_bfloat16_update(tmp_path):
     samples from the refreshed copy."""
     from adapters.training.trainer import Trainer
 
-    from .conftest import tiny_train_config
+    from ..conftest import tiny_train_config
 
     cfg = tiny_train_config(
         tmp_path,
