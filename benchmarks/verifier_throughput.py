@@ -126,7 +126,7 @@ def legacy_run_tests_many(items: list, sb) -> list[list[bool]]:
 
 def code_rows(n_prog: int, repeat: int) -> list[tuple[str, float, float, float]]:
     import sandboxes
-    from envs.code import _prelude
+    from envs.code import prelude_of
     from envs.data import load_humaneval
 
     sb = sandboxes.default()
@@ -138,7 +138,7 @@ def code_rows(n_prog: int, repeat: int) -> list[tuple[str, float, float, float]]
     ]
     he = load_humaneval(split_tests=True)
     # the env runs the code after its prelude (imports and helpers of the starter code)
-    he_items = [(p.golden_solution, list(p.tests), _prelude(p)) for p in he]
+    he_items = [(p.golden_solution, list(p.tests), prelude_of(p)) for p in he]
 
     class Timed:
         """Passes jobs to the sandbox and adds up the wall time during which at least one
