@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--dataset",
         action="append",
         default=[],
-        help="repeatable: play every problem of this dataset (envs.data.registry names: aime24, "
+        help="repeatable: play every problem of this dataset (envs.data.catalog names: aime24, "
         "mmlu, gpqa, livecodebench, ...); writes results.json to --out",
     )
     bench.add_argument(
@@ -461,7 +461,7 @@ def _main_passes(
     from adapters.evaluation.suite import _default_factory
     from adapters.policies.specs import check_policy_specs
     from adapters.training.flags import parse_key_values
-    from envs.data.registry import find_data_file
+    from envs.data.catalog import find_data_file
 
     if len(args.data_path) > len(args.dataset):
         parser.error("more --data-path than --dataset")

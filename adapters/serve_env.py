@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from adapters import cli
-from adapters.integrations._server import add_guard_flags
+from adapters.integrations._uvicorn import add_guard_flags
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,7 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
     with cli.bad_input("--env-config"):
         env_config = parse_key_values(args.env_config, "--env-config")
         envs.make(args.env, **env_config)  # the options every session will use
-    from adapters.integrations._server import guard_config, serve
+    from adapters.integrations._uvicorn import guard_config, serve
     from adapters.integrations.openenv import create_app
     from adapters.integrations.openenv_mcp import create_mcp_app
 

@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from adapters import cli
-from adapters.integrations._server import add_guard_flags
+from adapters.integrations._uvicorn import add_guard_flags
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,7 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.memory_budget_mb is not None and args.memory_budget_mb < 0:
         raise cli.UsageError("--memory-budget-mb must be positive (0: no budget)")
     import sandboxes
-    from adapters.integrations._server import guard_config, serve
+    from adapters.integrations._uvicorn import guard_config, serve
     from adapters.integrations.sandbox_fusion import (
         DEFAULT_QUEUE,
         Admission,

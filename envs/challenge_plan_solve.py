@@ -176,7 +176,7 @@ import numpy as np
 from envs.core.base import TurnBasedEnv, wrap
 from envs.core.config import EnvConfig, Mixing, RewardConfig
 from envs.core.rewards import RewardParts
-from envs.data.splits import canonical_text
+from envs.data.dataset_splits import canonical_text
 from envs.pools import (
     OFFLINE_SEEDS,
     PoolItem,

@@ -98,8 +98,8 @@ import numpy as np
 from envs.core.base import TurnBasedEnv, wrap
 from envs.core.config import EnvConfig, RewardConfig, build_config
 from envs.core.rewards import RewardParts
+from envs.data.dataset_splits import canonical_text, text_key
 from envs.data.records import MathProblem
-from envs.data.splits import canonical_text, text_key
 from verifiers.extract import clip_text
 from verifiers.judge import comas_rewards, comas_score, parse_score
 from verifiers.math_answer import extract_boxed, grade, parse_number
@@ -151,10 +151,10 @@ def question_pool(
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, tuple[MathProblem, ...]]:
     """The problems of ``dataset`` by split (loaded once per process): a math set of
-    :data:`envs.data.registry.DATASETS` (``aime25``, ``math_l45``, ...; from ``data_path``, or
+    :data:`envs.data.catalog.DATASETS` (``aime25``, ``math_l45``, ...; from ``data_path``, or
     the hub cache), else ``size`` reasoning-gym problems generated with ``seed`` and the
     generator's ``options`` (e.g. ``basic_arithmetic``'s ``max_terms``)."""
-    from envs.data.registry import dataset_names
+    from envs.data.catalog import dataset_names
 
     registered = dataset in dataset_names("math")
     if data_path is not None and not registered:
@@ -165,7 +165,7 @@ def question_pool(
     with _POOLS_LOCK:
         if key not in _POOLS:
             if registered:
-                from envs.data.registry import load_dataset
+                from envs.data.catalog import load_dataset
 
                 problems = load_dataset(dataset, data_path)
             else:

@@ -69,7 +69,7 @@ one that fails there is truncated.
 Data (config ``dataset``): ``"reasoning_gym"`` (default; each instance generated offline by one
 of the ``generators``, chosen and seeded per instance: GSM8K-style ``gsm_symbolic`` and
 ``basic_arithmetic`` by default, ``generator_options`` passed through), or any dataset of
-:data:`envs.data.registry.DATASETS` played by this setting (math: ``"gsm8k"``, ``"math"``,
+:data:`envs.data.catalog.DATASETS` played by this setting (math: ``"gsm8k"``, ``"math"``,
 ``"polaris"``, ``"aime24"``, ``"aime25"``, ``"olympiadbench"``, ``"amc"``, ...; question answering:
 ``"mmlu"``, ``"gpqa"``, ``"squad"``, ``"bbh"``, ...) with ``data_path`` (a local file or directory
 in the released format; without it the hub cache), ``data_split`` and ``data_options``. Splits
@@ -110,9 +110,9 @@ from envs.core.base import wrap
 from envs.core.config import RewardConfig
 from envs.core.program import ProblemPool, ProgramConfig, ProgramEnv, fence, indent, verdict
 from envs.core.rewards import RewardParts
+from envs.data.catalog import dataset_names, load_dataset
+from envs.data.dataset_splits import canonical_text
 from envs.data.records import MathProblem
-from envs.data.registry import dataset_names, load_dataset
-from envs.data.splits import canonical_text
 from verifiers.answer_formats import check_answer
 from verifiers.code_tests import check_compiles
 from verifiers.extract import Extraction, clip_text, extract_code_block

@@ -77,7 +77,7 @@ import numpy as np
 
 from envs.core.config import build_config
 from envs.core.splits import SPLITS, check_split, split_of, stable_hash
-from envs.data.splits import canonical_text
+from envs.data.dataset_splits import canonical_text
 from verifiers.code_tests import TestCase
 from verifiers.extract import code_from_answer
 from verifiers.source_checks import quiet_parse

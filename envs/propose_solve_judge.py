@@ -170,7 +170,7 @@ from envs.core.base import TurnBasedEnv, wrap
 from envs.core.config import EnvConfig, Mixing, RewardConfig
 from envs.core.rewards import RewardParts
 from envs.core.splits import stable_hash
-from envs.data.splits import canonical_text
+from envs.data.dataset_splits import canonical_text
 from envs.pools import OFFLINE_SEEDS, PoolItem, QuestionPool, SharedPoolMixin, verify_answer
 from verifiers.extract import clip_text
 from verifiers.formats import extract_tag, find_tags

@@ -4,7 +4,7 @@
 that paper's protocol (its benchmarks, decoding limits, sampling and metric;
 :data:`PAPER_SUITES`) as full benchmark passes (:mod:`adapters.evaluation.passes`) on the files
 found in ``DATA`` (each benchmark as ``DATA/NAME.jsonl`` / ``.json`` / ``.parquet`` / ``.csv`` or
-``DATA/NAME/``, NAME as in :data:`envs.data.registry.DATASETS`), skips and lists the benchmarks
+``DATA/NAME/``, NAME as in :data:`envs.data.catalog.DATASETS`), skips and lists the benchmarks
 whose files are absent, and prints the table in the paper's layout (a row per policy, a column
 per benchmark in the paper's order, the paper's group averages, percentages). ``OUT`` holds
 ``results.json``, ``report.md``, ``table.md`` and ``charts/``; the run resumes like every pass.
@@ -300,7 +300,7 @@ def plan_paper_suite(
     """The benchmarks whose files are in ``data_dir`` (or that ship with a package, like
     HumanEval; without ``data_dir``: all, from the hub cache), and the names of those skipped
     because their files are absent."""
-    from envs.data.registry import dataset_info, find_data_file
+    from envs.data.catalog import dataset_info, find_data_file
 
     benches, skipped = [], []
     for dataset in suite.datasets():

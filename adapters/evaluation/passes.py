@@ -5,7 +5,7 @@ the papers score them (pass@1, avg@k, unbiased pass@k), resumable.
 --temperature 0.6 --top-p 0.95 --out DIR`` is the command line; :func:`run_passes` is the same
 from Python, and the paper suites (:mod:`adapters.evaluation.papers`) call it too.
 
-**What is played.** A benchmark is a dataset of :data:`envs.data.registry.DATASETS` read from a
+**What is played.** A benchmark is a dataset of :data:`envs.data.catalog.DATASETS` read from a
 file or directory in its released format (or the hub cache). Unlike ``--split`` evaluations,
 which draw instances from the setting's content-hash split, a pass plays problem ``i`` of the
 file as an explicit instance, ``samples`` times (sample ``s`` with generation seed derived from
@@ -124,7 +124,7 @@ class Benchmark:
 
     @property
     def env_id(self) -> str:
-        from envs.data.registry import dataset_info
+        from envs.data.catalog import dataset_info
 
         return self.setting or dataset_info(self.dataset).setting
 
@@ -142,7 +142,7 @@ def benchmark_problems(bench: Benchmark) -> list[Any]:
     ``problem_loader``: code sets through the code setting); math problems without an answer
     are dropped."""
     import envs
-    from envs.data.registry import load_dataset
+    from envs.data.catalog import load_dataset
 
     problems = envs.spec(bench.env_id).load_problems(bench.dataset, bench.data_path, bench.options)
     if problems is None:

@@ -132,8 +132,8 @@ def open_loop_reference(team: EvalReport | Mapping[str, Any]) -> EvalReport:
     and each of its turns (its k-th step in an episode), the completion the team wrote most often
     there over all episodes (ties: the first written), replayed on the same instances; a role's
     turn the team never reached repeats its last modal answer. Played from the records'
-    reproduction fields (:func:`~adapters.evaluation.records.play`), no model."""
-    from adapters.evaluation.records import REPRODUCTION_FIELDS, play
+    reproduction fields (:func:`~adapters.evaluation.replay.play`), no model."""
+    from adapters.evaluation.replay import REPRODUCTION_FIELDS, play
 
     rep = team.to_dict() if isinstance(team, EvalReport) else dict(team)
     counts: dict[tuple[str, int], Counter[str]] = {}

@@ -10,7 +10,7 @@ passed) and the mean final team reward; then the shaped mean per-step reward, me
 steps, and per agent the mean per-step reward and the mean episode return, plus one record per
 episode (its index, instance, success, progress, turns, steps, team reward, mean reward, per-role
 returns and mean per-step rewards, completion tokens) with what replays it: env id and config, reset seed and options,
-and every step's role and completion (:mod:`adapters.evaluation.records`). ``first`` evaluates
+and every step's role and completion (:mod:`adapters.evaluation.replay`). ``first`` evaluates
 episodes ``first ..`` of a longer evaluation (the same instances as in one run of it), which is
 how :mod:`adapters.evaluation.suite` runs a benchmark in resumable chunks.
 :func:`with_prompt_prefixes` wraps policies with a system prompt and per-role oracle
@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from adapters.evaluation.records import reproduction, transcript
+from adapters.evaluation.replay import reproduction, transcript
 from adapters.evaluation.stats import paired_difference
 from adapters.policies.base import EVAL_TEMPERATURE, MAX_NEW_TOKENS, Policy
 from adapters.policies.wrappers import ManagedPolicy
@@ -224,7 +224,7 @@ def _episode_record(
     e: Episode, first: int, samples: list[Sample], spec: EpisodeSpec, shared: list[str]
 ) -> dict[str, Any]:
     """One episode's numbers and what replays it (K = 1: the samples of instance ``e.instance``
-    are its steps; :mod:`adapters.evaluation.records`)."""
+    are its steps; :mod:`adapters.evaluation.replay`)."""
     own = [s for s in samples if s.instance == e.instance and s.branch == e.branch]
     by_role: dict[str, list[float]] = {}
     for s in own:

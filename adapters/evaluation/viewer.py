@@ -22,7 +22,7 @@ episodes of two evaluations on the same instance side by side (by default before
 training), marks the steps whose completions differ, and filters the instances whose outcome
 improved or worsened.
 
-**Where the boards come from.** Each record is replayed (:func:`~adapters.evaluation.records.
+**Where the boards come from.** Each record is replayed (:func:`~adapters.evaluation.replay.
 replay`: a fresh env reset with the record's seed and options, stepped with its completions),
 and the viewer reads each step's prompt, reward parts, awards, progress and board
 (:meth:`~envs.core.base.TurnBasedEnv.cell_grid`) from the env itself; nothing is parsed out of
@@ -60,7 +60,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from adapters.evaluation.records import replay
+from adapters.evaluation.replay import replay
 
 __all__ = [
     "AUTO_BUDGET_S",

@@ -141,7 +141,7 @@ def add_config_arguments(parser: Any, only: Collection[str] | None = None) -> No
     parser.add_argument(
         "--dataset",
         default=argparse.SUPPRESS,
-        help="shortcut for --env-config dataset=NAME (envs.data.registry names)",
+        help="shortcut for --env-config dataset=NAME (envs.data.catalog names)",
     )
     parser.add_argument(
         "--data-path",

@@ -136,7 +136,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from envs.code.config import CODER_MASKS, CodeConfig, CodeRewards
+from envs.code.options import CODER_MASKS, CodeConfig, CodeRewards
 from envs.code.problems import (
     DATASETS,
     load_code_problems,
@@ -157,8 +157,8 @@ from envs.code.testing import (
 from envs.core.base import wrap
 from envs.core.program import ProblemPool, ProgramEnv
 from envs.core.rewards import RewardParts
+from envs.data.dataset_splits import canonical_text
 from envs.data.records import CodeProblem
-from envs.data.splits import canonical_text
 from verifiers.code_tests import TestCase, TestReport
 from verifiers.extract import extract_code_block
 from verifiers.source_checks import check_compiles

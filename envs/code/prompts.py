@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from envs.code.config import CodeConfig
+from envs.code.options import CodeConfig
 from envs.core.program import fence, indent
 from envs.data.records import CodeProblem
 from verifiers.code_tests import TestCase

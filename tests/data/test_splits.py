@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from envs.data import load_humaneval
-from envs.data.splits import (
+from envs.data.dataset_splits import (
     SPLITS,
     assign_splits,
     canonical_text,
@@ -55,7 +55,7 @@ def test_stable_across_processes():
     keys = [f"q{i}" for i in range(50)]
     here = [split_for(k) for k in keys]
     code = (
-        "import json,sys; from envs.data.splits import split_for; "
+        "import json,sys; from envs.data.dataset_splits import split_for; "
         f"print(json.dumps([split_for(k) for k in {keys!r}]))"
     )
     root = Path(__file__).resolve().parents[2]

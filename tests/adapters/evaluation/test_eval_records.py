@@ -8,7 +8,7 @@ import json
 import pytest
 
 from adapters.evaluation import evaluate
-from adapters.evaluation.records import replay
+from adapters.evaluation.replay import replay
 from adapters.policies.specs import build_policies
 
 SMALL = {"height": 5, "width": 5, "min_distance": 3, "wall_density": 0.1}

@@ -17,7 +17,7 @@ from adapters.evaluation.papers import (
     plan_paper_suite,
 )
 from adapters.evaluation.passes import Benchmark, PassArgs
-from envs.data.registry import DATASETS
+from envs.data.catalog import DATASETS
 
 FIX = Path(__file__).resolve().parents[2] / "data" / "fixtures"
 

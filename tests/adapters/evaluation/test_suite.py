@@ -20,7 +20,7 @@ import pytest
 import envs
 from adapters.evaluate import main
 from adapters.evaluation import SUITES, ArgumentMismatch, SuiteArgs, resolve_suite, run_suite
-from adapters.evaluation.records import replay
+from adapters.evaluation.replay import replay
 from adapters.evaluation.report import fmt_interval
 from adapters.evaluation.suite import plan_units
 from adapters.policies import ScriptedPolicy
