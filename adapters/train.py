@@ -143,7 +143,7 @@ def _train(args: argparse.Namespace) -> int:
             trainer = Trainer.resume(ctl.resume, **ctl.overrides)
         except (ValueError, FileNotFoundError) as exc:
             raise cli.UsageError(str(exc)) from exc
-        if trainer.dist.is_main:
+        if trainer.run.dist.is_main:
             print(f"resuming {ctl.resume} at step {trainer.step}", flush=True)
     else:
         try:
@@ -151,14 +151,14 @@ def _train(args: argparse.Namespace) -> int:
         except (ConfigError, OSError) as exc:  # a taken run directory, a model not found
             raise cli.UsageError(str(exc)) from exc
     c = trainer.cfg
-    ranks = f", {trainer.dist.world_size} ranks" if trainer.dist.enabled else ""
-    if trainer.dist.is_main:
+    ranks = f", {trainer.run.dist.world_size} ranks" if trainer.run.dist.enabled else ""
+    if trainer.run.dist.is_main:
         print(
             f"run {trainer.out}: env {c.env} {c.env_config}, recipe {c.recipe}, model {c.model} "
             f"({'LoRA r=' + str(c.lora_rank) if c.lora_rank else 'full fine-tuning'}, "
             f"{'per-role' if (c.per_role or c.role_policies) else 'shared'}), {c.algorithm} "
             f"K={c.candidates} ({c.sampling}, keep {c.keep} x{c.keep_n}), "
-            f"{c.instances_per_step} instances/step, {c.steps} steps, device {trainer.device}"
+            f"{c.instances_per_step} instances/step, {c.steps} steps, device {trainer.run.device}"
             f"{ranks}",
             flush=True,
         )
@@ -175,9 +175,9 @@ def _train(args: argparse.Namespace) -> int:
     try:
         trainer.train()
     except Exception as exc:
-        if trainer.dist.enabled:
+        if trainer.run.dist.enabled:
             print(
-                f"error on rank {trainer.dist.rank} of {trainer.dist.world_size}: "
+                f"error on rank {trainer.run.dist.rank} of {trainer.run.dist.world_size}: "
                 f"{type(exc).__name__}: {exc}\n(collectives fail like this when another rank "
                 f"died, or hung for more than dist_timeout_s = {c.dist_timeout_s:g} s; the "
                 f"launcher's summary names the rank that failed first; continue the run with "
@@ -188,7 +188,7 @@ def _train(args: argparse.Namespace) -> int:
         raise
     finally:
         trainer.close()
-    if trainer.dist.is_main and trainer.comparison is None:  # else its last lines are the table
+    if trainer.run.dist.is_main and trainer.comparison is None:  # else its last lines are the table
         print(f"done in {time.perf_counter() - t0:.0f} s; outputs in {trainer.out}", flush=True)
     return 0
 

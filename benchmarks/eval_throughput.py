@@ -156,12 +156,12 @@ def run_mode(mode: str, trainer: Any, episodes: int) -> tuple[float, float, int]
             return contextlib.nullcontext()
 
     cfg = trainer.cfg
-    policies: dict[str, Any] = dict(trainer.policies)
+    policies: dict[str, Any] = dict(trainer.run.policies)
     if mode == "chunked":
         policies = {k: Unscoped(p) for k, p in policies.items()}
     common = dict(
-        env_config=trainer.env_config,
-        role_policy=trainer.role_policy,
+        env_config=trainer.run.env_config,
+        role_policy=trainer.run.role_policy,
         split=cfg.eval_split,
         seed=cfg.seed,
         temperature=cfg.eval_temperature or 0.0,

@@ -134,14 +134,14 @@ def _evaluate(trainer: Any, env_config: dict[str, Any], tag: str) -> Any:
     cfg = trainer.cfg
     return evaluate(
         cfg.env,
-        trainer.policies,
+        trainer.run.policies,
         episodes=cfg.eval_episodes,
         env_config=env_config,
-        role_policy=trainer.role_policy,
+        role_policy=trainer.run.role_policy,
         split=cfg.eval_split,
         seed=cfg.seed,
-        temperature=trainer.loop.eval_temperature,
-        max_new_tokens=trainer.engine.config.max_new_tokens,
+        temperature=trainer.run.loop.eval_temperature,
+        max_new_tokens=trainer.run.engine.config.max_new_tokens,
     )
 
 
@@ -199,13 +199,13 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
     reps = result["reports"]
     # the untrained team and the references
     base = Trainer(_config(env_id, args, out, "mas", init="none", steps=0), log=lambda s: None)
-    env_config = dict(base.env_config)
+    env_config = dict(base.run.env_config)
     t_eval = time.perf_counter()
     reps["mas"] = _evaluate(base, env_config, "mas")
     refs = evaluate_references(
         env_id,
-        base.roles,
-        base.demos,
+        base.run.roles,
+        base.run.demos,
         oracle_constants(env_id, env_config, args.seed),
         episodes=args.episodes,
         env_config=env_config,
@@ -233,7 +233,7 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
         if row == "single_grpo":
             kw = {**kw, "env_config": {**env_config, "mode": "single"}}
         trainer = Trainer(_config(env_id, args, out, row, **kw), log=lambda s: None)
-        row_env = dict(trainer.env_config)
+        row_env = dict(trainer.run.env_config)
         t0 = time.perf_counter()
         before = _evaluate(trainer, row_env, "before")
         if row == "shared" or ("cold" not in reps and row == "per_role"):

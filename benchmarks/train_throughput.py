@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"train_throughput: env {c.env} {c.env_config}, model {model_name} "
             f"({'LoRA r=' + str(c.lora_rank) if c.lora_rank else 'full fine-tuning'}, "
-            f"{c.dtype}), device {trainer.device}, {c.algorithm} K={c.candidates}, "
+            f"{c.dtype}), device {trainer.run.device}, {c.algorithm} K={c.candidates}, "
             f"{c.instances_per_step} instances/step, max_new_tokens {c.max_new_tokens}, "
             f"demos {c.demos}, torch threads {torch.get_num_threads()}; setup {setup:.1f} s"
         )
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         print(header)
         rows = []
         try:
-            for i in range(trainer.loop.steps):
+            for i in range(trainer.run.loop.steps):
                 t = time.perf_counter()
                 m = trainer.train_step()
                 wall = time.perf_counter() - t

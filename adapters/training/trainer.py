@@ -87,10 +87,11 @@ RESUMABLE_OVERRIDES = frozenset(
 )
 
 
-class Trainer(Run):
-    """Trains policies on one setting (see the module docstring): the collaborators of a
-    :class:`~adapters.training.run.Run` (built by :func:`~adapters.training.run.build_run`) and
-    the loop's state (step, metrics, checkpoints).
+class Trainer:
+    """Trains policies on one setting (see the module docstring): it holds the run it is given
+    (``run``, a :class:`~adapters.training.run.Run` built by
+    :func:`~adapters.training.run.build_run`: the resolved config, models, backend, engine, env
+    pool, ...) and keeps the loop's state (step, metrics, checkpoints).
 
     Args:
         config: the run's :class:`TrainConfig` (auto values are resolved here).
@@ -108,28 +109,30 @@ class Trainer(Run):
         resume: bool = False,
         log: Callable[[str], None] | None = None,
     ) -> None:
-        super().__init__(**vars(build_run(config, models=models, resume=resume)))
+        self.run: Run = build_run(config, models=models, resume=resume)
         self._log_fn = log
         self._on_wave: Callable[[int, int], None] | None = None  # the progress bar's, in train()
         self.step = 0
         self.comparison: str | None = None  # the before/after table of the last train()
-        self.traj_path = self.out / "trajectories.jsonl"
+        self.traj_path = self.run.out / "trajectories.jsonl"
         state = self._restore() if resume else None
-        if state is None and self.dist.is_main:
+        if state is None and self.run.dist.is_main:
             truncate_file(self.traj_path, 0)
-            (self.out / "metrics.jsonl").write_text("")
+            (self.run.out / "metrics.jsonl").write_text("")
         self.metrics: Any = (
-            MetricsLogger(self.out, purge_step=self.step + 1 if resume else None)
-            if self.dist.is_main
+            MetricsLogger(self.run.out, purge_step=self.step + 1 if resume else None)
+            if self.run.dist.is_main
             else NullMetrics()
         )
         if state is not None:
             self.metrics.truncate(int(state["metrics_bytes"]))
-        self.pipeline = make_pipeline(self.cfg, self.engine)  # None: whole trajectories
-        self.schedule = make_schedule(self.cfg, self.rollout, self.backend.timer, self.pipeline)
-        self._keep_schedule = not self.dist.enabled and self.schedule.checkpointable()
-        if state is not None and (self.pipeline is not None or self.cfg.max_staleness):
-            saved = checkpoints.load_extra(self.out, SCHEDULE_KEY, self.shared)
+        self.pipeline = make_pipeline(self.run.cfg, self.run.engine)  # None: whole trajectories
+        self.schedule = make_schedule(
+            self.run.cfg, self.rollout, self.run.backend.timer, self.pipeline
+        )
+        self._keep_schedule = not self.run.dist.enabled and self.schedule.checkpointable()
+        if state is not None and (self.pipeline is not None or self.run.cfg.max_staleness):
+            saved = checkpoints.load_extra(self.run.out, SCHEDULE_KEY, self.run.shared)
             if saved is not None:
                 self.schedule.load_state_dict(saved)
             else:
@@ -138,9 +141,19 @@ class Trainer(Run):
                     "trajectories (not checkpointed under torchrun or with Ray env actors): they "
                     "are regenerated / dropped (see adapters.training.schedule)"
                 )
-        if self.dist.enabled:  # every rank's engines hold the (restored) weights before step 1
-            self.backend.sync(sorted(self.models))
-            self.dist.barrier()
+        if self.run.dist.enabled:  # every rank's engines hold the (restored) weights before step 1
+            self.run.backend.sync(sorted(self.run.models))
+            self.run.dist.barrier()
+
+    @property
+    def cfg(self) -> TrainConfig:
+        """The run's resolved, frozen configuration (``self.run.cfg``)."""
+        return self.run.cfg
+
+    @property
+    def out(self) -> Path:
+        """The run directory (``self.run.out``)."""
+        return self.run.out
 
     @classmethod
     def resume(cls, run_dir: str | Path, *, models: Any = None, **overrides: Any) -> Trainer:
@@ -164,7 +177,7 @@ class Trainer(Run):
         return cls(cfg, models=models, resume=True)
 
     def log(self, line: str) -> None:
-        if not self.dist.is_main:
+        if not self.run.dist.is_main:
             return
         if self._log_fn is not None:
             self._log_fn(line)
@@ -176,17 +189,17 @@ class Trainer(Run):
     # ------------------------------------------------------------------ rollout + update
     def rollout(self, step: int) -> RolloutResult:
         """Roll out this step's instances (seeds derived from ``(seed, step)``)."""
-        cfg = self.cfg
+        cfg = self.run.cfg
         specs = episode_specs(
             cfg.env,
-            self.loop.instances_per_step,
+            self.run.loop.instances_per_step,
             seed=cfg.seed,
             tag=f"train-{step}",
-            env_config={**self.env_config, **self.shared},
+            env_config={**self.run.env_config, **self.run.shared},
             split="train",
             instance=cfg.instance,
         )
-        mine = self.dist.shard(len(specs))  # this rank's block of the global batch
+        mine = self.run.dist.shard(len(specs))  # this rank's block of the global batch
         seed = derive_seed(cfg.seed, "rollout", step)
         if self.pipeline is not None:  # instances numbered across steps: several are in flight
             first = (step - 1) * len(specs) + mine.start
@@ -194,7 +207,7 @@ class Trainer(Run):
                 specs[mine.start : mine.stop], seed, instance_offset=first, version=self.step
             )
         else:
-            result = self.engine.run(
+            result = self.run.engine.run(
                 specs[mine.start : mine.stop],
                 seed=seed,
                 instance_offset=mine.start,
@@ -203,7 +216,7 @@ class Trainer(Run):
             for s in result.samples:
                 s.policy_version = self.step  # generated after self.step updates
         for s in result.samples:  # rollout ids ("shared/tool") -> the trained policy
-            s.policy_id = self.backend.train_pid.get(s.policy_id, s.policy_id)
+            s.policy_id = self.run.backend.train_pid.get(s.policy_id, s.policy_id)
         return result
 
     def update(self, samples: Sequence[Sample], step: int) -> dict[str, float]:
@@ -216,7 +229,7 @@ class Trainer(Run):
             update_policy,
         )
 
-        cfg, ucfg = self.cfg, UpdateConfig.of(self.cfg)
+        cfg, ucfg = self.run.cfg, UpdateConfig.of(self.run.cfg)
         roles = cfg.train_roles
         reward_only = sum(1 for s in samples if not s.trainable)  # the env marked them
         frozen = sum(1 for s in samples if roles is not None and s.role not in roles)
@@ -228,19 +241,21 @@ class Trainer(Run):
         by_pid: dict[str, list[Any]] = defaultdict(list)
         for it in items:
             by_pid[it.sample.policy_id].append(it)
-        pids = self.dist.union(by_pid)  # every rank updates the same policies (collectives)
+        pids = self.run.dist.union(by_pid)  # every rank updates the same policies (collectives)
         for pid, its in by_pid.items():
-            prepare_logprobs(ucfg, self.models[pid], its, self.pad_id)
-        distributed.advantages(self.dist, ucfg, items, compute_advantages)
+            prepare_logprobs(ucfg, self.run.models[pid], its, self.run.pad_id)
+        distributed.advantages(self.run.dist, ucfg, items, compute_advantages)
         per_policy = {  # each policy's statistics, reduced over the ranks
             pid: distributed.reduce_update_stats(
-                self.dist,
-                update_policy(ucfg, self.models[pid], by_pid[pid], step, self.pad_id, self.dp),
+                self.run.dist,
+                update_policy(
+                    ucfg, self.run.models[pid], by_pid[pid], step, self.run.pad_id, self.run.dp
+                ),
             )
             for pid in pids
         }
         out = distributed.step_stats(
-            self.dist,
+            self.run.dist,
             per_policy,
             items,
             untrainable=dropped,
@@ -250,13 +265,13 @@ class Trainer(Run):
             kl=mean_kl_to_ref(items),
             per_policy_keys=len(pids) > 1 or bool(cfg.per_role or cfg.role_policies),
         )
-        self.backend.sync(pids)
-        self.dist.barrier()  # shared vLLM servers: nobody generates before rank 0 has pushed
+        self.run.backend.sync(pids)
+        self.run.dist.barrier()  # shared vLLM servers: nobody generates before rank 0 has pushed
         return out
 
     def train_step(self) -> dict[str, Any]:
         """One full step (rollout, update, logs, checkpoint); returns its metrics line."""
-        cfg = self.cfg
+        cfg = self.run.cfg
         step = self.step + 1
         t0 = time.perf_counter()
         got = self.schedule.take(step, version=self.step)  # produced now, or ahead (staleness)
@@ -264,8 +279,8 @@ class Trainer(Run):
         t1 = time.perf_counter()
         stats = self.update(result.samples, step)
         t_update = time.perf_counter() - t1
-        result = distributed.gather_rollout(self.dist, result)  # rank 0: every rank's samples
-        if self.dist.is_main:
+        result = distributed.gather_rollout(self.run.dist, result)  # rank 0: every rank's samples
+        if self.run.dist.is_main:
             with open(self.traj_path, "a") as fh:
                 write_jsonl(result.samples, fh, train_step=step)
                 os.fsync(fh.fileno())
@@ -281,9 +296,11 @@ class Trainer(Run):
         m["time/env"] = max(0.0, t_rollout - t_gen)
         m["time/update"] = t_update  # under torchrun: rank 0's, waiting for the others included
         m["time/step"] = time.perf_counter() - t0
-        if self.dist.enabled:
-            m["world_size"] = float(self.dist.world_size)
-            m["time/generation_max"], m["time/rollout_max"] = self.dist.all_max([t_gen, t_rollout])
+        if self.run.dist.enabled:
+            m["world_size"] = float(self.run.dist.world_size)
+            m["time/generation_max"], m["time/rollout_max"] = self.run.dist.all_max(
+                [t_gen, t_rollout]
+            )
         if t_gen > 0:
             m["throughput/gen_tokens_per_s"] = m.get("completion_tokens", 0.0) / t_gen
         self.metrics.log(step, m)
@@ -297,23 +314,23 @@ class Trainer(Run):
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, tag: str) -> EvalReport | None:
         """Greedy evaluation on ``eval_split`` (same instances every time); saved as JSON."""
-        cfg = self.cfg
+        cfg = self.run.cfg
         if not cfg.eval_episodes:
             return None
-        if not self.dist.is_main:  # rank 0 evaluates, the others wait
-            self.dist.barrier(long=True)
+        if not self.run.dist.is_main:  # rank 0 evaluates, the others wait
+            self.run.dist.barrier(long=True)
             return None
         with self._bar(cfg.eval_episodes, f"eval {tag}", "ep") as bar:
             report = evaluate(
                 cfg.env,
-                self.policies,
+                self.run.policies,
                 episodes=cfg.eval_episodes,
-                env_config=self.env_config,
-                role_policy=self.role_policy,
+                env_config=self.run.env_config,
+                role_policy=self.run.role_policy,
                 split=cfg.eval_split,
                 seed=cfg.seed,
-                temperature=self.loop.eval_temperature,
-                max_new_tokens=self.engine.config.max_new_tokens,
+                temperature=self.run.loop.eval_temperature,
+                max_new_tokens=self.run.engine.config.max_new_tokens,
                 instance=cfg.instance,
                 on_episode=lambda _e: bar.update(1),
                 on_wave=lambda w, live: bar.set_postfix_str(f"wave {w + 1}, {live} live"),
@@ -321,22 +338,22 @@ class Trainer(Run):
         if cfg.eval_dataset:  # full passes over separate benchmarks (adapters.evaluation.passes)
             scores = evaluate_datasets(
                 cfg.env,
-                self.policies,
-                self.role_policy,
+                self.run.policies,
+                self.run.role_policy,
                 cfg.eval_dataset,
-                env_config=self.env_config,
+                env_config=self.run.env_config,
                 seed=cfg.seed,
-                temperature=self.loop.eval_temperature,
-                max_new_tokens=self.engine.config.max_new_tokens,
-                out=self.out / f"eval_datasets_{tag}.json",
+                temperature=self.run.loop.eval_temperature,
+                max_new_tokens=self.run.engine.config.max_new_tokens,
+                out=self.run.out / f"eval_datasets_{tag}.json",
             )
             self.log(f"{tag}: pass@1 " + "  ".join(f"{k} {v:.3f}" for k, v in scores.items()))
-        self.backend.timer.reset()
-        (self.out / f"eval_{tag}.json").write_text(json.dumps(report.to_dict(), indent=2))
+        self.run.backend.timer.reset()
+        (self.run.out / f"eval_{tag}.json").write_text(json.dumps(report.to_dict(), indent=2))
         self.metrics.log_eval(self.step, tag, report)
         if tag == "before":
             self.references()
-        self.dist.barrier(long=True)
+        self.run.dist.barrier(long=True)
         return report
 
     def references(self) -> dict[str, Any]:
@@ -344,19 +361,19 @@ class Trainer(Run):
         answer, the oracle) on
         the evaluation's instances (:mod:`adapters.evaluation.references`), played once and kept
         in ``eval_references.json``; name -> report dict."""
-        cfg = self.cfg
-        path = self.out / "eval_references.json"
-        if not cfg.eval_episodes or not self.dist.is_main:
+        cfg = self.run.cfg
+        path = self.run.out / "eval_references.json"
+        if not cfg.eval_episodes or not self.run.dist.is_main:
             return {}
         if path.exists():
             return dict(json.loads(path.read_text()))
         reports = evaluate_references(
             cfg.env,
-            self.roles,
-            self.demos,
-            oracle_constants(cfg.env, self.env_config, cfg.seed),
+            self.run.roles,
+            self.run.demos,
+            oracle_constants(cfg.env, self.run.env_config, cfg.seed),
             episodes=cfg.eval_episodes,
-            env_config=self.env_config,
+            env_config=self.run.env_config,
             split=cfg.eval_split,
             seed=cfg.seed,
             max_new_tokens=cfg.max_new_tokens,
@@ -380,7 +397,7 @@ class Trainer(Run):
             total=total,
             desc=desc,
             unit=unit,
-            disable=not self.cfg.progress or not self.dist.is_main,
+            disable=not self.run.cfg.progress or not self.run.dist.is_main,
             file=sys.stderr,
             dynamic_ncols=True,
             smoothing=0,
@@ -393,17 +410,19 @@ class Trainer(Run):
         with the time they took (``metrics.jsonl``), so its ETA is right from the start."""
         bar = self._bar(
             steps,
-            f"train {self.cfg.env}",
+            f"train {self.run.cfg.env}",
             "step",
             bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} steps [{elapsed}<{remaining}{postfix}]",
         )
         if self.step and not bar.disable:  # (a disabled bar keeps no clock)
-            rows = read_jsonl(self.out / "metrics.jsonl")
+            rows = read_jsonl(self.run.out / "metrics.jsonl")
             spent = sum(float(r.get("time/step", 0.0)) for r in rows if r["step"] <= self.step)
             bar.update(self.step)
             bar.start_t -= spent
             bar.refresh()
-        waves = {"expected": max(1, len(self.roles) * int(self.env_config.get("max_turns", 4)))}
+        waves = {
+            "expected": max(1, len(self.run.roles) * int(self.run.env_config.get("max_turns", 4)))
+        }
 
         def on_wave(wave: int, live: int) -> None:
             waves["seen"] = wave + 1
@@ -423,18 +442,18 @@ class Trainer(Run):
 
         ``steps = 0`` evaluates the initial policies once (``eval_before.json`` and the
         references) and trains nothing; it says so."""
-        cfg = self.cfg
-        steps = self.loop.steps
+        cfg = self.run.cfg
+        steps = self.run.loop.steps
         t_start = time.perf_counter()
         train_seconds = 0.0
-        before_path = self.out / "eval_before.json"
+        before_path = self.run.out / "eval_before.json"
         before = None
-        if self.dist.broadcast_object(bool(cfg.eval_episodes) and not before_path.exists()):
+        if self.run.dist.broadcast_object(bool(cfg.eval_episodes) and not before_path.exists()):
             self.log(f"evaluating before training ({cfg.eval_episodes} {cfg.eval_split} episodes)")
             before = self.evaluate("before")
             if before is not None:
                 self.log(before.table())
-        elif self.dist.is_main and before_path.exists():
+        elif self.run.dist.is_main and before_path.exists():
             before = json.loads(before_path.read_text())
         history: list[dict[str, Any]] = []
         if steps == 0:  # an evaluation only
@@ -473,17 +492,17 @@ class Trainer(Run):
                 self.log(after.table())
         self.metrics.plot()
         if cfg.save_final:
-            self.export(self.out / "final")
+            self.export(self.run.out / "final")
         total = time.perf_counter() - t_start
         self.log(
             f"{cfg.env}: {len(history)} training steps in {train_seconds:.0f} s of training wall "
-            f"time ({total:.0f} s with evaluation); outputs in {self.out}"
+            f"time ({total:.0f} s with evaluation); outputs in {self.run.out}"
         )
         if before is not None and after is not None:
             refs: dict[str, Any] = dict(self.references())
             try:  # the trained team's own modal answers as a script that ignores the instance
                 refs["open loop"] = open_loop_reference(after)
-                (self.out / "eval_open_loop.json").write_text(
+                (self.run.out / "eval_open_loop.json").write_text(
                     json.dumps(refs["open loop"].to_dict(), indent=2)
                 )
             except Exception as exc:  # a setting whose records cannot be replayed (no crash)
@@ -496,21 +515,23 @@ class Trainer(Run):
     def _write_viewer(self) -> None:
         """The episode viewer of the run's evaluations (``episodes.html``,
         :mod:`adapters.evaluation.viewer`); a failure is logged, never raised."""
-        if not self.cfg.eval_episodes or not self.dist.is_main:
+        if not self.run.cfg.eval_episodes or not self.run.dist.is_main:
             return
         from adapters.evaluation.viewer import AUTO_BUDGET_S, write_viewer
 
         try:
-            page, n = write_viewer(self.out, budget_s=AUTO_BUDGET_S)
+            page, n = write_viewer(self.run.out, budget_s=AUTO_BUDGET_S)
         except Exception as exc:
             self.log(f"no episode viewer ({type(exc).__name__}: {exc})")
             return
         self.log(f"episode viewer: {page} ({n} episodes; open it in a browser)")
 
     def format_step(self, m: dict[str, Any]) -> str:
-        roles = " ".join(f"{r} {m[f'reward/{r}']:.3f}" for r in self.roles if f"reward/{r}" in m)
+        roles = " ".join(
+            f"{r} {m[f'reward/{r}']:.3f}" for r in self.run.roles if f"reward/{r}" in m
+        )
         return (
-            f"step {m['step']}/{self.cfg.steps}  reward {m.get('reward/mean', 0.0):.3f} ({roles})"
+            f"step {m['step']}/{self.run.cfg.steps}  reward {m.get('reward/mean', 0.0):.3f} ({roles})"
             f"  success {m.get('success_rate', 0.0):.2f}  team {m.get('team_reward', 0.0):.3f}"
             f"  loss {m.get('loss', 0.0):+.4f}  trained {int(m.get('samples_trained', 0))}"
             f"/{int(m.get('samples', 0))}  gen {m['time/generation']:.1f}s"
@@ -521,42 +542,51 @@ class Trainer(Run):
     def save_checkpoint(self) -> Path:
         """Write this step's checkpoint (see :mod:`adapters.training.checkpoints`)."""
         return checkpoints.save_checkpoint(
-            self.out,
+            self.run.out,
             self.step,
-            self.models,
-            {**self.shared, SCHEDULE_KEY: self.schedule} if self._keep_schedule else self.shared,
+            self.run.models,
+            {**self.run.shared, SCHEDULE_KEY: self.schedule}
+            if self._keep_schedule
+            else self.run.shared,
             trajectories_bytes=self.traj_path.stat().st_size if self.traj_path.exists() else 0,
             metrics_bytes=self.metrics.offset,
-            keep=self.cfg.keep_checkpoints,
-            ranks=self.dist,
-            dp=self.dp,
+            keep=self.run.cfg.keep_checkpoints,
+            ranks=self.run.dist,
+            dp=self.run.dp,
         )
 
     def _restore(self) -> dict[str, Any] | None:
-        ckpt = checkpoints.latest_checkpoint(self.out)
+        ckpt = checkpoints.latest_checkpoint(self.run.out)
         if ckpt is None:
             return None
-        state = checkpoints.load_checkpoint(ckpt, self.models, self.shared, self.device, self.dp)
-        if self.dist.is_main:
+        state = checkpoints.load_checkpoint(
+            ckpt, self.run.models, self.run.shared, self.run.device, self.run.dp
+        )
+        if self.run.dist.is_main:
             truncate_file(self.traj_path, int(state["trajectories_bytes"]))
         self.step = int(state["step"])
-        if self.models:
-            next(iter(self.models.values())).activate()
+        if self.run.models:
+            next(iter(self.run.models.values())).activate()
         return state
 
     def export(self, where: Path) -> None:
         """Save each policy: its peft adapter, or the full model and tokenizer (with the
         ``init`` adapter it was trained on top of named in ``init.json``)."""
         checkpoints.export_policies(
-            self.models, self.tokenizer, where, self.dist, self.dp, init_dir=self.init_dir
+            self.run.models,
+            self.run.tokenizer,
+            where,
+            self.run.dist,
+            self.run.dp,
+            init_dir=self.run.init_dir,
         )
 
     def close(self) -> None:
         self.metrics.close()
-        self.engine.close()
-        self.pool.close()
-        self.backend.close()
-        self.dist.close()
+        self.run.engine.close()
+        self.run.pool.close()
+        self.run.backend.close()
+        self.run.dist.close()
 
     def __enter__(self) -> Trainer:
         return self

@@ -57,9 +57,11 @@ def run_case(name: str, fields: dict, out: Path) -> None:
 
     def snapshot() -> dict:
         params = {}
-        for pid, pm in trainer.models.items():
-            if isinstance(trainer.dp, distributed.RankParallel) and trainer.dp.is_sharded(pid):
-                state = distributed.full_state_dict(trainer.dp, pm)
+        for pid, pm in trainer.run.models.items():
+            if isinstance(trainer.run.dp, distributed.RankParallel) and trainer.run.dp.is_sharded(
+                pid
+            ):
+                state = distributed.full_state_dict(trainer.run.dp, pm)
             else:
                 state = pm.trainable_state()
             params[pid] = {k: v.detach().cpu().clone() for k, v in state.items()}
@@ -69,7 +71,7 @@ def run_case(name: str, fields: dict, out: Path) -> None:
         initial = snapshot()
         trainer.train()
         params = snapshot()
-        if trainer.dist.is_main:
+        if trainer.run.dist.is_main:
             torch.save(
                 {
                     "initial": initial,
@@ -111,15 +113,15 @@ def load(run: str, out: str) -> int:
 
     trainer = Trainer.resume(run)
     try:
-        pm = trainer.models["shared"]
-        weights = distributed.full_state_dict(trainer.dp, pm)
-        root = trainer.dp.wrappers["shared"]
+        pm = trainer.run.models["shared"]
+        weights = distributed.full_state_dict(trainer.run.dp, pm)
+        root = trainer.run.dp.wrappers["shared"]
         distributed._fsdp_reshard(root)
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         optim = get_optimizer_state_dict(pm.model, pm.optimizer, options=opts)
         distributed._fsdp_unshard(root)
         names = [n for n, _ in pm.model.named_parameters()]
-        if trainer.dist.is_main:
+        if trainer.run.dist.is_main:
             torch.save({"weights": weights, "optim": optim, "names": names}, out)
     finally:
         trainer.close()

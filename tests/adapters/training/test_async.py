@@ -38,7 +38,7 @@ class ShapedTrainer(Trainer):
 def _run(tmp_path, name, steps=2, **kw):
     tr = ShapedTrainer(cfg(tmp_path, name, steps=steps, **kw), models=char_models(), log=str)
     lines = [tr.train_step() for _ in range(steps)]
-    params = {k: v.detach().clone() for k, v in tr.models["shared"].model.named_parameters()}
+    params = {k: v.detach().clone() for k, v in tr.run.models["shared"].model.named_parameters()}
     tr.close()
     traj = [json.loads(x) for x in (tmp_path / name / "trajectories.jsonl").read_text().split("\n")
             if x]  # fmt: skip
@@ -46,7 +46,7 @@ def _run(tmp_path, name, steps=2, **kw):
 
 
 def _params(tr):
-    return {k: v.detach().clone() for k, v in tr.models["shared"].model.named_parameters()}
+    return {k: v.detach().clone() for k, v in tr.run.models["shared"].model.named_parameters()}
 
 
 def _rows(tmp_path, name, step):
@@ -64,7 +64,7 @@ def test_staleness_zero_is_the_synchronous_loop(tmp_path):
     enters the loss."""
     n0 = ShapedTrainer(cfg(tmp_path, "n0", max_staleness=0), models=char_models(), log=str)
     plain = ShapedTrainer(cfg(tmp_path, "plain", max_staleness=0), models=char_models(), log=str)
-    model, pad = plain.models["shared"].model, plain.pad_id
+    model, pad = plain.run.models["shared"].model, plain.run.pad_id
     try:
         for step in (1, 2):
             line = n0.train_step()

@@ -139,7 +139,8 @@ def test_init_starts_training_from_the_merged_cold_start(tmp_path, char_checkpoi
     tr = Trainer(cfg, log=lambda s: None)
     want = merged.state_dict()
     got = {
-        k.replace(".base_layer", ""): v for k, v in tr.models["shared"].model.state_dict().items()
+        k.replace(".base_layer", ""): v
+        for k, v in tr.run.models["shared"].model.state_dict().items()
     }
     for name, value in want.items():
         assert torch.equal(got[name], value), name
@@ -150,13 +151,13 @@ def test_init_starts_training_from_the_merged_cold_start(tmp_path, char_checkpoi
     from adapters.training.backends import VLLMBackend
 
     fake = SimpleNamespace(cfg=tr.cfg, _tmp=tmp_path / "vllm")
-    exported_base = VLLMBackend._base_checkpoint(fake, tr.models["shared"], tr.tokenizer)  # type: ignore[arg-type]
+    exported_base = VLLMBackend._base_checkpoint(fake, tr.run.models["shared"], tr.run.tokenizer)  # type: ignore[arg-type]
     assert exported_base != str(char_checkpoint)
     for_vllm, _ = load_base_model(exported_base, "cpu", "float32")
     for name, value in for_vllm.state_dict().items():
         assert torch.equal(value, want[name]), name
     plain = SimpleNamespace(cfg=tr.cfg.replace(init="none"), _tmp=tmp_path / "vllm2")
-    assert VLLMBackend._base_checkpoint(plain, tr.models["shared"], tr.tokenizer) == str(  # type: ignore[arg-type]
+    assert VLLMBackend._base_checkpoint(plain, tr.run.models["shared"], tr.run.tokenizer) == str(  # type: ignore[arg-type]
         char_checkpoint
     )
     # the exported adapter names its start, and loading it (--policy DIR) merges that first

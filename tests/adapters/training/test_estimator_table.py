@@ -74,13 +74,13 @@ def test_a_registered_estimator_trains_one_step(tmp_path, toy):
     for s, r in zip(samples, rewards):
         s.reward = r
     mean = sum(rewards) / len(rewards)
-    before = {n: p.detach().clone() for n, p in tr.models["shared"].model.named_parameters()}
+    before = {n: p.detach().clone() for n, p in tr.run.models["shared"].model.named_parameters()}
     stats = tr.update(samples, 1)
     # every sample's advantage is the toy's: its reward minus the batch mean
     assert [s.advantage for s in samples] == pytest.approx([r - mean for r in rewards])
     assert stats["optimizer_steps"] == 1 and stats["samples_trained"] == sum(
         1 for r in rewards if r != mean
     )
-    after = dict(tr.models["shared"].model.named_parameters())
+    after = dict(tr.run.models["shared"].model.named_parameters())
     assert any(not torch.equal(before[n], after[n]) for n in before)
     tr.close()

@@ -53,7 +53,7 @@ def test_trainer_env_pool_on_a_two_node_ray_cluster(cluster, tmp_path):
         try:
             trainer.train()
             if pool == "ray":
-                nodes = {s["node"] for s in trainer.pool.worker_stats()}
+                nodes = {s["node"] for s in trainer.run.pool.worker_stats()}
                 assert len(nodes) == 2, nodes  # one env actor on each node
                 assert {n["NodeID"] for n in ray.nodes() if n["Alive"]} == nodes
         finally:

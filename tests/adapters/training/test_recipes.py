@@ -239,8 +239,10 @@ def test_m_policies_for_n_roles(tmp_path):
     2 adapters would need 3 roles, so plan_path's 2 roles go to 2 named policies."""
     cfg = _tiny_cfg(tmp_path, role_policies={"tool": "coder", "planner": "thinker"})
     tr = Trainer(cfg, models=_char_models(), log=lambda s: None)
-    assert sorted(tr.models) == ["coder", "thinker"]
-    assert tr.models["coder"].roles == ["tool"] and tr.models["thinker"].roles == ["planner"]
+    assert sorted(tr.run.models) == ["coder", "thinker"]
+    assert tr.run.models["coder"].roles == ["tool"] and tr.run.models["thinker"].roles == [
+        "planner"
+    ]
     samples = tr.rollout(1).samples
     assert {s.role: s.policy_id for s in samples} == {"tool": "coder", "planner": "thinker"}
     tr.close()
@@ -258,7 +260,7 @@ def test_train_roles_freezes_the_other_roles(tmp_path):
     tr = Trainer(cfg, models=_char_models(), log=lambda s: None)
     before = {
         pid: {k: v.clone() for k, v in pm.trainable_state().items()}
-        for pid, pm in tr.models.items()
+        for pid, pm in tr.run.models.items()
     }
     result = tr.rollout(1)
     for s in result.samples:  # varied rewards so that every group has signal
@@ -266,7 +268,7 @@ def test_train_roles_freezes_the_other_roles(tmp_path):
     stats = tr.update(result.samples, 1)
     n_tool = sum(1 for s in result.samples if s.role == "tool")
     assert stats["samples_frozen_roles"] == n_tool > 0
-    for pid, pm in tr.models.items():
+    for pid, pm in tr.run.models.items():
         changed = any(not torch.equal(v, before[pid][k]) for k, v in pm.trainable_state().items())
         assert changed == (pid == "planner"), pid
     tr.close()
@@ -329,7 +331,7 @@ def test_role_temperature_log_probs_match_the_sampler(tmp_path):
     for role, temp in (("tool", 0.9), ("planner", 0.5)):
         s = next(x for x in samples if x.role == role and x.completion_ids)
         lp = completion_logprobs(
-            tr.models["shared"].model, [s.prompt_ids], [s.completion_ids], pad_id=tr.pad_id,
+            tr.run.models["shared"].model, [s.prompt_ids], [s.completion_ids], pad_id=tr.run.pad_id,
             temperature=temp,
         )  # fmt: skip
         assert torch.allclose(lp[0], torch.tensor(s.logprobs), atol=1e-4), role
@@ -416,10 +418,10 @@ def test_prompts_over_the_maximum_prompt_length_are_skipped_and_counted(tmp_path
     cap = lengths[len(lengths) // 2]
     over = sum(1 for n in lengths if n > cap)
     assert 0 < over < len(lengths)
-    tr.cfg = tr.cfg.replace(max_prompt_tokens=cap)
+    tr.run.cfg = tr.cfg.replace(max_prompt_tokens=cap)
     stats = tr.update(result.samples, 1)
     assert stats["samples_prompt_over_limit"] == over
     assert stats["samples_trained"] <= len(lengths) - over
-    tr.cfg = tr.cfg.replace(max_prompt_tokens=0)
+    tr.run.cfg = tr.cfg.replace(max_prompt_tokens=0)
     assert tr.update(result.samples, 2)["samples_prompt_over_limit"] == 0
     tr.close()

@@ -90,10 +90,10 @@ def test_rollout_logprobs_match_training_logprobs(tmp_path):
     samples = tr.rollout(1).samples
     s = samples[0]
     lp = completion_logprobs(
-        tr.models["shared"].model,
+        tr.run.models["shared"].model,
         [s.prompt_ids],
         [s.completion_ids],
-        pad_id=tr.pad_id,
+        pad_id=tr.run.pad_id,
         temperature=0.8,
     )
     assert torch.allclose(lp[0], torch.tensor(s.logprobs), atol=1e-4)
@@ -170,9 +170,9 @@ def _snapshot(module):
 
 def test_per_role_adapters_only_the_intended_policy_changes(tmp_path):
     tr = trainer(tmp_path, per_role=True)
-    assert sorted(tr.models) == ["planner", "tool"]
-    peft_model = tr.models["tool"].peft
-    assert peft_model is tr.models["planner"].peft  # one base, two adapters
+    assert sorted(tr.run.models) == ["planner", "tool"]
+    peft_model = tr.run.models["tool"].peft
+    assert peft_model is tr.run.models["planner"].peft  # one base, two adapters
     samples = tr.rollout(1).samples
     assert {s.role: s.policy_id for s in samples} == {"tool": "tool", "planner": "planner"}
     _make_signal(samples, "planner")
@@ -197,9 +197,9 @@ def test_per_role_adapters_only_the_intended_policy_changes(tmp_path):
 
 def test_per_role_separate_models_only_the_intended_policy_changes(tmp_path):
     tr = trainer(tmp_path, per_role=True, lora_rank=0, lr=1e-3)
-    tool, planner = tr.models["tool"].model, tr.models["planner"].model
+    tool, planner = tr.run.models["tool"].model, tr.run.models["planner"].model
     assert tool is not planner
-    assert tr.models["tool"].ref_model is None  # no KL coefficient: no frozen reference copy
+    assert tr.run.models["tool"].ref_model is None  # no KL coefficient: no frozen reference copy
     samples = tr.rollout(1).samples
     _make_signal(samples, "tool")
     b_tool, b_plan = _snapshot(tool), _snapshot(planner)
@@ -211,7 +211,7 @@ def test_per_role_separate_models_only_the_intended_policy_changes(tmp_path):
 
 def test_role_sharing_trains_one_policy_on_every_role(tmp_path):
     tr = trainer(tmp_path)
-    assert list(tr.models) == ["shared"]
+    assert list(tr.run.models) == ["shared"]
     samples = tr.rollout(1).samples
     assert {s.policy_id for s in samples} == {"shared"}
     for s in samples:
@@ -224,7 +224,7 @@ def test_role_sharing_trains_one_policy_on_every_role(tmp_path):
 
 def test_full_fine_tuning_kl_uses_a_frozen_copy(tmp_path):
     tr = trainer(tmp_path, lora_rank=0, kl_loss_coef=0.1, lr=1e-3)
-    pm = tr.models["shared"]
+    pm = tr.run.models["shared"]
     assert pm.peft is None and pm.ref_model is not None and pm.ref_model is not pm.model
     assert not any(p.requires_grad for p in pm.ref_model.parameters())
     samples = tr.rollout(1).samples
@@ -277,16 +277,16 @@ def test_oracle_demos_from_the_oracle():
 def test_oracle_demonstrations_prefix_the_prompts(tmp_path):
     env_config = {**SMALL, "oracle_tool": "search"}  # the search program, not the one-liner
     tr = trainer(tmp_path, demos=1, max_new_tokens=64, env_config=env_config)
-    assert set(tr.demos) == {"planner"}  # the tool's oracle program exceeds 64 tokens
-    assert tr.role_policy == {"tool": "shared/tool", "planner": "shared/planner"}
+    assert set(tr.run.demos) == {"planner"}  # the tool's oracle program exceeds 64 tokens
+    assert tr.run.role_policy == {"tool": "shared/tool", "planner": "shared/planner"}
     samples = tr.rollout(1).samples
     assert {s.policy_id for s in samples} == {"shared"}  # routed back to the trained policy
     planner = next(x for x in samples if x.role == "planner")
-    text = tr.tokenizer.decode(planner.prompt_ids)
-    assert tr.demos["planner"][1]["content"] in text
+    text = tr.run.tokenizer.decode(planner.prompt_ids)
+    assert tr.run.demos["planner"][1]["content"] in text
     assert text.endswith(planner.prompt + "\n<|assistant|>")
     tool = next(x for x in samples if x.role == "tool")
-    assert tr.tokenizer.decode(tool.prompt_ids) == f"<|user|>{tool.prompt}\n<|assistant|>"
+    assert tr.run.tokenizer.decode(tool.prompt_ids) == f"<|user|>{tool.prompt}\n<|assistant|>"
     tr.close()
 
 
@@ -372,12 +372,12 @@ def test_resume_in_process_matches_uninterrupted_run(tmp_path):
 def test_per_role_adapters_checkpoint_round_trip(tmp_path):
     a = trainer(tmp_path, "a", per_role=True, steps=1, cls=ShapedTrainer)
     a.train_step()
-    saved = {pid: _snapshot(pm.model) for pid, pm in a.models.items()}
-    opt = {pid: pm.optimizer.state_dict() for pid, pm in a.models.items()}
+    saved = {pid: _snapshot(pm.model) for pid, pm in a.run.models.items()}
+    opt = {pid: pm.optimizer.state_dict() for pid, pm in a.run.models.items()}
     a.close()
     b = ShapedTrainer.resume(tmp_path / "a", models=char_models())
     assert b.step == 1
-    for pid, pm in b.models.items():
+    for pid, pm in b.run.models.items():
         pm.activate()
         now = _snapshot(pm.model)
         assert all(torch.equal(now[n], saved["planner"][n]) for n in now if ".planner." in n)
