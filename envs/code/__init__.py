@@ -147,8 +147,6 @@ from envs.code.problems import (
 )
 from envs.code.prompts import Turn, prompt_text
 from envs.code.testing import (
-    _REPORTS,
-    _TESTER,
     hidden_as_asserts,
     judge_tests,
     run_reports,
@@ -176,8 +174,6 @@ __all__ = [
     "load_code_problems",
     "prelude_of",
 ]
-
-_CACHES = (_REPORTS, _TESTER)  # per process (envs.code.testing); tests clear them
 
 
 class raw_env(ProgramEnv):

@@ -14,12 +14,12 @@ __all__ = ["docker_sandbox", "local_sandbox"]
 @pytest.fixture(autouse=True)
 def fresh_caches():
     """Results are cached per program and tests, not per backend: start every test clean."""
-    import envs.code
+    import envs.code.testing
     import envs.pools
     import verifiers.math_answer
     import verifiers.plain_tests
 
-    for cache in (envs.code._REPORTS, envs.code._TESTER):
+    for cache in (envs.code.testing._REPORTS, envs.code.testing._TESTER):
         cache.clear()
     envs.pools._CACHE.clear()
     verifiers.math_answer._CACHE.clear()

@@ -77,14 +77,14 @@ def main(argv: list[str] | None = None) -> None:
 def _clear_caches() -> None:
     """Results are cached per program and tests, not per backend (as tests/redteam/conftest.py
     does before every test): each row is played from scratch."""
-    import envs.code
+    import envs.code.testing
     import envs.pools
     import verifiers.math_answer
     import verifiers.plain_tests
 
     for cache in (
-        getattr(envs.code, "_REPORTS", None),
-        getattr(envs.code, "_TESTER", None),
+        getattr(envs.code.testing, "_REPORTS", None),
+        getattr(envs.code.testing, "_TESTER", None),
         getattr(envs.pools, "_CACHE", None),
         getattr(verifiers.math_answer, "_CACHE", None),
         getattr(verifiers.plain_tests, "_DISCOVERED", None),
