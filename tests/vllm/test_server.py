@@ -191,6 +191,7 @@ def _train_on_server(server, run, *args, via=()):
     cmd += ["--backend", "vllm-server", "--vllm-servers", server]
     cmd += ["--instances-per-step", "2", "--candidates", "2", "--max-new-tokens", "8"]
     cmd += ["--eval-episodes", "0", "--demos", "0", "--lr", "1e-2", "--no-progress"]
+    cmd += ["--init", "none"]  # the base model: the grid settings' CPU cold start needs trl
     cmd += [*args, "--output-dir", str(run)]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
