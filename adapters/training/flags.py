@@ -161,6 +161,8 @@ def _convert(name: str, text: Any) -> Any:
     base, optional = strip_optional(tp)
     if not isinstance(text, str):
         return text
+    if name == "init" and text.lower() == "none":
+        return "none"  # a value of its own (the model as it is), not auto
     if optional and text.lower() in ("none", "null", "auto"):
         return None
     try:
