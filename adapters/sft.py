@@ -127,10 +127,10 @@ def _main(args: argparse.Namespace) -> int:
     from adapters.policies.models import check_model_source
 
     with cli.bad_input("--model"):
-        check_model_source(train_cfg.model)
+        check_model_source(train_cfg.policy.model)
     out = args.output or str(cold_start_dir(train_cfg, cfg))
     print(
-        f"cold start: {train_cfg.model} on {cfg.episodes} oracle episodes of {train_cfg.env} "
+        f"cold start: {train_cfg.policy.model} on {cfg.episodes} oracle episodes of {train_cfg.env} "
         f"{dict(train_cfg.env_config)}, roles {list(cfg.roles or roles)} -> {out}",
         flush=True,
     )

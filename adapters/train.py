@@ -103,17 +103,17 @@ def _check_inputs(cfg: TrainConfig) -> None:
     if cfg.instance is not None:
         with cli.bad_input("--instance"):
             env.reset(options={"instance": cfg.instance})
-    model = str(cfg.model)
+    model = str(cfg.policy.model)
     if model not in ("smollm2", "tiny") and not model.startswith("config:"):
         from adapters.policies.models import check_model_source
 
         with cli.bad_input("--model"):
             check_model_source(model)
-    if cfg.backend == "vllm-server":  # every replica must answer before a run is made
+    if cfg.compute.backend == "vllm-server":  # every replica must answer before a run is made
         from adapters.policies.openai_compat import OpenAIPolicy
         from adapters.policies.vllm_server import server_root
 
-        for url in cfg.vllm_servers:
+        for url in cfg.compute.vllm_servers:
             with cli.bad_input("--vllm-servers"):
                 OpenAIPolicy(server_root(url) + "/v1", model="?").check_reachable()
 
@@ -154,11 +154,11 @@ def _train(args: argparse.Namespace) -> int:
     ranks = f", {trainer.run.dist.world_size} ranks" if trainer.run.dist.enabled else ""
     if trainer.run.dist.is_main:
         print(
-            f"run {trainer.out}: env {c.env} {c.env_config}, recipe {c.recipe}, model {c.model} "
-            f"({'LoRA r=' + str(c.lora_rank) if c.lora_rank else 'full fine-tuning'}, "
-            f"{'per-role' if (c.per_role or c.role_policies) else 'shared'}), {c.algorithm} "
-            f"K={c.candidates} ({c.sampling}, keep {c.keep} x{c.keep_n}), "
-            f"{c.instances_per_step} instances/step, {c.steps} steps, device {trainer.run.device}"
+            f"run {trainer.out}: env {c.env} {c.env_config}, recipe {c.recipe}, model {c.policy.model} "
+            f"({'LoRA r=' + str(c.policy.lora_rank) if c.policy.lora_rank else 'full fine-tuning'}, "
+            f"{'per-role' if (c.policy.per_role or c.policy.role_policies) else 'shared'}), {c.update.algorithm} "
+            f"K={c.rollout.candidates} ({c.rollout.sampling}, keep {c.rollout.keep} x{c.rollout.keep_n}), "
+            f"{c.schedule.instances_per_step} instances/step, {c.schedule.steps} steps, device {trainer.run.device}"
             f"{ranks}",
             flush=True,
         )
@@ -179,7 +179,7 @@ def _train(args: argparse.Namespace) -> int:
             print(
                 f"error on rank {trainer.run.dist.rank} of {trainer.run.dist.world_size}: "
                 f"{type(exc).__name__}: {exc}\n(collectives fail like this when another rank "
-                f"died, or hung for more than dist_timeout_s = {c.dist_timeout_s:g} s; the "
+                f"died, or hung for more than dist_timeout_s = {c.compute.dist_timeout_s:g} s; the "
                 f"launcher's summary names the rank that failed first; continue the run with "
                 f"--resume {trainer.out})",
                 file=sys.stderr,

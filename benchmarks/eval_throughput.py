@@ -162,10 +162,10 @@ def run_mode(mode: str, trainer: Any, episodes: int) -> tuple[float, float, int]
     common = dict(
         env_config=trainer.run.env_config,
         role_policy=trainer.run.role_policy,
-        split=cfg.eval_split,
+        split=cfg.eval.eval_split,
         seed=cfg.seed,
-        temperature=cfg.eval_temperature or 0.0,
-        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.eval.eval_temperature or 0.0,
+        max_new_tokens=cfg.generation.max_new_tokens,
     )
     t0 = time.perf_counter()
     rewards: list[float] = []
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(cfg, log=lambda s: None)
         print(
             f"eval throughput: {args.env}, model {args.model}, {args.threads} torch threads, "
-            f"{trainer.cfg.max_new_tokens} new tokens, gen_batch_size {trainer.cfg.gen_batch_size}"
+            f"{trainer.cfg.generation.max_new_tokens} new tokens, gen_batch_size {trainer.cfg.generation.gen_batch_size}"
             f", demos {trainer.cfg.demos}",
             flush=True,
         )

@@ -135,13 +135,13 @@ def _evaluate(trainer: Any, env_config: dict[str, Any], tag: str) -> Any:
     return evaluate(
         cfg.env,
         trainer.run.policies,
-        episodes=cfg.eval_episodes,
+        episodes=cfg.eval.eval_episodes,
         env_config=env_config,
         role_policy=trainer.run.role_policy,
-        split=cfg.eval_split,
+        split=cfg.eval.eval_split,
         seed=cfg.seed,
-        temperature=trainer.run.loop.eval_temperature,
-        max_new_tokens=trainer.run.engine.config.max_new_tokens,
+        temperature=trainer.run.cfg.eval.eval_temperature,
+        max_new_tokens=trainer.run.engine.generation.max_new_tokens,
     )
 
 
@@ -209,9 +209,9 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
         oracle_constants(env_id, env_config, args.seed),
         episodes=args.episodes,
         env_config=env_config,
-        split=base.cfg.eval_split,
+        split=base.cfg.eval.eval_split,
         seed=args.seed,
-        max_new_tokens=base.cfg.max_new_tokens,
+        max_new_tokens=base.cfg.generation.max_new_tokens,
     )
     reps.update({f"ref:{k}": r for k, r in refs.items()})
     base.close()
@@ -251,7 +251,7 @@ def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path
         result["train_s"][row] = train_s
         print(
             f"  {env_id} {row}: {trainer.step} steps in {train_s:.0f} s of training "
-            f"({time.perf_counter() - t0:.0f} s with evaluations), init {trainer.cfg.init}",
+            f"({time.perf_counter() - t0:.0f} s with evaluations), init {trainer.cfg.policy.init}",
             flush=True,
         )
         trainer.close()

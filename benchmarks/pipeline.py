@@ -67,13 +67,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.policies.base import Completion, SamplingParams
+from adapters.policies.base import Completion, GenerationConfig, SamplingParams
 from adapters.policies.transformers_policy import TransformersPolicy
 from adapters.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
 from adapters.rollout.episodes import derive_seed
 from adapters.rollout.pipeline import AgentPipeline
 from adapters.rollout.records import Sample
 from adapters.rollout.segments import SegmentConfig
+from adapters.training.sections import UpdateConfig
 from benchmarks._quick import parse_args
 
 ENV = "solver_verifier_corrector"
@@ -203,10 +204,11 @@ class Run:
 class Trainer:
     """A plain policy-gradient step on the samples (advantage = reward - batch mean)."""
 
-    def __init__(self, policy: TransformersPolicy, lr: float = 1e-4) -> None:
+    def __init__(self, policy: TransformersPolicy, lr: float | None = None) -> None:
         import torch
 
         self.policy = policy
+        lr = lr or UpdateConfig().filled().lr  # the update section's default
         self.optimizer = torch.optim.SGD(policy.model.parameters(), lr=lr)
 
     def train(self, samples: Sequence[Sample]) -> None:
@@ -238,14 +240,11 @@ class Trainer:
 
 def make_engine(policy: TransformersPolicy, args: argparse.Namespace) -> RolloutEngine:
     cfg = RolloutConfig(
-        candidates=args.candidates,
-        keep="adaptive",
-        keep_n=2,
-        keep_scope="instance",
-        temperature=0.0,  # greedy: the tiny model's 49k-way sampling noise is not the point here
-        max_new_tokens=args.max_tokens,
+        candidates=args.candidates, keep="adaptive", keep_n=2, keep_scope="instance"
     )
-    return RolloutEngine(ENV, policy, cfg, env_config={"max_steps": STAGES})
+    # greedy: the tiny model's 49k-way sampling noise is not the point here
+    gen = GenerationConfig(temperature=0.0, max_new_tokens=args.max_tokens)
+    return RolloutEngine(ENV, policy, cfg, generation=gen, env_config={"max_steps": STAGES})
 
 
 def specs(args: argparse.Namespace) -> list[EpisodeSpec]:

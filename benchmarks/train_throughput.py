@@ -132,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         c = trainer.cfg
         print(
             f"train_throughput: env {c.env} {c.env_config}, model {model_name} "
-            f"({'LoRA r=' + str(c.lora_rank) if c.lora_rank else 'full fine-tuning'}, "
-            f"{c.dtype}), device {trainer.run.device}, {c.algorithm} K={c.candidates}, "
-            f"{c.instances_per_step} instances/step, max_new_tokens {c.max_new_tokens}, "
+            f"({'LoRA r=' + str(c.policy.lora_rank) if c.policy.lora_rank else 'full fine-tuning'}, "
+            f"{c.policy.dtype}), device {trainer.run.device}, {c.update.algorithm} K={c.rollout.candidates}, "
+            f"{c.schedule.instances_per_step} instances/step, max_new_tokens {c.generation.max_new_tokens}, "
             f"demos {c.demos}, torch threads {torch.get_num_threads()}; setup {setup:.1f} s"
         )
         header = (
@@ -203,13 +203,13 @@ def _compare_trl(args: argparse.Namespace, c: object, ours: list[dict]) -> dict:
             env_config=dict(c.env_config),  # type: ignore[attr-defined]
             model=model,
             tokenizer=tok,
-            prompts_per_step=c.instances_per_step,  # type: ignore[attr-defined]
-            k=c.candidates,  # type: ignore[attr-defined]
-            max_new_tokens=c.max_new_tokens,  # type: ignore[attr-defined]
-            temperature=c.temperature,  # type: ignore[attr-defined]
-            lora_rank=c.lora_rank,  # type: ignore[attr-defined]
-            lora_alpha=c.lora_alpha,  # type: ignore[attr-defined]
-            lr=c.lr,  # type: ignore[attr-defined]
+            prompts_per_step=c.schedule.instances_per_step,  # type: ignore[attr-defined]
+            k=c.rollout.candidates,  # type: ignore[attr-defined]
+            max_new_tokens=c.generation.max_new_tokens,  # type: ignore[attr-defined]
+            temperature=c.generation.temperature,  # type: ignore[attr-defined]
+            lora_rank=c.policy.lora_rank,  # type: ignore[attr-defined]
+            lora_alpha=c.policy.lora_alpha,  # type: ignore[attr-defined]
+            lr=c.update.lr,  # type: ignore[attr-defined]
             steps=args.steps,
             warmup=args.warmup,
             seed=c.seed,  # type: ignore[attr-defined]
@@ -239,8 +239,8 @@ def _compare_trl(args: argparse.Namespace, c: object, ours: list[dict]) -> dict:
     ratio = {k: table["ours"][k] / max(table["trl"][k], 1e-12) for k in table["ours"]}
     print()
     print(
-        f"side by side (same model, K={c.candidates}, max_new_tokens {c.max_new_tokens}, "  # type: ignore[attr-defined]
-        f"LoRA r={c.lora_rank}, torch threads {torch.get_num_threads()}; timed steps only):"  # type: ignore[attr-defined]
+        f"side by side (same model, K={c.rollout.candidates}, max_new_tokens {c.generation.max_new_tokens}, "  # type: ignore[attr-defined]
+        f"LoRA r={c.policy.lora_rank}, torch threads {torch.get_num_threads()}; timed steps only):"  # type: ignore[attr-defined]
     )
     print(f"{'trainer':<24}{'samples/step':>13}{'step s':>9}{'samples/s':>11}{'gen tok/s':>11}")
     for name, label in (("ours", "ours (AT-GRPO trainer)"), ("trl", "TRL GRPOTrainer")):

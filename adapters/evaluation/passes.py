@@ -58,7 +58,7 @@ from typing import Any
 from adapters.evaluation.judge import JudgeSampling
 from adapters.evaluation.stats import mean_interval
 from adapters.evaluation.suite import _check_run_file, write_atomic
-from adapters.policies.base import EVAL_TEMPERATURE, MAX_NEW_TOKENS, Policy
+from adapters.policies.base import EVAL_TEMPERATURE, MAX_NEW_TOKENS, GenerationConfig, Policy
 from adapters.rollout import (
     EpisodeSpec,
     RolloutConfig,
@@ -245,13 +245,9 @@ def play_pass(
         for i in playable
         for s in range(samples)
     ]
-    rcfg = RolloutConfig(
-        candidates=1,
-        sampling="parallel",
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        max_new_tokens=max_new_tokens,
+    rcfg = RolloutConfig(candidates=1, sampling="parallel")
+    gen = GenerationConfig(
+        temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens
     )
     if isinstance(policy, Mapping):
         policies = dict(policy)
@@ -260,7 +256,9 @@ def play_pass(
     else:
         policies = {"policy": policy}
         role_policy = {r: "policy" for r in env_roles(bench.env_id, cfg)}
-    engine = RolloutEngine(bench.env_id, policies, rcfg, env_config=full, role_policy=role_policy)
+    engine = RolloutEngine(
+        bench.env_id, policies, rcfg, generation=gen, env_config=full, role_policy=role_policy
+    )
     try:
         if not specs:
             return _unplayable_records(problems, invalid, first, samples)

@@ -27,7 +27,7 @@ from typing import Any
 
 from adapters.evaluation.replay import reproduction, transcript
 from adapters.evaluation.stats import paired_difference
-from adapters.policies.base import EVAL_TEMPERATURE, MAX_NEW_TOKENS, Policy
+from adapters.policies.base import EVAL_TEMPERATURE, MAX_NEW_TOKENS, GenerationConfig, Policy
 from adapters.policies.wrappers import ManagedPolicy
 from adapters.rollout import (
     Episode,
@@ -166,15 +166,16 @@ def evaluate(
         start=first,
         distinct=True,  # n episodes are n different instances (a small split can repeat levels)
     )
-    rcfg = RolloutConfig(
-        candidates=1,
-        sampling="parallel",
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=max_new_tokens,
-    )
+    rcfg = RolloutConfig(candidates=1, sampling="parallel")
+    gen = GenerationConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     engine = RolloutEngine(
-        env_id, policies, rcfg, env_config=full_cfg, role_policy=role_policy, pool=pool
+        env_id,
+        policies,
+        rcfg,
+        generation=gen,
+        env_config=full_cfg,
+        role_policy=role_policy,
+        pool=pool,
     )
     gen_seed = derive_seed(seed, "eval-generation", *([first] if first else []))
     t0 = time.perf_counter()

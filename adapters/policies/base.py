@@ -47,18 +47,82 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from adapters.policies.chat import ChatPrompt, ChatTemplatePrompts
+from adapters.policies.knobs import ConfigError, Section, declared_default, knob
 
 logger = logging.getLogger(__name__)
 
 FinishReason = Literal["stop", "length"]
 
 
-MAX_NEW_TOKENS = 256
-"""The token budget of a completion wherever no recipe, suite or flag sets one (its one default:
-the sampling parameters, the rollout engine and the evaluations all read it from here)."""
-
 EVAL_TEMPERATURE = 0.0
 """The evaluations' sampling temperature wherever no paper protocol or flag sets one: greedy."""
+
+
+@dataclass(frozen=True)
+class GenerationConfig(Section):
+    """How completions are sampled: the generation section of a training run
+    (:class:`~adapters.training.config.TrainConfig`), and the defaults of
+    :class:`SamplingParams`. ``role_sampling`` overrides the shared values per role, e.g.
+    ``{"verifier": {"temperature": 0.6}}``."""
+
+    temperature: float = knob(1.0, "sampling temperature of training rollouts", auto=True)
+    top_p: float = knob(1.0, "nucleus sampling p", auto=True)
+    top_k: int = knob(-1, "top-k sampling (-1: off)", auto=True)
+    max_new_tokens: int = knob(256, "tokens per completion", auto=True)
+    role_sampling: dict[str, dict[str, Any]] = knob(
+        doc='per-role sampling as JSON, e.g. \'{"critic": {"temperature": 0.1}}\'', factory=dict
+    )
+    gen_batch_size: int = knob(
+        128,
+        "sequences per generate call",
+        auto=True,
+        cpu=16,
+        why="suite default: sequences per generate call",
+    )
+
+    def __post_init__(self) -> None:
+        if (self.temperature or 0.0) < 0:
+            raise ConfigError("temperature must be >= 0")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ConfigError("top_p must lie in (0, 1]")
+        for name in ("max_new_tokens", "gen_batch_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}")
+        for role, params in self.role_sampling.items():
+            bad = sorted(set(params) - ROLE_SAMPLING_KEYS)
+            if bad:
+                raise ConfigError(
+                    f"role_sampling[{role!r}] has unknown key(s) {bad}; allowed: "
+                    f"{sorted(ROLE_SAMPLING_KEYS)}"
+                )
+
+    def params(self, role: str, n: int, seed: int | None, **extra: Any) -> SamplingParams:
+        """The sampling parameters of one ``generate`` call for ``role`` (its
+        ``role_sampling`` entries over the shared values)."""
+        c = self.filled()
+        base: dict[str, Any] = {
+            "temperature": c.temperature,
+            "top_p": c.top_p,
+            "top_k": c.top_k,
+            "max_new_tokens": c.max_new_tokens,
+        }
+        base.update(c.role_sampling.get(role, {}))
+        base.update(extra)
+        return SamplingParams(n=n, seed=seed, **base)
+
+    def temperature_of(self, role: str) -> float:
+        """The temperature ``role`` samples at, for scoring its log-probs (greedy decoding,
+        temperature 0, is scored at 1)."""
+        t = self.role_sampling.get(role, {}).get("temperature", self.filled().temperature)
+        return float(t) if t else 1.0
+
+
+ROLE_SAMPLING_KEYS = frozenset({"temperature", "top_p", "top_k", "max_new_tokens", "stop"})
+
+MAX_NEW_TOKENS: int = declared_default(GenerationConfig, "max_new_tokens")
+"""The token budget of a completion wherever no recipe, suite or flag sets one (the generation
+section's default: the sampling parameters, the rollout engine and the evaluations read it)."""
 
 
 @dataclass(frozen=True)
@@ -80,10 +144,10 @@ class SamplingParams:
     """
 
     n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_new_tokens: int = MAX_NEW_TOKENS
+    temperature: float = declared_default(GenerationConfig, "temperature")
+    top_p: float = declared_default(GenerationConfig, "top_p")
+    top_k: int = declared_default(GenerationConfig, "top_k")
+    max_new_tokens: int = declared_default(GenerationConfig, "max_new_tokens")
     stop: tuple[str, ...] = ()
     seed: int | None = None
     prompt_seeds: tuple[int, ...] | None = None

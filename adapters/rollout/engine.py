@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from adapters.policies.base import MAX_NEW_TOKENS, Completion, Policy, SamplingParams
+from adapters.policies.base import Completion, GenerationConfig, Policy
+from adapters.policies.knobs import ConfigError, Section, knob
 from adapters.rollout.envpool import BranchView, EpisodeSpec, LocalEnvPool, StepOutcome
 from adapters.rollout.episodes import award_lookahead, delayed_rewards, derive_seed
 from adapters.rollout.keep import KEEP_RULES, KeepRule, select_candidates
@@ -32,65 +33,64 @@ __all__ = ["RolloutConfig", "RolloutEngine"]
 
 
 @dataclass(frozen=True)
-class RolloutConfig:
-    """How to roll out.
+class RolloutConfig(Section):
+    """How episodes are rolled out: the rollout section of a training run
+    (:class:`~adapters.training.config.TrainConfig`).
 
-    candidates: K, samples per agent-turn (tree) or episodes per instance (parallel).
-    sampling: ``"tree"`` or ``"parallel"``.
-    keep / keep_n: which candidates continue in tree sampling (:mod:`adapters.rollout.keep`).
-    keep_scope: where the keep rule chooses: ``"branch"`` keeps ``keep_n`` of each branch's K
-        candidates (with ``keep_n = 2`` the live branches double every turn, up to
-        ``max_branches``); ``"instance"`` pools the candidates of all live branches of an
-        instance at that turn and keeps ``keep_n`` of them (MarsRL's "each subsequent agent
-        selects two outputs from the preceding agent": 1, 2, 2, 2, 2 groups over Solver, V1, C1,
-        V2, C2). With ``keep_n = 1`` (AT-GRPO) the two are the same.
-    max_branches: cap on live branches per instance when ``keep_n > 1``.
-    max_steps: safety cap on agent steps per episode.
-    temperature / top_p / top_k / max_new_tokens / stop: sampling settings for every role;
-    ``role_sampling`` overrides them per role, e.g. ``{"verifier": {"temperature": 0.6}}``.
-    prompt_seeds: seed each prompt from ``(seed, instance, branch)`` instead of its position in
-    the batch (``SamplingParams.prompt_seeds``), so that a branch's samples do not depend on
-    which other instances are rolled out with it (the trainer sets it under torch.distributed,
-    where each process rolls out a share of the instances).
+    ``keep_scope`` says where the keep rule chooses: ``"branch"`` keeps ``keep_n`` of each
+    branch's K candidates (with ``keep_n = 2`` the live branches double every turn, up to
+    ``max_branches``); ``"instance"`` pools the candidates of all live branches of an instance at
+    that turn and keeps ``keep_n`` of them (MarsRL's "each subsequent agent selects two outputs
+    from the preceding agent": 1, 2, 2, 2, 2 groups over Solver, V1, C1, V2, C2). With
+    ``keep_n = 1`` (AT-GRPO) the two are the same. How completions are sampled is the
+    generation section (:class:`~adapters.policies.base.GenerationConfig`).
     """
 
-    candidates: int = 4
-    sampling: Literal["tree", "parallel"] = "tree"
-    keep: KeepRule = "best"
-    keep_n: int = 1
-    keep_scope: Literal["branch", "instance"] = "branch"
-    max_branches: int = 16
-    max_steps: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_new_tokens: int = MAX_NEW_TOKENS
-    stop: tuple[str, ...] = ()
-    role_sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    prompt_seeds: bool = False
+    sampling: Literal["tree", "parallel"] = knob(
+        "tree",
+        "tree (K candidates per agent-turn) | parallel (K episodes per instance); default: the "
+        "algorithm's",
+        auto=True,
+    )
+    candidates: int = knob(
+        4, "K: candidates per agent-turn (tree) or episodes per instance (parallel)", auto=True
+    )
+    keep: KeepRule = knob(
+        "best",
+        "tree sampling keep rule: best | random | balanced | adaptive",
+        auto=True,
+        why="suite default (unused without tree sampling)",
+    )
+    keep_n: int = knob(
+        1, "tree sampling: candidates that continue per branch (or per instance)", auto=True
+    )
+    keep_scope: Literal["branch", "instance"] = knob(
+        "branch",
+        "tree sampling: keep per branch, or per instance across branches (MarsRL)",
+        auto=True,
+    )
+    max_branches: int = knob(16, "tree sampling: cap on live branches per instance when keep_n > 1")
+    max_steps: int = knob(64, "safety cap on agent steps per episode")
 
     def __post_init__(self) -> None:
-        if self.candidates < 1:
-            raise ValueError("candidates must be >= 1")
-        if self.sampling not in ("tree", "parallel"):
-            raise ValueError(f"sampling must be 'tree' or 'parallel', got {self.sampling!r}")
-        if self.keep not in KEEP_RULES:
-            raise ValueError(f"unknown keep rule {self.keep!r}")
-        if not 1 <= self.keep_n <= self.candidates:
-            raise ValueError("keep_n must lie in [1, candidates]")
-        if self.keep_scope not in ("branch", "instance"):
-            raise ValueError(f"keep_scope must be 'branch' or 'instance', got {self.keep_scope!r}")
-
-    def sampling_params(self, role: str, n: int, seed: int | None) -> SamplingParams:
-        base: dict[str, Any] = {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "max_new_tokens": self.max_new_tokens,
-            "stop": tuple(self.stop),
-        }
-        base.update(self.role_sampling.get(role, {}))
-        return SamplingParams(n=n, seed=seed, **base)
+        for name in ("candidates", "keep_n", "max_branches", "max_steps"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}")
+        if self.sampling not in (None, "tree", "parallel"):
+            raise ConfigError(f"sampling must be 'tree' or 'parallel', got {self.sampling!r}")
+        if self.keep not in (None, *KEEP_RULES):
+            raise ConfigError(f"keep must be one of {KEEP_RULES}, got {self.keep!r}")
+        if self.keep_scope not in (None, "branch", "instance"):
+            raise ConfigError(f"keep_scope must be 'branch' or 'instance', got {self.keep_scope!r}")
+        if (
+            self.keep_n is not None
+            and self.candidates is not None
+            and self.keep_n > self.candidates
+        ):
+            raise ConfigError(
+                f"keep_n ({self.keep_n}) cannot exceed candidates ({self.candidates})"
+            )
 
 
 @dataclass
@@ -120,9 +120,11 @@ class RolloutEngine:
         policies: Mapping[str, Policy] | Policy,
         config: RolloutConfig | None = None,
         *,
+        generation: GenerationConfig | None = None,
         env_config: Mapping[str, Any] | None = None,
         role_policy: Mapping[str, str] | None = None,
         pool: Any = None,
+        prompt_seeds: bool = False,
     ) -> None:
         self.env_id = env_id
         self.env_config = dict(env_config or {})
@@ -130,7 +132,9 @@ class RolloutEngine:
         if not self.policies:
             raise ValueError("at least one policy is required")
         self.role_policy = dict(role_policy or {})
-        self.config = config or RolloutConfig()
+        self.config = (config or RolloutConfig()).filled()
+        self.generation = (generation or GenerationConfig()).filled()
+        self.prompt_seeds = prompt_seeds
         self._lookahead = False
         if self.config.sampling == "tree":
             lookahead = award_lookahead(env_id, self.env_config)
@@ -176,8 +180,8 @@ class RolloutEngine:
                 for i, t in zip(idxs, texts):
                     out[i] = [Completion(text=t) for _ in range(n)]
                 continue
-            params = self.config.sampling_params(role, n, seed=(seed * 1_000_003 + k) % 2**31)
-            if self.config.prompt_seeds:
+            params = self.generation.params(role, n, seed=(seed * 1_000_003 + k) % 2**31)
+            if self.prompt_seeds:
                 keys = [(branches[i].instance, branches[i].path) for i in idxs]
                 params = replace(
                     params, prompt_seeds=tuple(derive_seed(seed, *key) for key in keys)
@@ -409,7 +413,7 @@ class RolloutEngine:
             first = live[members[0]]
             pool_rng = (
                 random.Random(derive_seed(seed, wave, first.instance, first.path, first.view.agent))
-                if cfg.prompt_seeds
+                if self.prompt_seeds
                 else rng
             )
             pref = first.view.preference

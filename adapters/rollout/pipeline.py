@@ -248,7 +248,7 @@ class AgentPipeline:
         key = (pid, role)
         if key not in self._generators:
             assert self.segments is not None
-            params = self.engine.config.sampling_params(role, n, seed=seed)
+            params = self.engine.generation.params(role, n, seed=seed)
             self._generators[key] = SegmentedGenerator(
                 self.engine.policies[pid],
                 params,

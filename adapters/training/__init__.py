@@ -3,9 +3,11 @@
 ==================  ===========================================================================
 module              what lives there
 ==================  ===========================================================================
-``config``          :class:`TrainConfig` (one dataclass per run; validation, auto values, YAML)
-``recipes``         where each default comes from (per device; the papers' recipes)
-``flags``           command-line flags generated from the config fields
+``config``          :class:`TrainConfig`: a run as sections; knob names, auto values, YAML
+``sections``        the training layer's sections (policy, update, schedule, eval, output,
+                    compute), each knob declared once with its default and its help
+``recipes``         the papers' recipes and the settings' values that fill auto knobs
+``flags``           command-line flags generated from the knobs
 ``trainer``         :class:`Trainer`: the loop (rollout, update, logs, evaluation, checkpoints)
 ``policy_models``   the trainable models: LoRA adapters per policy, reference model, optimizers
 ``backends``        how those models generate during rollouts (transformers in place, or vLLM)

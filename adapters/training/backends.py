@@ -2,7 +2,7 @@
 
 :func:`make_backend` is the one place that turns trainable models
 (:class:`~adapters.training.policy_models.PolicyModel`) into
-:class:`~adapters.policies.Policy` objects for the rollout engine (``TrainConfig.backend``):
+:class:`~adapters.policies.Policy` objects for the rollout engine (``compute.backend``):
 
 * ``transformers`` (:class:`TransformersBackend`): generation with
   :class:`~adapters.policies.TransformersPolicy`, from a merged copy of each policy
@@ -12,7 +12,7 @@
   (:class:`~adapters.policies.vllm_policy.VLLMPolicy`), weights or LoRA adapters pushed into it
   after every update.
 * ``vllm-server`` (:class:`VLLMServerBackend`): generation on separately started ``vllm serve``
-  replicas (``TrainConfig.vllm_servers``; :mod:`adapters.policies.vllm_server`), adapters or
+  replicas (``compute.vllm_servers``; :mod:`adapters.policies.vllm_server`), adapters or
   weights pushed to them over HTTP after every update. Needs no vllm package in the trainer's
   environment.
 
@@ -189,7 +189,7 @@ def generation_dtype(cfg: TrainConfig, device: Any) -> Any:
 
     from adapters.policies.models import native_bf16
 
-    return torch.bfloat16 if native_bf16(device) else getattr(torch, cfg.dtype)
+    return torch.bfloat16 if native_bf16(device) else getattr(torch, cfg.policy.dtype)
 
 
 class TransformersBackend(_RolePolicies):
@@ -222,10 +222,10 @@ class TransformersBackend(_RolePolicies):
     ) -> None:
         from adapters.policies.transformers_policy import TransformersPolicy
 
-        batch_size = cfg.gen_batch_size
+        batch_size = cfg.generation.gen_batch_size
         assert batch_size is not None, "TrainConfig.resolved() sets gen_batch_size"
         if copies is None:
-            copies = cfg.generation_model == "merged"
+            copies = cfg.compute.generation_model == "merged"
         self.copies: dict[str, GenerationCopy] = {}
         self._stale: set[str] = set()
         dtype = generation_dtype(cfg, device) if copies else None
@@ -237,7 +237,7 @@ class TransformersBackend(_RolePolicies):
                 device=device,
                 batch_size=batch_size,
                 name=name,
-                chat_template_kwargs=cfg.chat_template_kwargs,
+                chat_template_kwargs=cfg.policy.chat_template_kwargs,
             )
 
         by_module: dict[int, Policy] = {}  # policies sharing one module share one generator
@@ -273,7 +273,7 @@ class TransformersBackend(_RolePolicies):
 
 
 class VLLMBackend(_RolePolicies):
-    """Rollout backend with generation in vLLM (``TrainConfig.backend = "vllm"``).
+    """Rollout backend with generation in vLLM (``compute.backend = "vllm"``).
 
     The transformers models stay the trainable ones; vLLM only generates. LoRA runs (shared or
     per role, adapters or separate models: the frozen bases are identical) use one engine with one
@@ -314,7 +314,7 @@ class VLLMBackend(_RolePolicies):
         self._owned: list[Any] = []
         self.lora = any(pm.peft is not None for pm in self.models.values())
         kw = dict(engine_kwargs or {})
-        kw.setdefault("dtype", cfg.dtype)
+        kw.setdefault("dtype", cfg.policy.dtype)
         kw.setdefault("seed", cfg.seed)
         if getattr(device, "type", str(device)) == "cuda":
             # the trainer's model and optimizer share the GPU
@@ -376,8 +376,8 @@ class VLLMBackend(_RolePolicies):
         checkpoint, else the trainer's current weights exported once (a random-weight model, or
         any base that ``--init`` merged an adapter into: the configured checkpoint is not the
         base the LoRA deltas apply to)."""
-        spec = str(self.cfg.model)
-        merged_init = self.cfg.init not in (None, "none")
+        spec = str(self.cfg.policy.model)
+        merged_init = self.cfg.policy.init not in (None, "none")
         if spec == "smollm2" and not merged_init:
             return None
         if not (spec == "tiny" or spec.startswith("config:") or merged_init):
@@ -450,7 +450,7 @@ class VLLMServerBackend(VLLMBackend):
 
     Like :class:`VLLMBackend` (same adapters, same sync after every update), with
     :class:`~adapters.policies.vllm_server.VLLMServerPolicy` engines over the URLs of
-    ``TrainConfig.vllm_servers``: LoRA runs (shared or per role) use every listed server with one
+    ``compute.vllm_servers``: LoRA runs (shared or per role) use every listed server with one
     adapter per policy; full fine-tuning uses them for the shared policy, and per-role models
     need one server group per policy (entries ``POLICY=URL``). Adapters and weight files go to
     ``vllm_sync_dir`` (default ``<output_dir>/vllm-sync``), which the servers must be able to
@@ -466,7 +466,9 @@ class VLLMServerBackend(VLLMBackend):
     keep_sync_dir = True  # the servers keep serving the last adapters (and may reload them)
 
     def _sync_dir(self) -> Path:
-        where = self.cfg.vllm_sync_dir or str(Path(self.cfg.output_dir or ".") / "vllm-sync")
+        where = self.cfg.compute.vllm_sync_dir or str(
+            Path(self.cfg.output.output_dir or ".") / "vllm-sync"
+        )
         path = Path(where).resolve()
         path.mkdir(parents=True, exist_ok=True)
         return path
@@ -474,7 +476,7 @@ class VLLMServerBackend(VLLMBackend):
     def _servers_for(self, pid: str | None) -> list[str]:
         tagged: dict[str, list[str]] = {}
         plain: list[str] = []
-        for entry in self.cfg.vllm_servers:
+        for entry in self.cfg.compute.vllm_servers:
             key, sep, url = entry.partition("=")
             if sep and not key.startswith("http"):
                 tagged.setdefault(key.strip(), []).append(url.strip())
@@ -484,7 +486,7 @@ class VLLMServerBackend(VLLMBackend):
             return tagged[pid]
         if not plain:
             raise ValueError(
-                f"vllm_servers has no server for policy {pid!r} (entries: {self.cfg.vllm_servers})"
+                f"vllm_servers has no server for policy {pid!r} (entries: {self.cfg.compute.vllm_servers})"
             )
         return plain
 
@@ -497,7 +499,7 @@ class VLLMServerBackend(VLLMBackend):
             self._servers_for(None if lora_rank is not None else pm.pid),
             tokenizer=tokenizer,
             sync_dir=self._tmp,
-            chat_template_kwargs=self.cfg.chat_template_kwargs,
+            chat_template_kwargs=self.cfg.policy.chat_template_kwargs,
         )
         if self.weight_sync.pushes:
             self.check_logprobs(engine, pm, tokenizer, lora=lora_rank is not None)
@@ -547,16 +549,16 @@ def make_backend(
     sync: WeightSync | None = None,
     sharded: bool = False,
 ) -> TransformersBackend | VLLMBackend:
-    """The rollout backend named by ``cfg.backend`` (see the module docstring); ``sharded``:
+    """The rollout backend named by ``cfg.compute.backend`` (see the module docstring); ``sharded``:
     the policies are FSDP-sharded (the transformers backend then generates on them)."""
-    if cfg.backend == "transformers":
+    if cfg.compute.backend == "transformers":
         return TransformersBackend(
             cfg, models, tokenizer, device, roles, role_prefix, copies=False if sharded else None
         )
-    if cfg.backend == "vllm":  # generation in vLLM, weights synced after every update
+    if cfg.compute.backend == "vllm":  # generation in vLLM, weights synced after every update
         return VLLMBackend(cfg, models, tokenizer, device, roles, role_prefix, sync=sync)
-    if cfg.backend == "vllm-server":  # generation on running vLLM servers
+    if cfg.compute.backend == "vllm-server":  # generation on running vLLM servers
         return VLLMServerBackend(cfg, models, tokenizer, device, roles, role_prefix, sync=sync)
     raise ValueError(
-        f"unknown rollout backend {cfg.backend!r}; available: transformers, vllm, vllm-server"
+        f"unknown rollout backend {cfg.compute.backend!r}; available: transformers, vllm, vllm-server"
     )

@@ -35,10 +35,13 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.rollout import derive_seed
 from adapters.rollout.envpool import flush_dead_steps
+
+if TYPE_CHECKING:  # pragma: no cover
+    from adapters.training.config import TrainConfig
 
 __all__ = [
     "ColdStartConfig",
@@ -303,14 +306,14 @@ def fine_tune(
 # the cached cold start of a training run, and --init
 
 
-def _run_view(train_cfg: Any) -> tuple[dict[str, Any], list[dict[str, str]]]:
+def _run_view(train_cfg: TrainConfig) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """The env options and the prompt prefix a resolved TrainConfig's policies see."""
     from adapters.training.backends import prompt_prefix
 
     return dict(train_cfg.env_config), prompt_prefix(train_cfg)
 
 
-def cold_start_key(train_cfg: Any, cfg: ColdStartConfig) -> str:
+def cold_start_key(train_cfg: TrainConfig, cfg: ColdStartConfig) -> str:
     """What identifies a cold start: the model, the setting and the options its prompts depend
     on, the prompt prefix, the chat template arguments and the cold start's own config."""
     import envs
@@ -318,11 +321,11 @@ def cold_start_key(train_cfg: Any, cfg: ColdStartConfig) -> str:
     env_config, prefix = _run_view(train_cfg)
     blob = json.dumps(
         {
-            "model": train_cfg.model,
+            "model": train_cfg.policy.model,
             "env": envs.spec(train_cfg.env).id,
             "env_config": env_config,
             "prefix": prefix,
-            "chat_template_kwargs": train_cfg.chat_template_kwargs,
+            "chat_template_kwargs": train_cfg.policy.chat_template_kwargs,
             "cold_start": asdict(cfg),
             "format": 1,
         },
@@ -332,7 +335,7 @@ def cold_start_key(train_cfg: Any, cfg: ColdStartConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def cold_start_dir(train_cfg: Any, cfg: ColdStartConfig | None = None) -> Path:
+def cold_start_dir(train_cfg: TrainConfig, cfg: ColdStartConfig | None = None) -> Path:
     """Where the cold start of a (resolved) training config is cached."""
     import envs
     from adapters.policies.models import cache_root
@@ -343,7 +346,7 @@ def cold_start_dir(train_cfg: Any, cfg: ColdStartConfig | None = None) -> Path:
 
 
 def make_cold_start(
-    train_cfg: Any,
+    train_cfg: TrainConfig,
     cfg: ColdStartConfig,
     out: str | Path,
     *,
@@ -364,13 +367,13 @@ def make_cold_start(
     if export is not None:
         write_examples(examples, export)
     if model is None:
-        device = resolve_device(train_cfg.device)
-        model = load_base_model(train_cfg.model, device, "float32", cfg.seed)
+        device = resolve_device(train_cfg.compute.device)
+        model = load_base_model(train_cfg.policy.model, device, "float32", cfg.seed)
     base, tokenizer = model
     card = {
         "env": envs.spec(train_cfg.env).id,
         "env_config": env_config,
-        "model": train_cfg.model,
+        "model": train_cfg.policy.model,
         "prompt_prefix": prefix,
         "data_sha256": examples_hash(examples),
         "command": "python -m adapters.sft --env "
@@ -383,22 +386,23 @@ def make_cold_start(
         examples,
         out,
         cfg,
-        chat_template_kwargs=dict(train_cfg.chat_template_kwargs) or None,
+        chat_template_kwargs=dict(train_cfg.policy.chat_template_kwargs) or None,
         card=card,
         max_steps=max_steps,
         progress=progress,
     )
 
 
-def cold_start_of(train_cfg: Any) -> ColdStartConfig:
+def cold_start_of(train_cfg: TrainConfig) -> ColdStartConfig:
     """The :class:`ColdStartConfig` a training config's ``init`` names: ``cold-start`` (every
     role's turns) or ``cold-start:ROLE,...`` (those roles' turns; ``ROLE=N``: of the first N
     episodes), with the defaults otherwise.
 
-    >>> cold_start_of(type("C", (), {"init": "cold-start:tool"})()).roles
+    >>> from adapters.training.config import TrainConfig
+    >>> cold_start_of(TrainConfig(init="cold-start:tool")).roles
     ('tool',)
     """
-    _, _, roles = str(train_cfg.init).partition(":")
+    _, _, roles = str(train_cfg.policy.init).partition(":")
     names = tuple(r.strip() for r in roles.split(",") if r.strip())
     return ColdStartConfig(roles=names or None)
 
@@ -410,7 +414,7 @@ def cold_start_of(train_cfg: Any) -> ColdStartConfig:
 SHIPPED = Path(__file__).resolve().parent / "coldstarts"
 
 
-def shipped_cold_start(train_cfg: Any, cfg: ColdStartConfig) -> Path | None:
+def shipped_cold_start(train_cfg: TrainConfig, cfg: ColdStartConfig) -> Path | None:
     """The shipped cold start made for exactly this configuration, if there is one."""
     import envs
 
@@ -419,7 +423,7 @@ def shipped_cold_start(train_cfg: Any, cfg: ColdStartConfig) -> Path | None:
     return path if (path / CARD).is_file() else None
 
 
-def ensure_cold_start(train_cfg: Any, cfg: ColdStartConfig | None = None) -> Path:
+def ensure_cold_start(train_cfg: TrainConfig, cfg: ColdStartConfig | None = None) -> Path:
     """The cold start of ``train_cfg``: a shipped one made for exactly this configuration, or
     the cached one (made on first use, under a file lock)."""
     from filelock import FileLock
@@ -435,7 +439,7 @@ def ensure_cold_start(train_cfg: Any, cfg: ColdStartConfig | None = None) -> Pat
     with FileLock(str(where) + ".lock"):
         if not (where / CARD).is_file():
             print(
-                f"cold start: fine-tuning {train_cfg.model} on {cfg.episodes} oracle episodes of "
+                f"cold start: fine-tuning {train_cfg.policy.model} on {cfg.episodes} oracle episodes of "
                 f"{train_cfg.env} (once; cached in {where})",
                 flush=True,
             )

@@ -1,6 +1,6 @@
 """Command-line flags for :class:`~adapters.training.config.TrainConfig` (``python -m adapters.train``).
 
-Every field is a flag (``lora_rank`` -> ``--lora-rank``); only flags given on the command line
+Every knob, whatever its section, is a flag (``lora_rank`` -> ``--lora-rank``); only flags given on the command line
 count (defaults are suppressed), so flags override a ``--config`` YAML file key by key
 (:func:`merge_config`; ``env_config`` is merged per key). ``--mode`` and ``--max-turns`` are
 shortcuts for ``--env-config mode=...`` / ``max_turns=...``. Values are parsed as YAML scalars or
@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Collection
-from dataclasses import fields
 from typing import Any, Literal
 
 from adapters.training.advantages import ESTIMATORS
 from adapters.training.config import (
     ConfigError,
     TrainConfig,
-    field_types,
+    flatten,
+    knob_fields,
+    knob_types,
     strip_optional,
     type_ok,
 )
@@ -90,18 +91,18 @@ _FLAG_ALIASES = {"backend": ("--rollout-backend",)}
 
 
 def add_config_arguments(parser: Any, only: Collection[str] | None = None) -> None:
-    """One flag per :class:`TrainConfig` field (defaults suppressed: only given flags count);
-    ``only``: just these fields (and the shortcuts into ``env_config`` when it is among them)."""
+    """One flag per :class:`TrainConfig` knob (defaults suppressed: only given flags count);
+    ``only``: just these knobs (and the shortcuts into ``env_config`` when it is among them)."""
     import argparse
 
-    types = field_types()
-    for f in fields(TrainConfig):
-        name, tp = f.name, types[f.name]
+    types = knob_types()
+    for name, f in knob_fields().items():
+        tp = types[name]
         if name in _NOT_FLAGS or (only is not None and name not in only):
             continue
         flag = "--" + name.replace("_", "-")
         base, _ = strip_optional(tp)
-        help_text = f.metadata.get("help", "")  # the field's one line (config.py)
+        help_text = f.metadata.get("help", "")  # the knob's one line (in its section)
         if name == "algorithm":  # the estimator table's names (advantages.ESTIMATORS)
             help_text = "; ".join(f"{k}: {e.summary}" for k, e in ESTIMATORS.items())
         if name in _MAPPING_FLAGS:
@@ -157,7 +158,7 @@ def add_config_arguments(parser: Any, only: Collection[str] | None = None) -> No
 
 
 def _convert(name: str, text: Any) -> Any:
-    tp = field_types()[name]
+    tp = knob_types()[name]
     base, optional = strip_optional(tp)
     if not isinstance(text, str):
         return text
@@ -186,7 +187,7 @@ def overrides_from_args(args: Any) -> dict[str, Any]:
     """The config values given on the command line (as a dict of field -> value)."""
     given = dict(vars(args))
     out: dict[str, Any] = {}
-    names = {f.name for f in fields(TrainConfig)}
+    names = set(TrainConfig.knob_names())
     env_cfg: dict[str, Any] = {}
     if "env_config" in given:
         env_cfg.update(parse_key_values(given.pop("env_config") or [], "--env-config"))
@@ -205,8 +206,9 @@ def overrides_from_args(args: Any) -> dict[str, Any]:
 
 
 def merge_config(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """YAML values overridden by CLI values; ``env_config`` is merged key by key."""
-    merged = dict(base)
+    """YAML values (by section or flat) overridden by CLI values, as knob name -> value;
+    ``env_config`` is merged key by key."""
+    merged = flatten(base)
     for key, value in overrides.items():
         if key == "env_config" and isinstance(merged.get("env_config"), dict):
             merged["env_config"] = {**merged["env_config"], **value}

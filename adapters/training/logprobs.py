@@ -3,7 +3,7 @@
 * :func:`completion_logprobs` - per-token log-probs of each completion given its prompt, as a
   right-padded (N, C) tensor; differentiable. **Shared-prompt forward**: the K candidates of a
   tree-sampling group share their prompt token for token, and multi-turn prompts are long. With
-  ``share_prompt=True`` (``TrainConfig.share_prompt_forward``, default) each distinct prompt of a
+  ``share_prompt=True`` (``update.share_prompt_forward``, default) each distinct prompt of a
   micro-batch runs through the model once, its KV cache is expanded to its completions, and only
   the completion tokens run per sample. Gradients flow through the shared cache, so the result
   equals a full forward of every sequence (tested against :func:`sequence_logprobs`); the cost

@@ -1,6 +1,6 @@
 """Trainable policies: the models, their LoRA adapters, reference models and optimizers.
 
-Layouts (``TrainConfig.per_role`` / ``role_policies`` / ``per_role_models`` / ``lora_rank``):
+Layouts (the policy section: ``per_role`` / ``role_policies`` / ``per_role_models`` / ``lora_rank``):
 
 * role sharing (default): one model, one LoRA adapter (or full fine-tuning), one optimizer; the
   policy id is ``"shared"`` and every role's samples train it.
@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.rollout import derive_seed
-from adapters.training.config import TrainConfig, UpdateConfig
+from adapters.training.config import TrainConfig
+from adapters.training.sections import PolicyConfig
 
 __all__ = ["SHARED", "PolicyModel", "build_policy_models", "role_policy_map"]
 
@@ -46,6 +47,7 @@ class PolicyModel:
     adapter: str | None = None  # the peft adapter name (LoRA only)
     ref_model: Any = None  # frozen copy for KL terms (full fine-tuning only)
     roles: list[str] = field(default_factory=list)
+    dropout: bool = False  # LoRA dropout is on: the update runs the module in train mode
 
     def activate(self) -> None:
         """Make this policy's adapter the active one (no-op without adapters)."""
@@ -83,7 +85,7 @@ class PolicyModel:
 # models
 
 
-def _lora_config(u: UpdateConfig) -> Any:
+def _lora_config(u: PolicyConfig) -> Any:
     from peft import LoraConfig
 
     target: Any = u.lora_target
@@ -121,17 +123,17 @@ def role_policy_map(cfg: TrainConfig, roles: Sequence[str]) -> dict[str, str]:
     roles; roles it does not name get a policy of their own), else each role to itself
     (``per_role``), else every role to ``"shared"``.
 
-    >>> from adapters.training.config import TrainConfig, UpdateConfig
+    >>> from adapters.training.config import TrainConfig
     >>> cfg = TrainConfig(role_policies={"challenger": "a", "planner": "a", "solver": "b"})
     >>> role_policy_map(cfg, ["challenger", "planner", "solver", "critic"])
     {'challenger': 'a', 'planner': 'a', 'solver': 'b', 'critic': 'critic'}
     """
-    unknown = sorted(set(cfg.role_policies) - set(roles))
+    unknown = sorted(set(cfg.policy.role_policies) - set(roles))
     if unknown:
         raise ValueError(f"role_policies names unknown role(s) {unknown}; roles: {list(roles)}")
-    if cfg.role_policies:
-        return {r: cfg.role_policies.get(r, r) for r in roles}
-    return {r: (r if cfg.per_role else SHARED) for r in roles}
+    if cfg.policy.role_policies:
+        return {r: cfg.policy.role_policies.get(r, r) for r in roles}
+    return {r: (r if cfg.policy.per_role else SHARED) for r in roles}
 
 
 def build_policy_models(
@@ -147,10 +149,10 @@ def build_policy_models(
 
     role_map = role_policy_map(cfg, roles)
     pids = sorted(set(role_map.values()))
-    u = UpdateConfig.of(cfg)
-    lora = u.lora_rank > 0
+    u = cfg.policy.filled()
+    lora = u.lora
     out: dict[str, PolicyModel] = {}
-    separate = len(pids) > 1 and (cfg.per_role_models == "models" or not lora)
+    separate = len(pids) > 1 and (cfg.policy.per_role_models == "models" or not lora)
     if lora and not separate:
         from peft import get_peft_model
 
@@ -188,7 +190,7 @@ def build_policy_models(
                 for p in model.parameters():
                     p.requires_grad_(True)
                 out[pid] = PolicyModel(pid, model, list(model.parameters()))
-        if not lora and u.needs_ref:
+        if not lora and cfg.update.needs_ref:
             ref = copy.deepcopy(base)  # all policies start from the same base: one reference
             ref.eval()
             for p in ref.parameters():
@@ -197,11 +199,12 @@ def build_policy_models(
                 pm.ref_model = ref
     for pid, pm in out.items():
         pm.roles = [r for r in roles if role_map[r] == pid]
+        pm.dropout = lora and u.lora_dropout > 0
         pm.model.eval()
         pm.optimizer = torch.optim.AdamW(
             pm.params,
-            lr=u.lr,
-            weight_decay=u.weight_decay,
+            lr=cfg.update.lr,
+            weight_decay=cfg.update.weight_decay,
             betas=(0.9, 0.999),
         )
     return out

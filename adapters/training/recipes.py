@@ -17,8 +17,9 @@ the user left unset (``None``) from, in order:
 3. the setting's own values under any recipe (its spec's ``train_values``: AT-GRPO's prompt
    length for math and code),
 4. the recipe,
-5. :data:`DEVICE_DEFAULTS` (engineering values that no paper fixes: batch sizes for generation
-   and the update, evaluation size, demonstrations),
+5. the knob's own default, declared once in its section (engineering values that no paper
+   fixes: batch sizes for generation and the update, evaluation size, demonstrations; a knob may
+   declare a smaller CPU value),
 
 and records where each value came from (``TrainConfig.sources``; ``config.yaml`` in the run
 directory carries it as a comment on every line). Values the user sets always win.
@@ -45,10 +46,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.policies.base import EVAL_TEMPERATURE
+from adapters.policies.knobs import declared_default
 from adapters.training.advantages import ESTIMATORS
+from adapters.training.sections import UpdateConfig
 
 __all__ = [
-    "DEVICE_DEFAULTS",
     "RECIPES",
     "Recipe",
     "cpu_instance_options",
@@ -82,7 +84,7 @@ _CPU_COMMON: dict[str, Sourced] = {
     "lora_rank": (8, "CPU scale-down: LoRA rank 8 instead of full fine-tuning"),
     "lora_alpha": (16.0, "CPU scale-down: alpha = 2 x rank"),
     "lora_dropout": (0.0, "CPU scale-down"),
-    "lr": (1e-4, "CPU scale-down: a LoRA learning rate"),
+    "lr": (declared_default(UpdateConfig, "lr"), "CPU scale-down: a LoRA learning rate"),
     "steps": (6, "CPU scale-down"),
     "instances_per_step": (1, "CPU scale-down"),
     "ppo_minibatches": (1, "CPU scale-down: one optimizer step per batch"),
@@ -338,43 +340,6 @@ RECIPES: dict[str, Recipe] = {
 # the model names the CPU setting values (the specs' ``cpu_train_values``) are tuned for: the
 # embedded SmolLM2-135M-Instruct
 EMBEDDED_MODELS = ("smollm2", "smollm2-135m", "smollm2-135m-instruct")
-
-
-# Engineering values no paper fixes: field -> (CPU value, CUDA value, source)
-DEVICE_DEFAULTS: dict[str, tuple[Any, Any, str]] = {
-    "eval_episodes": (
-        32,
-        64,
-        "suite default: validation instances before/after training (fewer without a GPU, where "
-        "the batched evaluation's speed-up is not yet established: benchmarks/eval_throughput.py)",
-    ),
-    "gen_batch_size": (16, 128, "suite default: sequences per generate call"),
-    "micro_batch_size": (8, 16, "suite default: sequences per forward/backward"),
-    "micro_batch_tokens": (2048, 32768, "suite default: padded tokens per forward/backward"),
-    "demos": (
-        0,
-        0,
-        "suite default: no demonstrations (a demonstration's answer is one a constant policy can "
-        "copy for credit; a cold start, --init, gives a small model its start instead)",
-    ),
-    "init": ("none", "none", "suite default: the model as it is"),
-    "keep": ("best", "best", "suite default (unused without tree sampling)"),
-    "keep_n": (1, 1, "suite default"),
-    "keep_scope": ("branch", "branch", "suite default"),
-    "kl_loss_type": ("k3", "k3", "suite default"),
-    "eval_temperature": (EVAL_TEMPERATURE, EVAL_TEMPERATURE, "suite default: greedy validation"),
-    "ppo_minibatches": (1, 1, "suite default: one optimizer step per batch"),
-    "loss_agg": ("token-mean", "token-mean", "suite default: verl's token mean"),
-    "minibatch_size": (0, 0, "suite default: ppo_minibatches sets the optimizer steps"),
-    "max_prompt_tokens": (0, 0, "suite default: no prompt cap"),
-    "entropy_coef": (0.0, 0.0, "suite default"),
-    "mpt_mask_tau": (0.0, 0.0, "suite default: no masking of well-mastered tokens"),
-    "mpt_target_entropy": (0.2, 0.2, "suite default (UloRL's sigma; used when masking is on)"),
-    "role_sampling": ({}, {}, "suite default: the same sampling for every role"),
-    "pipeline": ("none", "none", "suite default: whole trajectories per step"),
-    "segment_tokens": (0, 0, "suite default: no segment rollouts"),
-    "max_segments": (0, 0, "suite default: no segment rollouts"),
-}
 
 
 def recipe_for(env_id: str) -> Recipe:

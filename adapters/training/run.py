@@ -37,7 +37,7 @@ from adapters.rollout import (
 )
 from adapters.training import distributed
 from adapters.training.backends import make_backend
-from adapters.training.config import LoopConfig, TrainConfig
+from adapters.training.config import TrainConfig
 from adapters.training.distributed import DataParallel, DistContext
 from adapters.training.policy_models import PolicyModel, build_policy_models
 
@@ -48,8 +48,7 @@ __all__ = ["Run", "build_run", "make_env_pool"]
 class Run:
     """The collaborators of one training run (see the module docstring)."""
 
-    cfg: TrainConfig  # resolved and frozen
-    loop: LoopConfig  # what the loop reads of cfg
+    cfg: TrainConfig  # resolved: every section's auto knobs set
     dist: DistContext
     out: Path
     device: Any
@@ -66,27 +65,28 @@ class Run:
     role_policy: dict[str, str]
     pool: Any
     engine: RolloutEngine
-    init_dir: str | None = None  # the adapter merged into the base before training (cfg.init)
+    init_dir: str | None = (
+        None  # the adapter merged into the base before training (cfg.policy.init)
+    )
 
 
 def build_run(config: TrainConfig, *, models: Any = None, resume: bool = False) -> Run:
     """Resolve ``config`` and build every collaborator of the run (module docstring).
 
-    ``models``: an optional ``(model, tokenizer)`` to train instead of loading ``config.model``.
+    ``models``: an optional ``(model, tokenizer)`` to train instead of loading ``config.policy.model``.
     ``resume``: the run directory must hold a run (its ``config.yaml``); otherwise it must not.
     """
     import torch
 
     cfg = config.resolved()
     # one rank of a torchrun / accelerate launch, or a single process
-    dist = distributed.setup(cfg.device, cfg.dist_timeout_s)
-    if cfg.output_dir is None:
+    dist = distributed.setup(cfg.compute.device, cfg.compute.dist_timeout_s)
+    if cfg.output.output_dir is None:
         where = dist.broadcast_object(_default_output_dir(cfg))
         cfg = cfg.replace(output_dir=where).resolved()
-    loop = cfg.view(LoopConfig)
-    out = Path(loop.output_dir)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    out = Path(str(cfg.output.output_dir))
+    if cfg.compute.threads:
+        torch.set_num_threads(cfg.compute.threads)
     error = None
     made = not out.exists()
     if dist.is_main:
@@ -99,7 +99,7 @@ def build_run(config: TrainConfig, *, models: Any = None, resume: bool = False) 
         dist.close()
         raise error
     try:
-        return _build(cfg, loop, dist, out, models)
+        return _build(cfg, dist, out, models)
     except BaseException:
         if not resume and dist.is_main:  # no orphan directory holding only config.yaml
             (out / "config.yaml").unlink(missing_ok=True)
@@ -109,7 +109,7 @@ def build_run(config: TrainConfig, *, models: Any = None, resume: bool = False) 
         raise
 
 
-def _build(cfg: TrainConfig, loop: LoopConfig, dist: DistContext, out: Path, models: Any) -> Run:
+def _build(cfg: TrainConfig, dist: DistContext, out: Path, models: Any) -> Run:
     import numpy as np
     import torch
 
@@ -117,33 +117,36 @@ def _build(cfg: TrainConfig, loop: LoopConfig, dist: DistContext, out: Path, mod
     np.random.seed(cfg.seed % 2**32)
     torch.manual_seed(cfg.seed)
     # the base model and its tokenizer
-    device = dist.device(resolve_device(cfg.device))
+    device = dist.device(resolve_device(cfg.compute.device))
     if models is not None:
         base, tokenizer = models
         base.to(device)
     else:
-        base, tokenizer = load_base_model(cfg.model, device, cfg.dtype, cfg.seed)
+        base, tokenizer = load_base_model(cfg.policy.model, device, cfg.policy.dtype, cfg.seed)
     init_dir = None
-    if cfg.init not in (None, "none"):
+    if cfg.policy.init not in (None, "none"):
         base, init_dir = start_from(cfg, base, dist)
     # the setting: roles, run-wide shared objects, demonstrations that fit the token budget
     env_config = dict(cfg.env_config)
     roles = env_roles(cfg.env, env_config)
     shared = create_shared_objects(cfg.env, env_config)
-    rollout = cfg.rollout_config(prompt_seeds=dist.enabled)
     demos = oracle_demos(
         cfg.env,
         {**env_config, **shared},
         roles,
-        loop.demos,
+        cfg.demos,
         cfg.seed,
-        fits=lambda text: len(tokenizer(text)["input_ids"]) < rollout.max_new_tokens,
+        fits=lambda text: len(tokenizer(text)["input_ids"]) < cfg.generation.max_new_tokens,
     )
     # the trainable policies, the policies that generate with them, and the rollout engine
     trained = build_policy_models(cfg, roles, base)
     pad_id = int(tokenizer.pad_token_id)
     dp = distributed.wrap_models(
-        dist, trained, dp_mode=cfg.dp_mode, pad_id=pad_id, share_prompt=cfg.share_prompt_forward
+        dist,
+        trained,
+        dp_mode=cfg.compute.dp_mode,
+        pad_id=pad_id,
+        share_prompt=cfg.update.share_prompt_forward,
     )
     sync = distributed.weight_sync(dist, dp, cfg)
     sharded = getattr(dp, "mode", "") in ("fsdp", "hsdp")  # parallel.SHARDED_MODES
@@ -156,14 +159,15 @@ def _build(cfg: TrainConfig, loop: LoopConfig, dist: DistContext, out: Path, mod
     engine = RolloutEngine(
         cfg.env,
         policies,
-        rollout,
+        cfg.rollout,
+        generation=cfg.generation,
         env_config={**env_config, **shared},
         role_policy=role_policy,
         pool=pool,
+        prompt_seeds=dist.enabled,  # a branch's samples do not depend on its rank's share
     )
     return Run(
         cfg=cfg,
-        loop=loop,
         dist=dist,
         out=out,
         device=device,
@@ -185,16 +189,16 @@ def _build(cfg: TrainConfig, loop: LoopConfig, dist: DistContext, out: Path, mod
 
 
 def start_from(cfg: TrainConfig, base: Any, dist: DistContext) -> tuple[Any, str]:
-    """``base`` with ``cfg.init`` merged into its weights, and the adapter directory merged: the
+    """``base`` with ``cfg.policy.init`` merged into its weights, and the adapter directory merged: the
     setting's shipped or cached oracle cold start (made by rank 0 on first use) or a peft
     adapter directory (:mod:`adapters.training.coldstart`)."""
     from adapters.training.coldstart import apply_init, cold_start_of, ensure_cold_start
 
-    if str(cfg.init).startswith("cold-start"):
+    if str(cfg.policy.init).startswith("cold-start"):
         made = str(ensure_cold_start(cfg, cold_start_of(cfg))) if dist.is_main else None
         where = str(dist.broadcast_object(made))
     else:
-        where = str(cfg.init)
+        where = str(cfg.policy.init)
     return apply_init(base, where), str(Path(where).resolve())
 
 
@@ -219,20 +223,20 @@ def make_env_pool(cfg: TrainConfig) -> Any:
     """Where the envs step: threads in this process, or ``env_workers`` Ray actors (``env_pool:
     ray``) on a local Ray instance, or on the cluster at ``ray_address`` (``ray.init(address=
     ...)``), where each actor reserves one CPU and the actors are spread over the nodes."""
-    if cfg.env_pool == "ray":
+    if cfg.compute.env_pool == "ray":
         from adapters.rollout.ray_pool import RayEnvPool
 
-        if not cfg.ray_address:
-            return RayEnvPool(num_workers=cfg.env_workers)
+        if not cfg.compute.ray_address:
+            return RayEnvPool(num_workers=cfg.compute.env_workers)
         spread = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
         return RayEnvPool(
-            num_workers=cfg.env_workers,
-            init_kwargs={"address": cfg.ray_address},
+            num_workers=cfg.compute.env_workers,
+            init_kwargs={"address": cfg.compute.ray_address},
             actor_options=spread,
         )
-    return LocalEnvPool(workers=cfg.env_workers)
+    return LocalEnvPool(workers=cfg.compute.env_workers)
 
 
 def _default_output_dir(cfg: TrainConfig) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return str(Path("runs") / f"{cfg.env}-{cfg.algorithm}-{stamp}")
+    return str(Path("runs") / f"{cfg.env}-{cfg.update.algorithm}-{stamp}")

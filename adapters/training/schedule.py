@@ -285,11 +285,11 @@ class PipelineRollout:
 
 def make_pipeline(cfg: Any, engine: RolloutEngine) -> PipelineRollout | None:
     """The agent pipeline a resolved config asks for (``pipeline: agent``), else None."""
-    if cfg.pipeline != "agent":
+    if cfg.schedule.pipeline != "agent":
         return None
     segments = None
-    if cfg.segment_tokens:
-        segments = SegmentConfig(cfg.segment_tokens, cfg.max_segments)
+    if cfg.schedule.segment_tokens:
+        segments = SegmentConfig(cfg.schedule.segment_tokens, cfg.schedule.max_segments)
     return PipelineRollout(engine, segments, seed=cfg.seed)
 
 
@@ -304,8 +304,8 @@ def make_schedule(
     stats = (lambda: pipeline.last) if pipeline is not None else None
     schedule = RolloutSchedule(
         lambda step: timed(lambda: rollout(step), timer, stats),
-        cfg.max_staleness,
-        last_step=cfg.steps,
+        cfg.schedule.max_staleness,
+        last_step=cfg.schedule.steps,
     )
     schedule.pipeline = pipeline
     return schedule

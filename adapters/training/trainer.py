@@ -72,7 +72,7 @@ from adapters.evaluation.references import (
 )
 from adapters.rollout import RolloutResult, Sample, derive_seed, episode_specs, write_jsonl
 from adapters.training import checkpoints, distributed
-from adapters.training.config import TrainConfig, UpdateConfig
+from adapters.training.config import TrainConfig
 from adapters.training.metrics import MetricsLogger, NullMetrics, read_jsonl, truncate_file
 from adapters.training.run import Run, build_run
 from adapters.training.schedule import lag_metrics, make_pipeline, make_schedule
@@ -95,9 +95,9 @@ class Trainer:
 
     Args:
         config: the run's :class:`TrainConfig` (auto values are resolved here).
-        models: optional ``(model, tokenizer)`` to train instead of loading ``config.model`` (it is
+        models: optional ``(model, tokenizer)`` to train instead of loading ``config.policy.model`` (it is
             wrapped with LoRA adapters, or copied for per-role separate models).
-        resume: continue from the newest checkpoint in ``config.output_dir``.
+        resume: continue from the newest checkpoint in ``config.output.output_dir``.
         log: where progress lines go (default: print, or ``tqdm.write`` under a progress bar).
     """
 
@@ -131,7 +131,7 @@ class Trainer:
             self.run.cfg, self.rollout, self.run.backend.timer, self.pipeline
         )
         self._keep_schedule = not self.run.dist.enabled and self.schedule.checkpointable()
-        if state is not None and (self.pipeline is not None or self.run.cfg.max_staleness):
+        if state is not None and (self.pipeline is not None or self.run.cfg.schedule.max_staleness):
             saved = checkpoints.load_extra(self.run.out, SCHEDULE_KEY, self.run.shared)
             if saved is not None:
                 self.schedule.load_state_dict(saved)
@@ -192,7 +192,7 @@ class Trainer:
         cfg = self.run.cfg
         specs = episode_specs(
             cfg.env,
-            self.run.loop.instances_per_step,
+            self.run.cfg.schedule.instances_per_step,
             seed=cfg.seed,
             tag=f"train-{step}",
             env_config={**self.run.env_config, **self.run.shared},
@@ -229,27 +229,37 @@ class Trainer:
             update_policy,
         )
 
-        cfg, ucfg = self.run.cfg, UpdateConfig.of(self.run.cfg)
-        roles = cfg.train_roles
+        cfg = self.run.cfg
+        ucfg, off_policy = cfg.update, cfg.schedule.off_policy
+        roles = cfg.policy.train_roles
         reward_only = sum(1 for s in samples if not s.trainable)  # the env marked them
         frozen = sum(1 for s in samples if roles is not None and s.role not in roles)
         samples = [s for s in samples if roles is None or s.role in roles]
-        cap = cfg.max_prompt_tokens  # the recipe's maximum prompt length: skip, count
+        cap = cfg.update.max_prompt_tokens  # the recipe's maximum prompt length: skip, count
         over = sum(1 for s in samples if cap and len(s.prompt_ids) > cap)
         samples = [s for s in samples if not (cap and len(s.prompt_ids) > cap)]
-        items, dropped = make_items(samples, lambda s: cfg.sampling_temperature(s.role))
+        items, dropped = make_items(samples, lambda s: cfg.generation.temperature_of(s.role))
         by_pid: dict[str, list[Any]] = defaultdict(list)
         for it in items:
             by_pid[it.sample.policy_id].append(it)
         pids = self.run.dist.union(by_pid)  # every rank updates the same policies (collectives)
         for pid, its in by_pid.items():
-            prepare_logprobs(ucfg, self.run.models[pid], its, self.run.pad_id)
+            prepare_logprobs(
+                ucfg, self.run.models[pid], its, self.run.pad_id, off_policy=off_policy
+            )
         distributed.advantages(self.run.dist, ucfg, items, compute_advantages)
         per_policy = {  # each policy's statistics, reduced over the ranks
             pid: distributed.reduce_update_stats(
                 self.run.dist,
                 update_policy(
-                    ucfg, self.run.models[pid], by_pid[pid], step, self.run.pad_id, self.run.dp
+                    ucfg,
+                    self.run.models[pid],
+                    by_pid[pid],
+                    step,
+                    self.run.pad_id,
+                    self.run.dp,
+                    seed=cfg.seed,
+                    off_policy=off_policy,
                 ),
             )
             for pid in pids
@@ -263,7 +273,7 @@ class Trainer:
             frozen=frozen,
             over_prompt_limit=over,
             kl=mean_kl_to_ref(items),
-            per_policy_keys=len(pids) > 1 or bool(cfg.per_role or cfg.role_policies),
+            per_policy_keys=len(pids) > 1 or bool(cfg.policy.per_role or cfg.policy.role_policies),
         )
         self.run.backend.sync(pids)
         self.run.dist.barrier()  # shared vLLM servers: nobody generates before rank 0 has pushed
@@ -291,7 +301,7 @@ class Trainer:
         m.update(stats)
         m.update(lag_metrics(result.samples, self.step))  # every trained sample's lag
         m.update(got.stats)  # the pipeline's in-flight count and ages, when it produced it
-        m["lr"] = cfg.lr
+        m["lr"] = cfg.update.lr
         m["time/generation"] = t_gen
         m["time/env"] = max(0.0, t_rollout - t_gen)
         m["time/update"] = t_update  # under torchrun: rank 0's, waiting for the others included
@@ -305,9 +315,9 @@ class Trainer:
             m["throughput/gen_tokens_per_s"] = m.get("completion_tokens", 0.0) / t_gen
         self.metrics.log(step, m)
         self.step = step
-        if step % cfg.save_every == 0 or step == cfg.steps:
+        if step % cfg.output.save_every == 0 or step == cfg.schedule.steps:
             self.save_checkpoint()
-        if cfg.plot_every and step % cfg.plot_every == 0:
+        if cfg.output.plot_every and step % cfg.output.plot_every == 0:
             self.metrics.plot()
         return {"step": step, **m}
 
@@ -315,36 +325,38 @@ class Trainer:
     def evaluate(self, tag: str) -> EvalReport | None:
         """Greedy evaluation on ``eval_split`` (same instances every time); saved as JSON."""
         cfg = self.run.cfg
-        if not cfg.eval_episodes:
+        if not cfg.eval.eval_episodes:
             return None
         if not self.run.dist.is_main:  # rank 0 evaluates, the others wait
             self.run.dist.barrier(long=True)
             return None
-        with self._bar(cfg.eval_episodes, f"eval {tag}", "ep") as bar:
+        with self._bar(cfg.eval.eval_episodes, f"eval {tag}", "ep") as bar:
             report = evaluate(
                 cfg.env,
                 self.run.policies,
-                episodes=cfg.eval_episodes,
+                episodes=cfg.eval.eval_episodes,
                 env_config=self.run.env_config,
                 role_policy=self.run.role_policy,
-                split=cfg.eval_split,
+                split=cfg.eval.eval_split,
                 seed=cfg.seed,
-                temperature=self.run.loop.eval_temperature,
-                max_new_tokens=self.run.engine.config.max_new_tokens,
+                temperature=self.run.cfg.eval.eval_temperature,
+                max_new_tokens=self.run.engine.generation.max_new_tokens,
                 instance=cfg.instance,
                 on_episode=lambda _e: bar.update(1),
                 on_wave=lambda w, live: bar.set_postfix_str(f"wave {w + 1}, {live} live"),
             )
-        if cfg.eval_dataset:  # full passes over separate benchmarks (adapters.evaluation.passes)
+        if (
+            cfg.eval.eval_dataset
+        ):  # full passes over separate benchmarks (adapters.evaluation.passes)
             scores = evaluate_datasets(
                 cfg.env,
                 self.run.policies,
                 self.run.role_policy,
-                cfg.eval_dataset,
+                cfg.eval.eval_dataset,
                 env_config=self.run.env_config,
                 seed=cfg.seed,
-                temperature=self.run.loop.eval_temperature,
-                max_new_tokens=self.run.engine.config.max_new_tokens,
+                temperature=self.run.cfg.eval.eval_temperature,
+                max_new_tokens=self.run.engine.generation.max_new_tokens,
                 out=self.run.out / f"eval_datasets_{tag}.json",
             )
             self.log(f"{tag}: pass@1 " + "  ".join(f"{k} {v:.3f}" for k, v in scores.items()))
@@ -363,7 +375,7 @@ class Trainer:
         in ``eval_references.json``; name -> report dict."""
         cfg = self.run.cfg
         path = self.run.out / "eval_references.json"
-        if not cfg.eval_episodes or not self.run.dist.is_main:
+        if not cfg.eval.eval_episodes or not self.run.dist.is_main:
             return {}
         if path.exists():
             return dict(json.loads(path.read_text()))
@@ -372,11 +384,11 @@ class Trainer:
             self.run.roles,
             self.run.demos,
             oracle_constants(cfg.env, self.run.env_config, cfg.seed),
-            episodes=cfg.eval_episodes,
+            episodes=cfg.eval.eval_episodes,
             env_config=self.run.env_config,
-            split=cfg.eval_split,
+            split=cfg.eval.eval_split,
             seed=cfg.seed,
-            max_new_tokens=cfg.max_new_tokens,
+            max_new_tokens=cfg.generation.max_new_tokens,
             instance=cfg.instance,
         )
         for name, r in reports.items():
@@ -397,7 +409,7 @@ class Trainer:
             total=total,
             desc=desc,
             unit=unit,
-            disable=not self.run.cfg.progress or not self.run.dist.is_main,
+            disable=not self.run.cfg.output.progress or not self.run.dist.is_main,
             file=sys.stderr,
             dynamic_ncols=True,
             smoothing=0,
@@ -443,13 +455,17 @@ class Trainer:
         ``steps = 0`` evaluates the initial policies once (``eval_before.json`` and the
         references) and trains nothing; it says so."""
         cfg = self.run.cfg
-        steps = self.run.loop.steps
+        steps = self.run.cfg.schedule.steps
         t_start = time.perf_counter()
         train_seconds = 0.0
         before_path = self.run.out / "eval_before.json"
         before = None
-        if self.run.dist.broadcast_object(bool(cfg.eval_episodes) and not before_path.exists()):
-            self.log(f"evaluating before training ({cfg.eval_episodes} {cfg.eval_split} episodes)")
+        if self.run.dist.broadcast_object(
+            bool(cfg.eval.eval_episodes) and not before_path.exists()
+        ):
+            self.log(
+                f"evaluating before training ({cfg.eval.eval_episodes} {cfg.eval.eval_split} episodes)"
+            )
             before = self.evaluate("before")
             if before is not None:
                 self.log(before.table())
@@ -459,7 +475,7 @@ class Trainer:
         if steps == 0:  # an evaluation only
             self.log(
                 "--steps 0: nothing was trained; the evaluation above is of the initial policies"
-                if cfg.eval_episodes
+                if cfg.eval.eval_episodes
                 else "--steps 0 and --eval-episodes 0: nothing to train or evaluate"
             )
             self._write_viewer()
@@ -477,7 +493,11 @@ class Trainer:
                     f"success {m.get('success_rate', 0.0):.2f}"
                 )
                 self.log(self.format_step(m))
-                if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < steps:
+                if (
+                    cfg.eval.eval_every
+                    and self.step % cfg.eval.eval_every == 0
+                    and self.step < steps
+                ):
                     rep = self.evaluate(f"step{self.step:06d}")
                     if rep is not None:
                         self.log(rep.table())
@@ -485,13 +505,15 @@ class Trainer:
             self._on_wave = None
             bar.close()
         after = None
-        if cfg.eval_episodes:
-            self.log(f"evaluating after training ({cfg.eval_episodes} {cfg.eval_split} episodes)")
+        if cfg.eval.eval_episodes:
+            self.log(
+                f"evaluating after training ({cfg.eval.eval_episodes} {cfg.eval.eval_split} episodes)"
+            )
             after = self.evaluate("after")
             if after is not None:
                 self.log(after.table())
         self.metrics.plot()
-        if cfg.save_final:
+        if cfg.output.save_final:
             self.export(self.run.out / "final")
         total = time.perf_counter() - t_start
         self.log(
@@ -515,7 +537,7 @@ class Trainer:
     def _write_viewer(self) -> None:
         """The episode viewer of the run's evaluations (``episodes.html``,
         :mod:`adapters.evaluation.viewer`); a failure is logged, never raised."""
-        if not self.run.cfg.eval_episodes or not self.run.dist.is_main:
+        if not self.run.cfg.eval.eval_episodes or not self.run.dist.is_main:
             return
         from adapters.evaluation.viewer import AUTO_BUDGET_S, write_viewer
 
@@ -531,7 +553,7 @@ class Trainer:
             f"{r} {m[f'reward/{r}']:.3f}" for r in self.run.roles if f"reward/{r}" in m
         )
         return (
-            f"step {m['step']}/{self.run.cfg.steps}  reward {m.get('reward/mean', 0.0):.3f} ({roles})"
+            f"step {m['step']}/{self.run.cfg.schedule.steps}  reward {m.get('reward/mean', 0.0):.3f} ({roles})"
             f"  success {m.get('success_rate', 0.0):.2f}  team {m.get('team_reward', 0.0):.3f}"
             f"  loss {m.get('loss', 0.0):+.4f}  trained {int(m.get('samples_trained', 0))}"
             f"/{int(m.get('samples', 0))}  gen {m['time/generation']:.1f}s"
@@ -550,7 +572,7 @@ class Trainer:
             else self.run.shared,
             trajectories_bytes=self.traj_path.stat().st_size if self.traj_path.exists() else 0,
             metrics_bytes=self.metrics.offset,
-            keep=self.run.cfg.keep_checkpoints,
+            keep=self.run.cfg.output.keep_checkpoints,
             ranks=self.run.dist,
             dp=self.run.dp,
         )

@@ -1,11 +1,13 @@
 """The policy update: advantages for a step's samples, then PPO-clip epochs per policy.
 
-Advantages (``TrainConfig.algorithm``): :func:`compute_advantages` calls the estimator that
+Advantages (``update.algorithm``): :func:`compute_advantages` calls the estimator that
 :data:`~adapters.training.advantages.ESTIMATORS` names (``at-grpo`` / ``grpo``: group advantages
 over the rollout group key, AT-GRPO Eq. 1; ``reinforce++``: token returns with the KL reward
 ``kl_reward_coef``, whitened over each policy's batch, CoMAS Eqs. 9-10; ``tr-reinforce++``:
 whitening per role, one value per sample, MAE/SAGE Eq. 1; ``tr-reinforce++-token``: REINFORCE++
-returns whitened over each role's tokens). The update reads a :class:`UpdateConfig`.
+returns whitened over each role's tokens). The update reads the update section
+(:class:`~adapters.training.sections.UpdateConfig`), the run seed and whether the samples may be
+off-policy.
 
 Loss (:func:`update_policy`): :func:`~adapters.training.losses.ppo_clip_loss` aggregated by
 ``loss_agg`` (token mean by default; the AT-GRPO recipe uses ``"group-mean"``, Eq. 3: each sample
@@ -27,7 +29,8 @@ log-probs from :mod:`adapters.training.logprobs`.
 
 Asynchronous rollouts (``max_staleness > 0``) and segment rollouts (``segment_tokens > 0``,
 :mod:`adapters.training.schedule`): the samples' tokens may come from policies several versions
-old (:attr:`UpdateConfig.off_policy`). :func:`prepare_logprobs` then keeps the sampler's
+old (``off_policy``, :attr:`~adapters.training.sections.ScheduleConfig.off_policy`).
+:func:`prepare_logprobs` then keeps the sampler's
 log-probs as the behaviour log-probs and recomputes the old log-probs with the policy as it is
 before this update; the PPO ratio is taken against those, and each token's clipped surrogate is
 weighted by ``min(pi_old / pi_behav, rollout_is_cap)``
@@ -54,7 +57,6 @@ import torch
 from adapters.rollout import derive_seed
 from adapters.training.advantages import ESTIMATORS, _reference
 from adapters.training.batch import TrainItem
-from adapters.training.config import TrainConfig, UpdateConfig
 from adapters.training.distributed import SINGLE, DataParallel
 from adapters.training.logprobs import (
     batch_entropy,
@@ -72,6 +74,7 @@ from adapters.training.losses import (
     truncated_is_weights,
 )
 from adapters.training.masking import length_mask, masked_mean, pad_rows, without_mastered_positives
+from adapters.training.sections import UpdateConfig
 
 __all__ = ["compute_advantages", "mean_kl_to_ref", "prepare_logprobs", "update_policy"]
 
@@ -88,17 +91,27 @@ def precision(cfg: UpdateConfig, model: Any) -> Any:
     return torch.autocast(dev.type, dtype=torch.bfloat16)
 
 
-def prepare_logprobs(cfg: UpdateConfig, pm: Any, items: Sequence[TrainItem], pad_id: int) -> None:
+def prepare_logprobs(
+    cfg: UpdateConfig,
+    pm: Any,
+    items: Sequence[TrainItem],
+    pad_id: int,
+    *,
+    off_policy: bool = False,
+) -> None:
     """Before one policy's update: recompute its items' old log-probs (``old_logprobs:
-    recompute``) and score them under the reference model when the update needs it
+    recompute``, or ``off_policy`` samples: their sampler's log-probs become the behaviour
+    log-probs) and score them under the reference model when the update needs it
     (:attr:`UpdateConfig.needs_ref`)."""
+    cfg = cfg.filled()
     with precision(cfg, pm.model):
-        _prepare_logprobs(cfg, pm, items, pad_id)
+        _prepare_logprobs(cfg, pm, items, pad_id, off_policy)
 
 
-def _prepare_logprobs(cfg: UpdateConfig, pm: Any, items: Sequence[TrainItem], pad_id: int) -> None:
+def _prepare_logprobs(
+    cfg: UpdateConfig, pm: Any, items: Sequence[TrainItem], pad_id: int, stale: bool
+) -> None:
     pm.activate()
-    stale = cfg.off_policy  # keep the behaviour log-probs, recompute pi_old
     if cfg.old_logprobs == "recompute" or stale:
         for it, lp in zip(items, batch_logprobs(pm.model, items, cfg, pad_id)):
             if stale:
@@ -111,32 +124,37 @@ def _prepare_logprobs(cfg: UpdateConfig, pm: Any, items: Sequence[TrainItem], pa
             it.ref_logprobs = lp
 
 
-def compute_advantages(cfg: UpdateConfig | TrainConfig, items: Sequence[TrainItem]) -> None:
+def compute_advantages(cfg: UpdateConfig, items: Sequence[TrainItem]) -> None:
     """Fill ``item.advantages`` (per token) and ``item.sample.advantage`` (their mean) with the
     estimator :data:`~adapters.training.advantages.ESTIMATORS` names for ``cfg.algorithm``."""
     if not items:
         return
-    ucfg = UpdateConfig.of(cfg)
+    ucfg = cfg.filled()
     for it, adv in zip(items, ESTIMATORS[ucfg.algorithm].fn(items, ucfg)):
         it.advantages = adv
         it.sample.advantage = float(adv.mean()) if len(adv) else 0.0
 
 
 def update_policy(
-    cfg: UpdateConfig | TrainConfig,
+    cfg: UpdateConfig,
     pm: Any,
     items: Sequence[TrainItem],
     step: int,
     pad_id: int,
     dp: DataParallel | None = None,
+    *,
+    seed: int = 0,
+    off_policy: bool = False,
 ) -> dict[str, float]:
     """PPO-clip epochs over one policy's items; returns statistics (loss, clip frac, ...).
 
     ``dp`` (:mod:`adapters.training.distributed`) makes this one rank of a data-parallel update:
-    ``items`` are this rank's share, and the statistics are this rank's parts of the sums."""
-    ucfg = UpdateConfig.of(cfg)
+    ``items`` are this rank's share, and the statistics are this rank's parts of the sums.
+    ``seed`` (the run's) orders the minibatches; ``off_policy``: the samples may come from older
+    policies (weights from the behaviour log-probs, module docstring)."""
+    ucfg = cfg.filled()
     with precision(ucfg, pm.model):
-        return _update_policy(ucfg, pm, items, step, pad_id, dp or SINGLE)
+        return _update_policy(ucfg, pm, items, step, pad_id, dp or SINGLE, seed, off_policy)
 
 
 def _update_policy(
@@ -146,6 +164,8 @@ def _update_policy(
     step: int,
     pad_id: int,
     dp: DataParallel,
+    seed: int,
+    off_policy: bool,
 ) -> dict[str, float]:
     kl_coef = cfg.kl_loss_coef
     ent_coef = cfg.entropy_coef
@@ -173,7 +193,7 @@ def _update_policy(
     if not dp.total(len(items)):
         return dict(stats)
     pm.activate()
-    pm.model.train(cfg.lora_dropout > 0)
+    pm.model.train(pm.dropout)
     dev = next(pm.model.parameters()).device
     n_updates = 0
     weight_sum = 0.0
@@ -192,7 +212,7 @@ def _update_policy(
             )
             gm_scale = n_nominal / max(1.0, dp.total(n_groups))
         for epoch in range(cfg.ppo_epochs):
-            rng = random.Random(derive_seed(cfg.seed, "minibatch", step, pm.pid, epoch))
+            rng = random.Random(derive_seed(seed, "minibatch", step, pm.pid, epoch))
             for mb in dp.minibatches(items, size, rng):
                 token_mean = loss_agg == "token-mean"
                 denom = dp.total(
@@ -241,7 +261,7 @@ def _update_policy(
                         masked_frac = float(dropped.sum() / mask.sum())
                     wts = torch.tensor([eq3[id(it)] for it in micro], device=dev)
                     is_w = None
-                    if cfg.off_policy:  # the off-policy correction (module docstring)
+                    if off_policy:  # the off-policy correction (module docstring)
                         behav = [_behaviour(it) for it in micro]
                         is_w = truncated_is_weights(
                             old, pad_rows(behav, width).to(dev), mask, cfg.rollout_is_cap

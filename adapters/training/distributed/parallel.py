@@ -364,6 +364,6 @@ def weight_sync(ctx: DistContext, dp: DataParallel, cfg: Any) -> WeightSync:
     from adapters.training.backends import WeightSync
 
     return WeightSync(
-        pushes=ctx.is_main or cfg.backend != "vllm-server",
+        pushes=ctx.is_main or cfg.compute.backend != "vllm-server",
         full_state=lambda pm: full_state_dict(dp, pm),
     )

@@ -106,7 +106,7 @@ def test_a_training_step_with_the_merged_copy_and_a_bfloat16_update(tmp_path):
         lr=5e-2,
     )
     tr = Trainer(cfg, models=char_models(seed=3), log=lambda s: None)
-    assert tr.cfg.old_logprobs == "recompute" and tr.run.backend.copies
+    assert tr.cfg.update.old_logprobs == "recompute" and tr.run.backend.copies
     copy = tr.run.backend.copies["shared"]
     before = {k: v.clone() for k, v in copy.model.state_dict().items()}
     result = tr.rollout(1)

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from adapters.policies import ScriptedPolicy
+from adapters.policies import GenerationConfig, ScriptedPolicy
 from adapters.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
 from adapters.rollout.pipeline import AgentPipeline
 from adapters.rollout.segments import SegmentConfig
@@ -113,10 +113,9 @@ def _char_pipeline(seed: int = 2):
 
     model, tok = make_char_model(seed=seed, eos_bias=2.5)
     policy = TransformersPolicy(model, tok, device="cpu", batch_size=8, name="char")
-    cfg = RolloutConfig(
-        candidates=2, keep="adaptive", keep_n=2, keep_scope="instance", max_new_tokens=12
-    )
-    engine = RolloutEngine(ENV, policy, cfg, env_config={"max_steps": 5})
+    cfg = RolloutConfig(candidates=2, keep="adaptive", keep_n=2, keep_scope="instance")
+    gen = GenerationConfig(max_new_tokens=12)
+    engine = RolloutEngine(ENV, policy, cfg, generation=gen, env_config={"max_steps": 5})
     return engine, AgentPipeline(engine, segments=SegmentConfig(4, 3))
 
 

@@ -15,9 +15,10 @@ pytest.importorskip("peft")
 
 from adapters.rollout import Sample  # noqa: E402
 from adapters.training.batch import TrainItem  # noqa: E402
-from adapters.training.config import ConfigError, TrainConfig, UpdateConfig  # noqa: E402
+from adapters.training.config import ConfigError, TrainConfig  # noqa: E402
 from adapters.training.logprobs import completion_logprobs  # noqa: E402
 from adapters.training.losses import ppo_clip_loss, truncated_is_weights  # noqa: E402
+from adapters.training.sections import ScheduleConfig, UpdateConfig  # noqa: E402
 from adapters.training.trainer import Trainer  # noqa: E402
 from adapters.training.update import prepare_logprobs, update_policy  # noqa: E402
 
@@ -74,7 +75,7 @@ def test_staleness_zero_is_the_synchronous_loop(tmp_path):
             result = plain.rollout(step)  # plain's weights: n0's before this step's update
             with torch.no_grad():
                 for r in rows:
-                    temp = plain.cfg.sampling_temperature(r["role"])
+                    temp = plain.cfg.generation.temperature_of(r["role"])
                     lp = completion_logprobs(model, [r["prompt_ids"]], [r["completion_ids"]],
                                              pad_id=pad, temperature=temp)[0]  # fmt: skip
                     assert torch.allclose(lp, torch.tensor(r["logprobs"]), atol=1e-4), step
@@ -148,8 +149,9 @@ def test_the_update_weights_tokens_by_the_recorded_behaviour_logprobs(tmp_path, 
         models = build_policy_models(tr_cfg, ["r"], pair[0])
         pm = models["shared"]
         items = _items((pm.model, pair[1]), shift=1.0)
-        ucfg = UpdateConfig(lr=1e-9, max_staleness=n, rollout_is_cap=cap, old_logprobs="rollout")
-        prepare_logprobs(ucfg, pm, items, pair[1].pad_token_id)
+        ucfg = UpdateConfig(lr=1e-9, rollout_is_cap=cap, old_logprobs="rollout")
+        stale = ScheduleConfig(max_staleness=n).off_policy
+        prepare_logprobs(ucfg, pm, items, pair[1].pad_token_id, off_policy=stale)
         if n:
             for it in items:  # kept as generated; pi_old recomputed
                 assert it.behav_logprobs.tolist() == it.sample.logprobs
@@ -157,7 +159,7 @@ def test_the_update_weights_tokens_by_the_recorded_behaviour_logprobs(tmp_path, 
         else:
             for it in items:
                 it.old_logprobs = it.old_logprobs + 1.0  # the same ratio 1 as the stale case
-        st = update_policy(ucfg, pm, items, 1, pair[1].pad_token_id)
+        st = update_policy(ucfg, pm, items, 1, pair[1].pad_token_id, off_policy=stale)
         losses[n] = st["pg_loss"]
         if n:
             assert st["is_weight_mean"] == pytest.approx(weight, rel=1e-4)
@@ -180,9 +182,9 @@ def test_pipeline_agent_trains_marsrl_in_stages_and_logs_lags(tmp_path):
 
 
 def test_pipeline_config():
-    assert TrainConfig(env="marsrl").resolved(cuda=True).pipeline == "agent"  # MarsRL 3.3
-    assert TrainConfig(env="marsrl").resolved(cuda=False).pipeline == "none"
-    assert TrainConfig(env="sokoban").resolved(cuda=True).pipeline == "none"
+    assert TrainConfig(env="marsrl").resolved(cuda=True).schedule.pipeline == "agent"  # MarsRL 3.3
+    assert TrainConfig(env="marsrl").resolved(cuda=False).schedule.pipeline == "none"
+    assert TrainConfig(env="sokoban").resolved(cuda=True).schedule.pipeline == "none"
     with pytest.raises(ConfigError, match="together"):
         TrainConfig(pipeline="agent", segment_tokens=8)
     with pytest.raises(ConfigError, match="pipeline agent"):
@@ -192,7 +194,12 @@ def test_pipeline_config():
 def test_marsrl_cuda_recipe_turns_segments_on_section_4():
     # MarsRL 4: 64k response tokens in at most 4 segments of 16k (UloRL 2.3's segment rollout)
     c = TrainConfig(env="marsrl").resolved(cuda=True)
-    assert (c.pipeline, c.segment_tokens, c.max_segments, c.max_new_tokens) == (
+    assert (
+        c.schedule.pipeline,
+        c.schedule.segment_tokens,
+        c.schedule.max_segments,
+        c.generation.max_new_tokens,
+    ) == (
         "agent",
         16384,
         4,
@@ -200,13 +207,21 @@ def test_marsrl_cuda_recipe_turns_segments_on_section_4():
     )
     assert "MarsRL §4" in c.sources["segment_tokens"]
     cpu = TrainConfig(env="marsrl").resolved(cuda=False)  # whole trajectories: no segments
-    assert (cpu.pipeline, cpu.segment_tokens, cpu.max_segments) == ("none", 0, 0)
+    assert (cpu.schedule.pipeline, cpu.schedule.segment_tokens, cpu.schedule.max_segments) == (
+        "none",
+        0,
+        0,
+    )
     off = TrainConfig(env="marsrl", pipeline="none").resolved(cuda=True)
-    assert (off.segment_tokens, off.max_segments) == (0, 0)
+    assert (off.schedule.segment_tokens, off.schedule.max_segments) == (0, 0)
     assert off.sources["segment_tokens"] == "off without --pipeline agent"
     zero = TrainConfig(env="marsrl", segment_tokens=0).resolved(cuda=True)
-    assert (zero.pipeline, zero.segment_tokens, zero.max_segments) == ("agent", 0, 0)
-    assert TrainConfig(env="sokoban").resolved(cuda=True).segment_tokens == 0
+    assert (zero.schedule.pipeline, zero.schedule.segment_tokens, zero.schedule.max_segments) == (
+        "agent",
+        0,
+        0,
+    )
+    assert TrainConfig(env="sokoban").resolved(cuda=True).schedule.segment_tokens == 0
 
 
 def test_segments_in_the_pipeline_lag_by_the_steps_a_completion_spans(tmp_path):

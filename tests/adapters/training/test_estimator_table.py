@@ -50,9 +50,9 @@ def test_the_table_decides_choices_sampling_reference_and_scope(toy):
     with pytest.raises(ConfigError, match="algorithm"):
         TrainConfig(algorithm="toy-not-registered")
     cfg = TrainConfig(algorithm=toy).resolved(cuda=False)
-    assert cfg.sampling == "parallel" and cfg.sources["sampling"] == "follows algorithm toy"
+    assert cfg.rollout.sampling == "parallel" and cfg.sources["sampling"] == "follows algorithm toy"
     cli, _ = config_from_argv(["--algorithm", toy])
-    assert cli.algorithm == toy
+    assert cli.update.algorithm == toy
     with pytest.raises(ConfigError, match="no KL reward"):
         TrainConfig(algorithm=toy, kl_reward_coef=0.1).resolved(cuda=False)
     # the reference model: a KL reward needs it only for estimators that read one
@@ -68,7 +68,7 @@ def test_a_registered_estimator_trains_one_step(tmp_path, toy):
         models=char_models(0),
         log=lambda s: None,
     )
-    assert tr.cfg.sampling == "parallel"
+    assert tr.cfg.rollout.sampling == "parallel"
     samples = tr.rollout(1).samples
     rewards = [float(i % 3) for i in range(len(samples))]  # 0, 1, 2, 0, 1, ...
     for s, r in zip(samples, rewards):

@@ -89,9 +89,9 @@ def test_update_masks_exactly_the_positive_tokens_when_every_token_qualifies(tmp
 
     from ..conftest import char_models, tiny_train_config
 
-    assert TrainConfig(env="marsrl").resolved(cuda=False).mpt_mask_tau == 0.99
-    assert TrainConfig(env="marsrl").resolved(cuda=True).mpt_target_entropy == 0.2
-    assert TrainConfig(env="sokoban").resolved(cuda=False).mpt_mask_tau == 0.0
+    assert TrainConfig(env="marsrl").resolved(cuda=False).update.mpt_mask_tau == 0.99
+    assert TrainConfig(env="marsrl").resolved(cuda=True).update.mpt_target_entropy == 0.2
+    assert TrainConfig(env="sokoban").resolved(cuda=False).update.mpt_mask_tau == 0.0
     cfg = tiny_train_config(
         tmp_path, steps=1, candidates=4, mpt_mask_tau=1e-12, mpt_target_entropy=1e9
     )

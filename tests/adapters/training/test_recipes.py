@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import envs
-from adapters.policies import ScriptedPolicy
+from adapters.policies import GenerationConfig, ScriptedPolicy
 from adapters.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, Sample
 from adapters.training.config import ConfigError, TrainConfig
 from adapters.training.recipes import RECIPES, recipe_for
@@ -55,7 +55,7 @@ PAPER_VALUES = [
 @pytest.mark.parametrize(("env", "name", "value"), PAPER_VALUES)
 def test_each_setting_defaults_to_its_papers_recipe_on_cuda(env, name, value):
     cfg = TrainConfig(env=env).resolved(cuda=True)
-    assert getattr(cfg, name) == value
+    assert cfg.get(name) == value
     assert cfg.sources[name].startswith(f"recipe {cfg.recipe}:")
 
 
@@ -70,12 +70,13 @@ def test_every_registered_setting_has_a_recipe_and_every_recipe_cites_its_paper(
 def test_sage_critic_samples_at_its_own_temperature():
     """SAGE Table 4: challenger/planner/solver 0.6, critic 0.1; log-probs are scored at each."""
     cfg = TrainConfig(env="sage").resolved(cuda=True)
-    assert cfg.role_sampling == {"critic": {"temperature": 0.1}}
-    assert cfg.sampling_temperature("critic") == 0.1 and cfg.sampling_temperature("solver") == 0.6
-    rc = RolloutConfig(temperature=0.6, role_sampling=cfg.role_sampling)
-    assert rc.sampling_params("critic", 1, 0).temperature == 0.1
+    assert cfg.generation.role_sampling == {"critic": {"temperature": 0.1}}
+    gen = cfg.generation
+    assert gen.temperature_of("critic") == 0.1 and gen.temperature_of("solver") == 0.6
+    rc = GenerationConfig(temperature=0.6, role_sampling=cfg.generation.role_sampling)
+    assert rc.params("critic", 1, 0).temperature == 0.1
     user = TrainConfig(env="sage", role_sampling={"critic": {"top_p": 0.9}}).resolved(cuda=True)
-    assert user.role_sampling == {"critic": {"temperature": 0.1, "top_p": 0.9}}  # merged
+    assert user.generation.role_sampling == {"critic": {"temperature": 0.1, "top_p": 0.9}}  # merged
 
 
 def test_cpu_scale_down_keeps_every_protocol():
@@ -86,15 +87,15 @@ def test_cpu_scale_down_keeps_every_protocol():
         gpu = TrainConfig(env=env_id).resolved(cuda=True)
         horizon = [envs.make(env_id, **c.env_config).unwrapped.config.max_turns for c in (cpu, gpu)]
         assert horizon[0] == horizon[1], env_id
-        assert cpu.algorithm == gpu.algorithm
-        assert cpu.lora_rank == 8 and cpu.steps == 6
+        assert cpu.update.algorithm == gpu.update.algorithm
+        assert cpu.policy.lora_rank == 8 and cpu.schedule.steps == 6
     marsrl = TrainConfig(env="marsrl").resolved(cuda=False)
     assert "max_steps" not in marsrl.env_config  # the setting's own 5 (MarsRL 3.2) applies
     assert envs.make("marsrl", **marsrl.env_config).unwrapped.config.max_steps == 5
-    assert (marsrl.keep, marsrl.keep_n) == ("adaptive", 2)
+    assert (marsrl.rollout.keep, marsrl.rollout.keep_n) == ("adaptive", 2)
     comas = TrainConfig(env="comas").resolved(cuda=False)
     assert comas.env_config["num_agents"] == 2  # the paper's l = 2 ablation, m = 2 l rounds
-    assert comas.per_role is True
+    assert comas.policy.per_role is True
 
 
 def test_run_header_names_every_cpu_scaled_value():
@@ -126,14 +127,14 @@ def test_cpu_math_answers_fit_the_cpu_token_budget():
         assert len(raw.instance.question) < 80, raw.instance.question  # "Calculate 37 * 56."
         for role in ("reasoner", "tool"):
             longest = max(longest, len(tok(raw.oracle(role))["input_ids"]))
-    assert longest <= cfg.max_new_tokens == 48
+    assert longest <= cfg.generation.max_new_tokens == 48
 
 
 def test_recipe_flag_help_and_saved_sources(tmp_path, capsys):
     from adapters.train import build_parser, config_from_argv
 
     cfg, _ = config_from_argv(["--env", "sokoban", "--recipe", "at-grpo-per-role"])
-    assert cfg.resolved(cuda=True).per_role is True
+    assert cfg.resolved(cuda=True).policy.per_role is True
     with pytest.raises(ConfigError, match=r"unknown recipe 'marsr'.*did you mean 'marsrl'"):
         TrainConfig(recipe="marsr")
     help_text = build_parser().format_help()
@@ -145,7 +146,7 @@ def test_recipe_flag_help_and_saved_sources(tmp_path, capsys):
     assert "keep: adaptive  # recipe marsrl: MarsRL §3.4" in text
     assert "lr: 3.0e-06  # user" in text
     assert "env_config: {}" in text  # no recipe restates a setting option
-    assert TrainConfig.load(tmp_path / "config.yaml").resolved(cuda=True).lr == 3e-6
+    assert TrainConfig.load(tmp_path / "config.yaml").resolved(cuda=True).update.lr == 3e-6
 
 
 def test_tr_reinforce_per_sample_refuses_a_token_kl_reward():
@@ -186,7 +187,7 @@ def test_equally_good_comas_solutions_get_equal_rewards_and_zero_advantages():
     assert len(first_solutions) == 4
     assert len({s.reward for s in first_solutions}) == 1
     items, _ = make_items(_with_tokens(first_solutions))
-    compute_advantages(TrainConfig(algorithm="grpo"), items)
+    compute_advantages(TrainConfig(algorithm="grpo").update, items)
     assert [it.sample.advantage for it in items] == [0.0] * 4
 
 
@@ -381,9 +382,11 @@ def test_sage_table_4_lora_dropout_reads_the_printed_095_as_005():
     scaled up 20x), which no LoRA recipe does. The recipe uses 0.05 and says why; the printed
     value stays one flag away."""
     cfg = TrainConfig(env="sage").resolved(cuda=True)
-    assert cfg.lora_dropout == 0.05
+    assert cfg.policy.lora_dropout == 0.05
     assert "0.95" in cfg.sources["lora_dropout"] and "typo" in cfg.sources["lora_dropout"]
-    assert TrainConfig(env="sage", lora_dropout=0.95).resolved(cuda=True).lora_dropout == 0.95
+    assert (
+        TrainConfig(env="sage", lora_dropout=0.95).resolved(cuda=True).policy.lora_dropout == 0.95
+    )
 
 
 PROMPT_CAPS = [
@@ -401,7 +404,7 @@ PROMPT_CAPS = [
 @pytest.mark.parametrize(("env", "cap"), PROMPT_CAPS)
 def test_recipes_carry_the_papers_maximum_prompt_length(env, cap):
     cfg = TrainConfig(env=env).resolved(cuda=True)
-    assert cfg.max_prompt_tokens == cap
+    assert cfg.update.max_prompt_tokens == cap
     assert cfg.sources["max_prompt_tokens"].startswith(("recipe", f"setting {cfg.env}"))
 
 

@@ -28,7 +28,7 @@ SHIPPED_DIRS = sorted(p for p in SHIPPED.iterdir() if (p / CARD).is_file())
 def _run_config(card: dict) -> TrainConfig:
     """The default CPU run of the card's setting (the run whose cold start it is)."""
     cfg = TrainConfig(env=card["env"]).resolved(cuda=False)
-    assert cfg.init.startswith("cold-start"), cfg.init
+    assert cfg.policy.init.startswith("cold-start"), cfg.policy.init
     return cfg
 
 
@@ -46,7 +46,7 @@ def test_the_default_run_finds_it_and_its_data_is_the_oracles(where: Path):
     assert (card["env_config"], card["prompt_prefix"], card["model"]) == (
         env_config,
         prefix,
-        cfg.model,
+        cfg.policy.model,
     )
     examples = oracle_examples(
         cfg.env, env_config, cs.episodes, cs.seed, prefix=prefix, roles=cs.role_episodes()

@@ -70,7 +70,7 @@ def test_train_dataset_flags_set_the_setting_data():
          "--eval-dataset", "aime24=a.jsonl,gpqa"]
     )  # fmt: skip
     assert c.env_config["dataset"] == "mmlu" and c.env_config["data_path"] == "mmlu.jsonl"
-    assert c.eval_dataset == ["aime24=a.jsonl", "gpqa"]
+    assert c.eval.eval_dataset == ["aime24=a.jsonl", "gpqa"]
 
 
 def test_eval_dataset_needs_evaluation_points(tmp_path):

@@ -136,7 +136,7 @@ def _items(rewards, groups, roles=None, lengths=None):
 def test_advantages_per_algorithm():
     rewards, groups = [1.0, 0.0, 0.5, 0.5, 0.2], ["g1", "g1", "g2", "g2", "g3"]
     items = _items(rewards, groups)
-    compute_advantages(TrainConfig(algorithm="at-grpo"), items)
+    compute_advantages(TrainConfig(algorithm="at-grpo").update, items)
     expected = group_advantages(rewards, groups)
     for it, e in zip(items, expected.tolist()):
         assert torch.allclose(it.advantages, torch.full((3,), e))
@@ -144,13 +144,13 @@ def test_advantages_per_algorithm():
     assert [round(it.sample.advantage, 4) for it in items[2:]] == [0.0, 0.0, 0.0]
 
     items = _items([1.0, 0.0, 2.0, 1.0], ["a", "b", "c", "d"], lengths=[2, 2, 2, 2])
-    compute_advantages(TrainConfig(algorithm="reinforce++"), items)
+    compute_advantages(TrainConfig(algorithm="reinforce++").update, items)
     flat = torch.cat([it.advantages for it in items])  # whitened over the whole batch
     assert flat.mean().abs() < 1e-6 and flat.std(unbiased=False) == pytest.approx(1, abs=1e-4)
 
     roles = ["solver", "solver", "judge", "judge"]
     items = _items([1.0, 0.0, 10.0, 12.0], ["a", "b", "c", "d"], roles=roles, lengths=[2] * 4)
-    compute_advantages(TrainConfig(algorithm="tr-reinforce++"), items)
+    compute_advantages(TrainConfig(algorithm="tr-reinforce++").update, items)
     # per-role whitening: each role's advantages are +-1 regardless of its reward scale
     assert [round(it.sample.advantage, 4) for it in items] == [1.0, -1.0, -1.0, 1.0]
 
@@ -253,7 +253,7 @@ def test_kl_reference_is_the_base_with_adapters_disabled(tmp_path):
 @pytest.mark.parametrize("algorithm", ["grpo", "reinforce++", "tr-reinforce++-token"])
 def test_other_algorithms_run_a_step(tmp_path, algorithm):
     tr = trainer(tmp_path, algorithm=algorithm, kl_reward_coef=0.05, steps=1)
-    assert tr.cfg.sampling == "parallel"
+    assert tr.cfg.rollout.sampling == "parallel"
     m = tr.train_step()
     assert (m["samples"] > 0 and "loss" in m) or m["samples_trained"] == 0
     tr.close()
@@ -396,7 +396,7 @@ def test_resume_refuses_changes_that_break_exactness(tmp_path):
     with pytest.raises(ValueError, match="cannot change"):
         Trainer.resume(tmp_path / "run", models=char_models(), lr=0.5)
     longer = Trainer.resume(tmp_path / "run", models=char_models(), steps=2)
-    assert longer.cfg.steps == 2 and longer.step == 1
+    assert longer.cfg.schedule.steps == 2 and longer.step == 1
     longer.close()
 
 

@@ -21,34 +21,51 @@ def test_defaults_resolve_per_device():
     cpu = TrainConfig().resolved(cuda=False)
     gpu = TrainConfig().resolved(cuda=True)
     assert cpu.env == "sokoban" and cpu.recipe == "at-grpo" == gpu.recipe
-    assert cpu.algorithm == "at-grpo" and cpu.sampling == "tree"
-    assert (cpu.candidates, cpu.instances_per_step, cpu.steps) == (4, 4, 6)
+    assert cpu.update.algorithm == "at-grpo" and cpu.rollout.sampling == "tree"
+    assert (cpu.rollout.candidates, cpu.schedule.instances_per_step, cpu.schedule.steps) == (
+        4,
+        4,
+        6,
+    )
     # the paper's horizon T = 4 on both devices (the CPU run shrinks sizes, not the protocol):
     # the setting's own default, which no recipe restates
     assert gpu.env_config == {} and cpu.env_config == {"prompt_style": "compact"}
     for c in (cpu, gpu):
         assert envs.make(c.env, **c.env_config).unwrapped.config.max_turns == 4
     # a cold start from the tool's oracle turns, no demonstration (no answer key in a prompt)
-    assert cpu.init == "cold-start:tool,planner=8" and cpu.demos == 0 == gpu.demos
-    assert gpu.init == "none"
+    assert cpu.policy.init == "cold-start:tool,planner=8" and cpu.demos == 0 == gpu.demos
+    assert gpu.policy.init == "none"
     # the merged bfloat16 generation copy samples, so the training model recomputes pi_old
-    assert cpu.dtype == "float32" and cpu.old_logprobs == "recompute"
+    assert cpu.policy.dtype == "float32" and cpu.update.old_logprobs == "recompute"
     exact = TrainConfig(generation_model="train", update_precision="float32").resolved(cuda=False)
-    assert exact.old_logprobs == "rollout"
+    assert exact.update.old_logprobs == "rollout"
     # on CUDA the AT-GRPO recipe: full fine-tuning, lr 1e-6, 150 steps, batch 128 (A.2.1)
-    assert (gpu.lora_rank, gpu.lr, gpu.steps, gpu.instances_per_step) == (0, 1e-6, 150, 128)
-    assert (gpu.candidates, gpu.temperature, gpu.ppo_minibatches) == (4, 1.0, 2)
-    assert gpu.dtype == "float32" and gpu.chat_template_kwargs == {"enable_thinking": False}
+    assert (
+        gpu.policy.lora_rank,
+        gpu.update.lr,
+        gpu.schedule.steps,
+        gpu.schedule.instances_per_step,
+    ) == (0, 1e-6, 150, 128)
+    assert (gpu.rollout.candidates, gpu.generation.temperature, gpu.update.ppo_minibatches) == (
+        4,
+        1.0,
+        2,
+    )
+    assert gpu.policy.dtype == "float32" and gpu.policy.chat_template_kwargs == {
+        "enable_thinking": False
+    }
     lora_gpu = TrainConfig(lora_rank=8).resolved(cuda=True)
-    assert lora_gpu.dtype == "bfloat16" and lora_gpu.old_logprobs == "recompute"
-    assert cpu.lr == 1e-3 and cpu.lora_rank == 8 and cpu.lora_alpha == 16.0
-    assert cpu.ppo_minibatches == 4
+    assert lora_gpu.policy.dtype == "bfloat16" and lora_gpu.update.old_logprobs == "recompute"
+    assert cpu.update.lr == 1e-3 and cpu.policy.lora_rank == 8 and cpu.policy.lora_alpha == 16.0
+    assert cpu.update.ppo_minibatches == 4
     # another algorithm than the recipe's brings its own sampling (GRPO: K parallel episodes)
     grpo = TrainConfig(algorithm="grpo").resolved(cuda=False)
-    assert grpo.sampling == "parallel" and grpo.sources["sampling"] == "follows algorithm grpo"
+    assert (
+        grpo.rollout.sampling == "parallel" and grpo.sources["sampling"] == "follows algorithm grpo"
+    )
     # explicit values win over auto ones, and resolving twice changes nothing
     c = TrainConfig(candidates=8, env_config={"max_turns": 3}).resolved(cuda=False)
-    assert c.candidates == 8 and c.env_config["max_turns"] == 3
+    assert c.rollout.candidates == 8 and c.env_config["max_turns"] == 3
     assert c.sources["candidates"] == "user" and c.sources["env_config.max_turns"] == "user"
     assert c.resolved(cuda=False) == c
 
@@ -63,10 +80,10 @@ def test_cli_overrides_yaml(tmp_path):
         ["--config", str(y), "--candidates", "5", "--env-config", "max_turns=2", "--mode",
          "single", "--no-per-role", "--keep", "random", "--keep-n", "2"]
     )  # fmt: skip
-    assert cfg.env == "sudoku" and cfg.lr == 1e-4  # YAML reads 1e-4 as a string: converted
-    assert cfg.candidates == 5 and cfg.per_role is False
+    assert cfg.env == "sudoku" and cfg.update.lr == 1e-4  # YAML reads 1e-4 as a string: converted
+    assert cfg.rollout.candidates == 5 and cfg.policy.per_role is False
     assert cfg.env_config == {"size": 4, "max_turns": 2, "mode": "single"}
-    assert (cfg.keep, cfg.keep_n) == ("random", 2)
+    assert (cfg.rollout.keep, cfg.rollout.keep_n) == ("random", 2)
     assert ctl.config == str(y) and ctl.resume is None
 
 
@@ -98,13 +115,13 @@ def test_json_and_optional_values_on_the_command_line():
          "--chat-template-kwargs", '{"enable_thinking": false}']
     )  # fmt: skip
     assert cfg.instance == {"grid": ["..."], "start": [0, 0], "goal": [0, 2]}
-    assert cfg.steps is None and cfg.kl_loss_coef == 0.1
+    assert cfg.schedule.steps is None and cfg.update.kl_loss_coef == 0.1
     assert cfg.prompt_prefix == [{"role": "system", "content": "be brief"}]
-    assert cfg.chat_template_kwargs == {"enable_thinking": False}
+    assert cfg.policy.chat_template_kwargs == {"enable_thinking": False}
     cfg, _ = config_from_argv(
         ["--chat-template-kwargs", "enable_thinking=false", "--chat-template-kwargs", "x=1"]
     )
-    assert cfg.chat_template_kwargs == {"enable_thinking": False, "x": 1}
+    assert cfg.policy.chat_template_kwargs == {"enable_thinking": False, "x": 1}
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         config_from_argv(["--chat-template-kwargs", "enable_thinking"])
 

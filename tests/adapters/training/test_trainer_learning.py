@@ -60,8 +60,12 @@ def test_default_cpu_recipe_gives_a_team_that_reads_the_level(tmp_path):
     finally:
         trainer.close()
     resolved = trainer.cfg
-    assert (resolved.recipe, resolved.algorithm, resolved.candidates) == ("at-grpo", "at-grpo", 4)
-    assert resolved.init == "cold-start:tool,planner=8"
+    assert (resolved.recipe, resolved.update.algorithm, resolved.rollout.candidates) == (
+        "at-grpo",
+        "at-grpo",
+        4,
+    )
+    assert resolved.policy.init == "cold-start:tool,planner=8"
     run = tmp_path / "run"
     before = json.loads((run / "eval_before.json").read_text())
     after = json.loads((run / "eval_after.json").read_text())

@@ -28,6 +28,7 @@ class _Linear(torch.nn.Module):
 
 class _PM:
     pid = "shared"
+    dropout = False
 
     def __init__(self, n: int) -> None:
         self.model = _Linear(n)
@@ -69,9 +70,9 @@ def _step(monkeypatch, loss_agg: str, skip: bool, minibatches: int = 1) -> list[
     cfg = TrainConfig(
         loss_agg=loss_agg, skip_zero_advantage=skip, ppo_minibatches=minibatches,
         ppo_epochs=1, max_grad_norm=1e9, micro_batch_size=3, entropy_coef=0.0, kl_loss_coef=0.0,
-    )  # fmt: skip
+    ).resolved()  # fmt: skip
     pm = _PM(len(items))
-    stats = update.update_policy(cfg, pm, items, step=0, pad_id=0)
+    stats = update.update_policy(cfg.update, pm, items, step=0, pad_id=0, seed=cfg.seed)
     assert stats["optimizer_steps"] == (1 if skip else minibatches)  # B skipped: A's step only
     return pm.model.theta.detach().tolist()
 
@@ -117,10 +118,10 @@ def test_group_mean_weights_and_aggregation():
 
 def test_at_grpo_recipe_defaults_to_eq3_with_the_token_mean_one_option_away():
     cfg = TrainConfig(env="sokoban").resolved(cuda=True)
-    assert cfg.loss_agg == "group-mean" and "Eq. 3" in cfg.sources["loss_agg"]
+    assert cfg.update.loss_agg == "group-mean" and "Eq. 3" in cfg.sources["loss_agg"]
     user = TrainConfig(env="sokoban", loss_agg="token-mean").resolved(cuda=True)
-    assert user.loss_agg == "token-mean" and user.sources["loss_agg"] == "user"
-    assert TrainConfig(env="mae").resolved(cuda=True).loss_agg == "token-mean"
+    assert user.update.loss_agg == "token-mean" and user.sources["loss_agg"] == "user"
+    assert TrainConfig(env="mae").resolved(cuda=True).update.loss_agg == "token-mean"
 
 
 def test_comas_table_2_training_batch_64_samples_per_optimizer_step(monkeypatch):
@@ -129,15 +130,15 @@ def test_comas_table_2_training_batch_64_samples_per_optimizer_step(monkeypatch)
     rounds) shared by the l = 4 agents gives each agent ~1,536 samples, so 1,536 / 64 = 24
     optimizer steps per agent and rollout (it was one, ppo_minibatches = 1)."""
     cfg = TrainConfig(env="comas").resolved(cuda=True)
-    assert cfg.minibatch_size == 64 and "Table 2" in cfg.sources["minibatch_size"]
+    assert cfg.update.minibatch_size == 64 and "Table 2" in cfg.sources["minibatch_size"]
     monkeypatch.setattr(update, "completion_logprobs", _fake_logprobs)
     n = 64 * 4 * 24 // 4  # samples of one agent
     items = [_item(i, f"q{i}", 1.0, prompt=i, length=1) for i in range(n)]
     run = TrainConfig(
-        minibatch_size=cfg.minibatch_size, ppo_epochs=cfg.ppo_epochs, loss_agg="token-mean",
+        minibatch_size=cfg.update.minibatch_size, ppo_epochs=cfg.update.ppo_epochs, loss_agg="token-mean",
         micro_batch_size=64, entropy_coef=0.0, kl_loss_coef=0.0,
-    )  # fmt: skip
-    stats = update.update_policy(run, _PM(n), items, step=0, pad_id=0)
+    ).resolved()  # fmt: skip
+    stats = update.update_policy(run.update, _PM(n), items, step=0, pad_id=0, seed=run.seed)
     assert stats["samples_trained"] == 1536 and stats["optimizer_steps"] == 24
     cpu = TrainConfig(env="comas").resolved(cuda=False)
-    assert cpu.minibatch_size == 0 and cpu.ppo_minibatches == 1
+    assert cpu.update.minibatch_size == 0 and cpu.update.ppo_minibatches == 1
