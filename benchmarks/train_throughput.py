@@ -43,6 +43,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from adapters.training.config import TrainConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -144,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         print(header)
         rows = []
         try:
-            for i in range(trainer.run.loop.steps):
+            for i in range(trainer.run.cfg.schedule.steps):
                 t = time.perf_counter()
                 m = trainer.train_step()
                 wall = time.perf_counter() - t
@@ -189,30 +193,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _compare_trl(args: argparse.Namespace, c: object, ours: list[dict]) -> dict:
+def _compare_trl(args: argparse.Namespace, c: TrainConfig, ours: list[dict]) -> dict:
     """Run TRL with our run's settings and print the side-by-side table."""
     import torch
     from trl_baseline import run_trl
 
     from adapters.policies.models import load_base_model
 
-    model, tok = load_base_model(c.model, torch.device("cpu"), "float32", c.seed)  # type: ignore[attr-defined]
+    model, tok = load_base_model(c.policy.model, torch.device("cpu"), "float32", c.seed)
     with tempfile.TemporaryDirectory(prefix="trl-throughput-") as tmp:
         trl_rows = run_trl(
-            env_id=c.env,  # type: ignore[attr-defined]
-            env_config=dict(c.env_config),  # type: ignore[attr-defined]
+            env_id=c.env,
+            env_config=dict(c.env_config),
             model=model,
             tokenizer=tok,
-            prompts_per_step=c.schedule.instances_per_step,  # type: ignore[attr-defined]
-            k=c.rollout.candidates,  # type: ignore[attr-defined]
-            max_new_tokens=c.generation.max_new_tokens,  # type: ignore[attr-defined]
-            temperature=c.generation.temperature,  # type: ignore[attr-defined]
-            lora_rank=c.policy.lora_rank,  # type: ignore[attr-defined]
-            lora_alpha=c.policy.lora_alpha,  # type: ignore[attr-defined]
-            lr=c.update.lr,  # type: ignore[attr-defined]
+            prompts_per_step=c.schedule.instances_per_step,
+            k=c.rollout.candidates,
+            max_new_tokens=c.generation.max_new_tokens,
+            temperature=c.generation.temperature,
+            lora_rank=c.policy.lora_rank,
+            lora_alpha=c.policy.lora_alpha,
+            lr=c.update.lr,
             steps=args.steps,
             warmup=args.warmup,
-            seed=c.seed,  # type: ignore[attr-defined]
+            seed=c.seed,
             out_dir=tmp,
         )
     timed = [r for r in trl_rows if not r["warmup"]] or trl_rows
@@ -239,8 +243,8 @@ def _compare_trl(args: argparse.Namespace, c: object, ours: list[dict]) -> dict:
     ratio = {k: table["ours"][k] / max(table["trl"][k], 1e-12) for k in table["ours"]}
     print()
     print(
-        f"side by side (same model, K={c.rollout.candidates}, max_new_tokens {c.generation.max_new_tokens}, "  # type: ignore[attr-defined]
-        f"LoRA r={c.policy.lora_rank}, torch threads {torch.get_num_threads()}; timed steps only):"  # type: ignore[attr-defined]
+        f"side by side (same model, K={c.rollout.candidates}, max_new_tokens {c.generation.max_new_tokens}, "
+        f"LoRA r={c.policy.lora_rank}, torch threads {torch.get_num_threads()}; timed steps only):"
     )
     print(f"{'trainer':<24}{'samples/step':>13}{'step s':>9}{'samples/s':>11}{'gen tok/s':>11}")
     for name, label in (("ours", "ours (AT-GRPO trainer)"), ("trl", "TRL GRPOTrainer")):
