@@ -29,12 +29,12 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from adapters.policies.base import Policy, SamplingParams
+from adapters.policies.base import MAX_NEW_TOKENS, Policy, SamplingParams
 from adapters.policies.chat import to_messages
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_TOKENS = 256
+DEFAULT_MAX_TOKENS = MAX_NEW_TOKENS  # a request without max_tokens: the suite's completion budget
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
