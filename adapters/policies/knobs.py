@@ -24,6 +24,7 @@ value's type, not ``X | None``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import MISSING, field, fields
 from typing import Any, TypeVar
@@ -116,11 +117,5 @@ class Section:
         cpu = f.metadata["cpu"]
         value = f.metadata["default"]
         if not cuda and cpu is not MISSING and cpu != value:
-            return _copy(cpu), f"{f.metadata['why']} (CPU scale-down; CUDA: {value!r})"
-        return _copy(value), f.metadata["why"]
-
-
-def _copy(value: Any) -> Any:
-    import copy
-
-    return copy.deepcopy(value)
+            return copy.deepcopy(cpu), f"{f.metadata['why']} (CPU scale-down; CUDA: {value!r})"
+        return copy.deepcopy(value), f.metadata["why"]

@@ -39,6 +39,7 @@ import contextlib
 import copy
 import dataclasses
 import difflib
+import functools
 import types
 import typing
 import warnings
@@ -59,6 +60,7 @@ from adapters.training.sections import (
     PolicyConfig,
     ScheduleConfig,
     UpdateConfig,
+    at_least,
 )
 
 __all__ = [
@@ -178,7 +180,7 @@ class TrainConfig(Section):
         put("env_config", dict(self.env_config or {}))
         put("prompt_prefix", [dict(m) for m in (self.prompt_prefix or [])])
         put("sources", dict(self.sources or {}))
-        _at_least_zero(self, "demos")
+        at_least(self, 0, ("demos",))
         if self.recipe is not None and self.recipe not in recipes.RECIPES:
             close = difflib.get_close_matches(self.recipe, list(recipes.RECIPES), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -305,12 +307,6 @@ class TrainConfig(Section):
         return config_from_dict({**self.flat(), "sources": dict(self.sources), **changes})
 
 
-def _at_least_zero(cfg: Any, name: str) -> None:
-    value = getattr(cfg, name)
-    if value is not None and value < 0:
-        raise ConfigError(f"{name} must be >= 0, got {value}")
-
-
 def _resolve(raw: TrainConfig, cuda: bool) -> TrainConfig:
     """:meth:`TrainConfig.resolved` for an unresolved config (the order is in
     :mod:`adapters.training.recipes`)."""
@@ -432,6 +428,7 @@ def _resolve(raw: TrainConfig, cuda: bool) -> TrainConfig:
 # knob types and flat / by-section mappings
 
 
+@functools.cache
 def _knob_sections() -> dict[str, str]:
     """Knob name -> the attribute of its section (top-level knobs are absent)."""
     return {f.name: name for name, cls in SECTIONS.items() for f in cls.knobs()}
@@ -448,6 +445,7 @@ def knob_fields() -> dict[str, dataclasses.Field[Any]]:
     return {name: _knob_field(name) for name in TrainConfig.knob_names()}
 
 
+@functools.cache
 def knob_types() -> dict[str, Any]:
     """Knob name -> its type; an auto knob's type admits ``None`` (auto)."""
     out: dict[str, Any] = {}
@@ -503,7 +501,7 @@ def _coerced(name: str, value: Any) -> Any:
     if base is float and isinstance(value, str):  # YAML reads 1e-4 as a string
         with contextlib.suppress(ValueError):
             value = float(value)
-    if name == "vllm_servers" and isinstance(value, str):
+    if name == "vllm_servers" and isinstance(value, str):  # "URL,URL" from a flag or YAML scalar
         value = [u.strip() for u in value.split(",") if u.strip()]
     if not type_ok(value, tp):
         if typing.get_origin(base) is Literal:

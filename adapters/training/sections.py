@@ -48,7 +48,8 @@ BACKENDS = ("transformers", "vllm", "vllm-server")
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "group-mean"]
 
 
-def _at_least(section: Any, bound: int, names: tuple[str, ...]) -> None:
+def at_least(section: Any, bound: int, names: tuple[str, ...]) -> None:
+    """Raise :class:`ConfigError` for a set knob of ``names`` below ``bound``."""
     for name in names:
         value = getattr(section, name)
         if value is not None and value < bound:
@@ -103,7 +104,7 @@ class PolicyConfig(Section):
     )
 
     def __post_init__(self) -> None:
-        _at_least(self, 0, ("lora_rank",))
+        at_least(self, 0, ("lora_rank",))
         if self.lora_dropout is not None and not 0 <= self.lora_dropout < 1:
             raise ConfigError("lora_dropout must lie in [0, 1)")
         if self.per_role_models not in ("adapters", "models"):
@@ -228,8 +229,8 @@ class UpdateConfig(Section):
             raise ConfigError(
                 f"algorithm must be one of {tuple(ESTIMATORS)}, got {self.algorithm!r}"
             )
-        _at_least(self, 1, ("ppo_epochs", "ppo_minibatches", "micro_batch_size"))
-        _at_least(self, 0, ("minibatch_size", "max_prompt_tokens", "micro_batch_tokens"))
+        at_least(self, 1, ("ppo_epochs", "ppo_minibatches", "micro_batch_size"))
+        at_least(self, 0, ("minibatch_size", "max_prompt_tokens", "micro_batch_tokens"))
         for name in (
             "kl_loss_coef",
             "kl_reward_coef",
@@ -289,8 +290,8 @@ class ScheduleConfig(Section):
     )
 
     def __post_init__(self) -> None:
-        _at_least(self, 0, ("steps", "segment_tokens", "max_segments", "max_staleness"))
-        _at_least(self, 1, ("instances_per_step",))
+        at_least(self, 0, ("steps", "segment_tokens", "max_segments", "max_staleness"))
+        at_least(self, 1, ("instances_per_step",))
         if self.pipeline not in (None, "none", "agent"):
             raise ConfigError(f"pipeline must be 'none' or 'agent', got {self.pipeline!r}")
         given = [v for v in (self.segment_tokens, self.max_segments) if v is not None]
@@ -336,7 +337,7 @@ class EvalConfig(Section):
     )
 
     def __post_init__(self) -> None:
-        _at_least(self, 0, ("eval_episodes", "eval_every"))
+        at_least(self, 0, ("eval_episodes", "eval_every"))
         if (self.eval_temperature or 0.0) < 0:
             raise ConfigError("eval_temperature must be >= 0")
         if self.eval_dataset and self.eval_episodes == 0:
@@ -357,7 +358,7 @@ class OutputConfig(Section):
     save_final: bool = knob(True, "export the final policies to <output_dir>/final")
 
     def __post_init__(self) -> None:
-        _at_least(self, 1, ("save_every", "keep_checkpoints"))
+        at_least(self, 1, ("save_every", "keep_checkpoints"))
 
 
 @dataclass(frozen=True)
@@ -407,10 +408,7 @@ class ComputeConfig(Section):
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.vllm_servers, str):  # "URL,URL" from a flag or a YAML scalar
-            urls = [u.strip() for u in self.vllm_servers.split(",") if u.strip()]
-            object.__setattr__(self, "vllm_servers", urls)
-        _at_least(self, 1, ("env_workers",))
+        at_least(self, 1, ("env_workers",))
         if self.backend not in BACKENDS:
             raise ConfigError(
                 f"backend {self.backend!r} is not available; known backends: {BACKENDS}"
