@@ -28,11 +28,16 @@ import dataclasses
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from adapters import cli
 from adapters.training.flags import add_config_arguments, overrides_from_args
 
-__all__ = ["build_parser", "main"]
+if TYPE_CHECKING:  # pragma: no cover
+    from adapters.training.coldstart import ColdStartConfig
+    from adapters.training.config import TrainConfig
+
+__all__ = ["build_parser", "configs_from_args", "main"]
 
 # the TrainConfig fields that shape a cold start's prompts and model
 _RUN_FIELDS = (
@@ -77,20 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _main(args: argparse.Namespace) -> int:
-    from adapters.training.coldstart import (
-        ColdStartConfig,
-        cold_start_dir,
-        make_cold_start,
-        oracle_examples,
-        write_examples,
-    )
-    from adapters.training.config import ConfigError, TrainConfig, config_from_dict
+def configs_from_args(args: argparse.Namespace) -> tuple[TrainConfig, ColdStartConfig]:
+    """The resolved training config whose prompts the cold start learns, and the cold start's
+    own config, from parsed arguments (also what a shipped cold start's recorded command
+    means: ``configs_from_args(build_parser().parse_args(shlex.split(cmd)[3:]))``)."""
+    from adapters.training.coldstart import ColdStartConfig
+    from adapters.training.config import ConfigError, config_from_dict
 
     given = {k: v for k, v in vars(args).items() if k in _RUN_FIELDS or k in ("mode", "max_turns")}
     try:
-        train_cfg = config_from_dict(overrides_from_args(argparse.Namespace(**given)))
-        train_cfg = train_cfg.resolved()
+        train_cfg = config_from_dict(overrides_from_args(argparse.Namespace(**given))).resolved()
         names = [f.name for f in dataclasses.fields(ColdStartConfig)]
         values = {n: getattr(args, n) for n in names}
         if values["roles"]:
@@ -98,7 +99,18 @@ def _main(args: argparse.Namespace) -> int:
         cfg = ColdStartConfig(**values)
     except (ConfigError, ValueError) as exc:
         raise cli.UsageError(str(exc)) from None
-    assert isinstance(train_cfg, TrainConfig)
+    return train_cfg, cfg
+
+
+def _main(args: argparse.Namespace) -> int:
+    from adapters.training.coldstart import (
+        cold_start_dir,
+        make_cold_start,
+        oracle_examples,
+        write_examples,
+    )
+
+    train_cfg, cfg = configs_from_args(args)
     import envs
 
     with cli.bad_input("--env-config"):

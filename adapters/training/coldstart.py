@@ -17,7 +17,9 @@ fine-tuned on the setting's oracle, turn by turn, on train-split instances only.
   (what made it: setting, options, data hash, hyperparameters, the loss of every logged step).
 * :func:`ensure_cold_start` is what ``python -m adapters.train`` calls for ``--init
   cold-start``: the adapter for this model, setting and configuration from the cache
-  (``$MAS_CACHE_DIR/coldstart/<env>-<hash>``), made once on first use.
+  (``$MAS_CACHE_DIR/coldstart/<env>-<hash>``), made once on first use. ``--init shipped:NAME``
+  names one of the cold starts the project ships (``adapters/training/coldstarts/NAME``, each
+  with the command that made it) whatever the run's own options.
 * :func:`apply_init` merges an adapter (a cold start or any peft adapter directory) into the base
   weights before the trainer adds its own LoRA adapter, so the run's reference policy and its
   "before" evaluation are the cold-started team.
@@ -51,6 +53,7 @@ __all__ = [
     "ensure_cold_start",
     "fine_tune",
     "oracle_examples",
+    "shipped_init",
     "write_examples",
 ]
 
@@ -313,17 +316,45 @@ def _run_view(train_cfg: TrainConfig) -> tuple[dict[str, Any], list[dict[str, st
     return dict(train_cfg.env_config), prompt_prefix(train_cfg)
 
 
+def canonical_env_config(env_id: str, env_config: dict[str, Any]) -> dict[str, Any]:
+    """``env_config`` without the options that equal the setting's defaults: two runs whose
+    instances and prompts are the same have the same cold start, whether or not they spell a
+    default out.
+
+    >>> canonical_env_config("sokoban", {"height": 6, "width": 8, "prompt_style": "compact"})
+    {'width': 8, 'prompt_style': 'compact'}
+    """
+    import envs
+
+    if not env_config:
+        return {}
+    default = envs.make_raw(env_id)
+    given = envs.make_raw(env_id, **env_config)
+    try:
+        return {
+            k: v
+            for k, v in env_config.items()
+            if not hasattr(default.config, k)
+            or getattr(given.config, k) != getattr(default.config, k)
+        }
+    finally:
+        default.close()
+        given.close()
+
+
 def cold_start_key(train_cfg: TrainConfig, cfg: ColdStartConfig) -> str:
     """What identifies a cold start: the model, the setting and the options its prompts depend
-    on, the prompt prefix, the chat template arguments and the cold start's own config."""
+    on (:func:`canonical_env_config`), the prompt prefix, the chat template arguments and the
+    cold start's own config."""
     import envs
 
     env_config, prefix = _run_view(train_cfg)
+    env_id = envs.spec(train_cfg.env).id
     blob = json.dumps(
         {
             "model": train_cfg.policy.model,
-            "env": envs.spec(train_cfg.env).id,
-            "env_config": env_config,
+            "env": env_id,
+            "env_config": canonical_env_config(env_id, env_config),
             "prefix": prefix,
             "chat_template_kwargs": train_cfg.policy.chat_template_kwargs,
             "cold_start": asdict(cfg),
@@ -376,9 +407,7 @@ def make_cold_start(
         "model": train_cfg.policy.model,
         "prompt_prefix": prefix,
         "data_sha256": examples_hash(examples),
-        "command": "python -m adapters.sft --env "
-        + str(train_cfg.env)
-        + "".join(f" --{f.name.replace('_', '-')} {getattr(cfg, f.name)}" for f in fields(cfg)),
+        "command": sft_command(str(train_cfg.env), train_cfg.policy.model, env_config, cfg),
     }
     return fine_tune(
         base,
@@ -391,6 +420,30 @@ def make_cold_start(
         max_steps=max_steps,
         progress=progress,
     )
+
+
+def sft_command(env: str, model: str, env_config: dict[str, Any], cfg: ColdStartConfig) -> str:
+    """The ``python -m adapters.sft`` command that makes this cold start, every env option and
+    every cold-start field spelled out (so a later change of a default does not change what it
+    makes).
+
+    >>> cmd = sft_command("sokoban", "smollm2", {"height": 8}, ColdStartConfig(roles=("tool",)))
+    >>> cmd.split(" --epochs")[0]
+    'python -m adapters.sft --env sokoban --model smollm2 --env-config height=8 --episodes 48 --roles tool'
+    """
+    parts = ["python -m adapters.sft --env", env, "--model", model]
+    for k, v in env_config.items():
+        parts.append(f"--env-config {k}={v if isinstance(v, str) else json.dumps(v)}")
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            parts.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, tuple):
+            parts.append(f"{flag} {','.join(value)}")
+        elif value is not None:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
 
 
 def cold_start_of(train_cfg: TrainConfig) -> ColdStartConfig:
@@ -412,6 +465,24 @@ def cold_start_of(train_cfg: TrainConfig) -> ColdStartConfig:
 # the cache: a run that would make one of these uses it instead (``tests/adapters/
 # test_shipped_cold_start.py`` checks that the command reproduces it)
 SHIPPED = Path(__file__).resolve().parent / "coldstarts"
+
+
+SHIPPED_INIT = "shipped:"
+
+
+def shipped_init(init: str) -> Path | None:
+    """The directory an ``init`` of the form ``shipped:NAME`` names (``None`` for another
+    form): a cold start the project ships, chosen by name rather than by the run's key (a run
+    may start from one made on other instances, e.g. the CPU Sokoban run's 8 x 8 levels from
+    the one made on 6 x 6 levels)."""
+    if not init.startswith(SHIPPED_INIT):
+        return None
+    name = init.removeprefix(SHIPPED_INIT)
+    where = SHIPPED / name
+    if "/" in name or not name or not (where / "adapter_config.json").is_file():
+        known = sorted(p.name for p in SHIPPED.iterdir() if (p / CARD).is_file())
+        raise ValueError(f"init {init!r}: no shipped cold start of that name; shipped: {known}")
+    return where
 
 
 def shipped_cold_start(train_cfg: TrainConfig, cfg: ColdStartConfig) -> Path | None:

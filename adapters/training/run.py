@@ -192,13 +192,19 @@ def start_from(cfg: TrainConfig, base: Any, dist: DistContext) -> tuple[Any, str
     """``base`` with ``cfg.policy.init`` merged into its weights, and the adapter directory merged: the
     setting's shipped or cached oracle cold start (made by rank 0 on first use) or a peft
     adapter directory (:mod:`adapters.training.coldstart`)."""
-    from adapters.training.coldstart import apply_init, cold_start_of, ensure_cold_start
+    from adapters.training.coldstart import (
+        apply_init,
+        cold_start_of,
+        ensure_cold_start,
+        shipped_init,
+    )
 
-    if str(cfg.policy.init).startswith("cold-start"):
+    init = str(cfg.policy.init)
+    if init.startswith("cold-start"):
         made = str(ensure_cold_start(cfg, cold_start_of(cfg))) if dist.is_main else None
         where = str(dist.broadcast_object(made))
     else:
-        where = str(cfg.policy.init)
+        where = str(shipped_init(init) or init)
     return apply_init(base, where), str(Path(where).resolve())
 
 

@@ -67,7 +67,8 @@ class PolicyConfig(Section):
         "none",
         "where the policy starts: none (the model as it is) | cold-start[:ROLE,...] (fine-tuned "
         "on the setting's oracle turns of every role, or of the roles named, train split: made "
-        "once, then cached; adapters.sft) | PATH (a peft adapter directory merged into the "
+        "once, then cached; adapters.sft) | shipped:NAME (a cold start the project ships, "
+        "adapters/training/coldstarts/NAME) | PATH (a peft adapter directory merged into the "
         "model's weights)",
         auto=True,
         why="suite default: the model as it is",
@@ -110,11 +111,21 @@ class PolicyConfig(Section):
         if self.per_role_models not in ("adapters", "models"):
             raise ConfigError("per_role_models must be 'adapters' or 'models'")
         init = self.init or "none"
-        adapter = init != "none" and not init.startswith("cold-start")  # a peft directory
-        if adapter and not (Path(init) / "adapter_config.json").is_file():
+        if init.startswith("shipped:"):
+            from adapters.training.coldstart import shipped_init
+
+            try:
+                shipped_init(init)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        elif (
+            init != "none"
+            and not init.startswith("cold-start")  # else a peft directory
+            and not (Path(init) / "adapter_config.json").is_file()
+        ):
             raise ConfigError(
-                f"init must be none, cold-start[:ROLE,...] or a peft adapter directory; "
-                f"{self.init!r} has no adapter_config.json"
+                f"init must be none, cold-start[:ROLE,...], shipped:NAME or a peft adapter "
+                f"directory; {self.init!r} has no adapter_config.json"
             )
         for role, pid in self.role_policies.items():
             if not isinstance(pid, str) or not pid or "/" in pid:

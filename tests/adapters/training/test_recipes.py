@@ -101,9 +101,9 @@ def test_cpu_scale_down_keeps_every_protocol():
 def test_run_header_names_every_cpu_scaled_value():
     """The run header's CPU line lists what a CPU-only run shrinks, and nothing on CUDA."""
     scaled = TrainConfig(env="sokoban").resolved(cuda=False).cpu_scale_down()
-    want = {"lora_rank": 8, "max_new_tokens": 320, "init": "cold-start:tool,planner=8"}
+    want = {"lora_rank": 8, "max_new_tokens": 320, "init": "shipped:sokoban-423d2cd7aff3cbd4"}
     assert want.items() <= scaled.items(), scaled
-    assert scaled["env_config.prompt_style"] == "compact"
+    assert scaled["env_config.prompt_style"] == "compact" and scaled["env_config.height"] == 8
     assert TrainConfig(env="sokoban").resolved(cuda=True).cpu_scale_down() == {}
     user = TrainConfig(env="sokoban", steps=3).resolved(cuda=False)
     assert "steps" not in user.cpu_scale_down()  # a value the user chose is not a scale-down

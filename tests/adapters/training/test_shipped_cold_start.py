@@ -1,50 +1,69 @@
 """The cold starts the project ships (``adapters/training/coldstarts/``) are what their recorded
-command makes: the default CPU run of their setting finds them by its own key, their examples
-are the oracle's (the data hash), and (slow) the command's first optimizer steps log the losses
-the shipped card records."""
+command makes: a run with the command's options finds them by its own key, the default CPU run
+of their setting names one, their examples are the oracle's (the data hash), and (slow) the
+command's first optimizer steps log the losses the shipped card records."""
 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 
+from adapters.sft import build_parser, configs_from_args
 from adapters.training.coldstart import (
     CARD,
     SHIPPED,
+    ColdStartConfig,
     _run_view,
-    cold_start_of,
+    canonical_env_config,
     examples_hash,
     make_cold_start,
     oracle_examples,
+    sft_command,
     shipped_cold_start,
+    shipped_init,
 )
-from adapters.training.config import TrainConfig
+from adapters.training.config import ConfigError, TrainConfig
 
 SHIPPED_DIRS = sorted(p for p in SHIPPED.iterdir() if (p / CARD).is_file())
 
 
-def _run_config(card: dict) -> TrainConfig:
-    """The default CPU run of the card's setting (the run whose cold start it is)."""
-    cfg = TrainConfig(env=card["env"]).resolved(cuda=False)
-    assert cfg.policy.init.startswith("cold-start"), cfg.policy.init
-    return cfg
+def _run_config(card: dict) -> tuple[TrainConfig, ColdStartConfig]:
+    """The configs the card's recorded ``python -m adapters.sft`` command means."""
+    argv = shlex.split(card["command"])
+    assert argv[:3] == ["python", "-m", "adapters.sft"], argv
+    cfg, cs = configs_from_args(build_parser().parse_args([*argv[3:], "--device", "cpu"]))
+    return cfg, cs
 
 
 def test_something_is_shipped():
     assert [p.name.split("-")[0] for p in SHIPPED_DIRS] == ["sokoban"]
 
 
+def test_the_default_cpu_run_names_a_shipped_one():
+    cfg = TrainConfig(env="sokoban").resolved(cuda=False)
+    where = shipped_init(cfg.policy.init)
+    assert where in SHIPPED_DIRS
+    with pytest.raises(ConfigError, match="no shipped cold start of that name"):
+        TrainConfig(init="shipped:nothing-here").resolved(cuda=False)
+    with pytest.raises(ConfigError, match="shipped: \\['sokoban-"):
+        TrainConfig(init="shipped:../coldstarts").resolved(cuda=False)
+
+
 @pytest.mark.parametrize("where", SHIPPED_DIRS, ids=lambda p: p.name)
 def test_the_default_run_finds_it_and_its_data_is_the_oracles(where: Path):
     card = json.loads((where / CARD).read_text())
-    cfg = _run_config(card)
-    cs = cold_start_of(cfg)
+    cfg, cs = _run_config(card)
     assert shipped_cold_start(cfg, cs) == where
     env_config, prefix = _run_view(cfg)
-    assert (card["env_config"], card["prompt_prefix"], card["model"]) == (
-        env_config,
+    assert (
+        canonical_env_config(cfg.env, card["env_config"]),
+        card["prompt_prefix"],
+        card["model"],
+    ) == (
+        canonical_env_config(cfg.env, env_config),
         prefix,
         cfg.policy.model,
     )
@@ -52,9 +71,7 @@ def test_the_default_run_finds_it_and_its_data_is_the_oracles(where: Path):
         cfg.env, env_config, cs.episodes, cs.seed, prefix=prefix, roles=cs.role_episodes()
     )
     assert examples_hash(examples) == card["data_sha256"] and len(examples) == card["examples"]
-    assert card["command"].startswith(f"python -m adapters.sft --env {card['env']} ")
-    assert f"--episodes {cs.episodes} " in card["command"]
-    assert f"--roles {','.join(cs.roles or ())} " in card["command"]
+    assert card["command"] == sft_command(card["env"], cfg.policy.model, env_config, cs)
 
 
 @pytest.mark.slow
@@ -68,9 +85,9 @@ def test_the_command_reproduces_the_first_steps_losses(where: Path, tmp_path: Pa
     from adapters.policies.models import EmbeddedModelMissing
 
     card = json.loads((where / CARD).read_text())
-    cfg = _run_config(card)
+    cfg, cs = _run_config(card)
     try:
-        out = make_cold_start(cfg, cold_start_of(cfg), tmp_path / "cs", max_steps=2, progress=False)
+        out = make_cold_start(cfg, cs, tmp_path / "cs", max_steps=2, progress=False)
     except EmbeddedModelMissing as exc:  # pragma: no cover - the embedded model ships with dev
         pytest.skip(f"embedded model not installed: {exc}")
     made = json.loads((out / CARD).read_text())

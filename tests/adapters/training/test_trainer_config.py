@@ -29,11 +29,17 @@ def test_defaults_resolve_per_device():
     )
     # the paper's horizon T = 4 on both devices (the CPU run shrinks sizes, not the protocol):
     # the setting's own default, which no recipe restates
-    assert gpu.env_config == {} and cpu.env_config == {"prompt_style": "compact"}
+    # Sokoban on a CPU: compact prompts and 8 x 8 levels, where the cold start has room to grow
+    assert gpu.env_config == {} and cpu.env_config == {
+        "prompt_style": "compact",
+        "height": 8,
+        "width": 8,
+    }
     for c in (cpu, gpu):
         assert envs.make(c.env, **c.env_config).unwrapped.config.max_turns == 4
     # a cold start from the tool's oracle turns, no demonstration (no answer key in a prompt)
-    assert cpu.policy.init == "cold-start:tool,planner=8" and cpu.demos == 0 == gpu.demos
+    assert cpu.policy.init == "shipped:sokoban-423d2cd7aff3cbd4" and cpu.demos == 0 == gpu.demos
+    assert "6 x 6" in cpu.sources["init"]  # the shipped cold start, made on the default levels
     assert gpu.policy.init == "none"
     # the merged bfloat16 generation copy samples, so the training model recomputes pi_old
     assert cpu.policy.dtype == "float32" and cpu.update.old_logprobs == "recompute"
@@ -56,8 +62,12 @@ def test_defaults_resolve_per_device():
     }
     lora_gpu = TrainConfig(lora_rank=8).resolved(cuda=True)
     assert lora_gpu.policy.dtype == "bfloat16" and lora_gpu.update.old_logprobs == "recompute"
-    assert cpu.update.lr == 1e-3 and cpu.policy.lora_rank == 8 and cpu.policy.lora_alpha == 16.0
-    assert cpu.update.ppo_minibatches == 4
+    # the AT-GRPO CPU scale-down, with Sokoban's smaller step (its spec's cpu_train_values)
+    assert cpu.update.lr == 3e-4 and cpu.policy.lora_rank == 8 and cpu.policy.lora_alpha == 16.0
+    assert cpu.update.ppo_minibatches == 1 and "a smaller step" in cpu.sources["lr"]
+    plan = TrainConfig(env="plan_path").resolved(cuda=False)
+    assert (plan.update.lr, plan.update.ppo_minibatches) == (1e-3, 4)
+    assert plan.policy.init == "cold-start:tool,planner=8"
     # another algorithm than the recipe's brings its own sampling (GRPO: K parallel episodes)
     grpo = TrainConfig(algorithm="grpo").resolved(cuda=False)
     assert (

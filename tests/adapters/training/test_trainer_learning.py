@@ -38,8 +38,11 @@ def test_default_cpu_recipe_gives_a_team_that_reads_the_level(tmp_path):
     from adapters.training.config import TrainConfig
     from adapters.training.trainer import Trainer
 
+    # the default CPU recipe on the 6 x 6 levels its shipped cold start was made on (the
+    # default 8 x 8 levels are the full run's, docs/learning.md)
     cfg = TrainConfig(
         env="sokoban",
+        env_config={"height": 6, "width": 6},
         steps=2,
         instances_per_step=1,
         eval_episodes=8,
@@ -65,7 +68,8 @@ def test_default_cpu_recipe_gives_a_team_that_reads_the_level(tmp_path):
         "at-grpo",
         4,
     )
-    assert resolved.policy.init == "cold-start:tool,planner=8"
+    assert resolved.policy.init == "shipped:sokoban-423d2cd7aff3cbd4"
+    assert resolved.update.lr == 3e-4 and resolved.update.ppo_minibatches == 1
     run = tmp_path / "run"
     before = json.loads((run / "eval_before.json").read_text())
     after = json.loads((run / "eval_after.json").read_text())
