@@ -31,6 +31,10 @@ exactly what a trainer needs:
   the KV cache is then expanded per sample.
 * **Early exit per row.** Rows that emit EOS or a stop string leave the batch (the cache is
   compacted), so one long completion does not make the others pay for padding steps.
+* **CPU decode steps** attend by two matrix products per key/value head and write into a cache
+  with spare capacity (:mod:`adapters.policies.decoding`): transformers' CPU attention kernel
+  and its concatenating cache made a 135M model's decode step several times slower than its
+  linear layers. Prefill and training forwards keep transformers' ``sdpa`` attention.
 * **Segments.** :meth:`TransformersPolicy.extend` continues partial completions (segment
   rollouts): prompt and generated prefix are prefilled from their token ids and each row's
   random stream is read on from the prefix's length, so a completion decoded in segments has
@@ -62,6 +66,7 @@ from adapters.policies.base import (
     row_seed,  # noqa: F401  (re-exported: it lived here before)
 )
 from adapters.policies.chat import ChatPrompt
+from adapters.policies.decoding import decode_cache, use_decode_attention
 
 logger = logging.getLogger(__name__)
 
@@ -458,6 +463,9 @@ class TransformersPolicy(TokenLevelPolicy):
         self._cache_kw = cache_keyword(model)
         self._torch = torch
         self._prefix_store: PrefixCache | None = None
+        # on a CPU, decode steps attend by matrix products and the cache grows in place
+        # (adapters.policies.decoding); elsewhere transformers' own attention and cache
+        self._cpu_decoding = self.device.type == "cpu" and use_decode_attention(self.model)
 
     @contextlib.contextmanager
     def evaluation_scope(self, batch_size: int | None = None) -> Iterator[None]:
@@ -619,7 +627,11 @@ class TransformersPolicy(TokenLevelPolicy):
         batch = prompt_batch(contexts, self.pad_id, dev)
         row_prompt, attn, positions = batch.index, batch.attn, batch.positions
         n_unique = batch.ids.shape[0]
-        cache = DynamicCache(config=self.model.config)
+        cache = (
+            decode_cache(self.model.config)
+            if self._cpu_decoding
+            else DynamicCache(config=self.model.config)
+        )
         stop_window = 4 * max((len(s) for s in params.stop), default=0) + 4
         tokens_out: list[list[int]] = [list(d) for d in done]
         lps_out: list[list[float]] = [[] for _ in prompts]

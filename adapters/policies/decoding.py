@@ -1,0 +1,155 @@
+"""The KV cache and the attention of CPU decoding: what a decode step costs on a CPU.
+
+A decode step of a small model on a CPU is not its matrix products. Profiled on the embedded
+135M model (bfloat16, 64 rows, ~700 cached positions, 2 cores), a step took about 0.9 s, and the
+linear layers were under a tenth of it; the rest was
+
+* **the cache's growth**: transformers' ``DynamicLayer`` concatenates every new position onto
+  its keys and values, copying the whole cache of every layer at every step
+  (:class:`GrowingLayer` writes into spare capacity instead, grown geometrically); and
+* **the one-query attention**: PyTorch's CPU flash-attention kernel, on bfloat16 inputs with
+  one query per row, spent ~26 ms per layer where the same arithmetic as two batched matrix
+  products takes a fraction of that (:func:`decode_attention`: the query heads of each key/value
+  group against that group's cached keys, no repeated key/value heads; the scores in the
+  model's dtype as transformers' own ``eager`` attention computes them, the softmax in float32).
+
+Both change only decoding: prompt prefill (several query positions) and every training forward
+run transformers' ``sdpa`` attention unchanged. ``benchmarks/decode_step.py`` measures them
+against transformers' defaults in the same run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ATTENTION", "GrowingLayer", "decode_attention", "decode_cache", "use_decode_attention"]
+
+ATTENTION = "mas_decode"
+"""The name :func:`decode_attention` is registered under (transformers' ``AttentionInterface``)."""
+
+
+def decode_attention(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[Any, None]:
+    """transformers' ``sdpa`` attention, except that a decode step (one query position per row)
+    without a mask gets an all-true one: ``sdpa`` then attends each key/value head's query group
+    as one (its ``pack_gqa`` path) instead of dispatching to the grouped-query kernel, which on a
+    CPU with bfloat16 inputs was the slowest part of a step. Same arithmetic, same result."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if attention_mask is None and query.shape[2] == 1:
+        attention_mask = torch.ones(
+            (query.shape[0], 1, 1, key.shape[2]), dtype=torch.bool, device=query.device
+        )
+    return sdpa_attention_forward(
+        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+    )
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, decode_attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+
+
+def use_decode_attention(model: Any) -> bool:
+    """Switch a transformers model that uses ``sdpa`` attention to :func:`decode_attention`
+    (registered on first use); returns whether it did. Other implementations (flash attention,
+    eager, a custom one) are left as they are."""
+    if hasattr(model, "get_base_model"):  # a peft model: its base holds the config
+        model = model.get_base_model()
+    config = getattr(model, "config", None)
+    current = getattr(config, "_attn_implementation", None)
+    if current != "sdpa" or not hasattr(model, "set_attn_implementation"):
+        return current == ATTENTION
+    _register()
+    model.set_attn_implementation(ATTENTION)
+    return True
+
+
+def _grow_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class _GrowingLayer(DynamicLayer):  # type: ignore[misc]
+        """A ``DynamicLayer`` whose keys and values are views into buffers with spare capacity:
+        a new position is written in place; a full buffer is reallocated half as large again.
+        Every other method of ``DynamicLayer`` works on the views (a method that replaces them,
+        e.g. ``crop``, makes the next update copy them into a fresh buffer)."""
+
+        _kbuf: Any = None
+        _vbuf: Any = None
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            new = key_states.shape[-2]
+            have = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+            buf = self._kbuf
+            fits = (
+                buf is not None
+                and have > 0
+                and self.keys.data_ptr() == buf.data_ptr()
+                and self.values.data_ptr() == self._vbuf.data_ptr()
+                and buf.shape[0] == key_states.shape[0]
+                and have + new <= buf.shape[-2]
+            )
+            if not fits:
+                b, h, _, d = key_states.shape
+                capacity = have + new + max(64, (have + new) // 2)
+                self._kbuf = key_states.new_empty((b, h, capacity, d))
+                self._vbuf = value_states.new_empty((b, value_states.shape[1], capacity, d))
+                if have:
+                    self._kbuf[:, :, :have].copy_(self.keys)
+                    self._vbuf[:, :, :have].copy_(self.values)
+            self._kbuf[:, :, have : have + new].copy_(key_states)
+            self._vbuf[:, :, have : have + new].copy_(value_states)
+            self.keys = self._kbuf[:, :, : have + new]
+            self.values = self._vbuf[:, :, : have + new]
+            return self.keys, self.values
+
+        def reorder_cache(self, beam_idx: Any) -> None:
+            if self.get_seq_length() > 0 and self._kbuf is not None:
+                have = self.keys.shape[-2]
+                idx = beam_idx.to(self._kbuf.device)
+                self._kbuf = self._kbuf.index_select(0, idx)
+                self._vbuf = self._vbuf.index_select(0, idx)
+                self.keys = self._kbuf[:, :, :have]
+                self.values = self._vbuf[:, :, :have]
+            else:
+                super().reorder_cache(beam_idx)
+
+    _GrowingLayer.__name__ = _GrowingLayer.__qualname__ = "GrowingLayer"
+    return _GrowingLayer
+
+
+_LAYER: list[type] = []
+
+
+def __getattr__(name: str) -> Any:  # GrowingLayer is built on first use (transformers is heavy)
+    if name == "GrowingLayer":
+        if not _LAYER:
+            _LAYER.append(_grow_layer_class())
+        return _LAYER[0]
+    raise AttributeError(name)
+
+
+def decode_cache(config: Any) -> Any:
+    """A ``DynamicCache`` for ``config`` whose full-attention layers are :class:`GrowingLayer`
+    (sliding-window layers stay as transformers makes them)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    grow = __getattr__("GrowingLayer")
+    cache = DynamicCache(config=config)
+    cache.layers = [grow() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
