@@ -17,6 +17,12 @@ Everything below is measured in one run, on one device, so the ratios compare li
   the copy gains.
 * ``decode step``: milliseconds of one decode step (one new token for every row) after a
   ``--cache``-token prompt, at each ``--rows``, for both.
+* ``CPU decoding`` (CPU only): new tokens per second of the merged copy with transformers' own
+  attention and cache (``TransformersPolicy(cpu_decoding=False)``) and with
+  :mod:`adapters.policies.decoding`, on the distinct prompts (greedy: padded rows, so a mask) and
+  on one prompt sampled ``--samples`` times (equal rows: no mask, the case of tree sampling's
+  candidates), every row to the token budget; and one decode step at each ``--rows`` without a
+  mask, for both.
 * ``update``: seconds per 1,000 tokens of one forward and backward pass of the LoRA policy over
   prompt + completion sequences (the update's unit of work), in float32 and under bfloat16
   autocast.
@@ -73,16 +79,20 @@ def _gen_rate(
     return tokens / dt, tokens
 
 
-def _decode_ms(module: Any, rows: int, cache: int, device: Any, steps: int = 8) -> float:
+def _decode_ms(
+    module: Any, rows: int, cache: int, device: Any, steps: int = 8, ours: bool = False
+) -> float:
     import torch
     from transformers import DynamicCache
 
+    from adapters.policies.decoding import decode_cache, use_decode_attention
     from adapters.policies.models import cache_keyword
 
+    use_decode_attention(module, ours)
     kw = cache_keyword(module)
     ids = torch.randint(100, 20000, (1, cache), device=device)
     with torch.inference_mode():
-        kv = DynamicCache(config=module.config)
+        kv = decode_cache(module.config) if ours else DynamicCache(config=module.config)
         module(input_ids=ids, use_cache=True, logits_to_keep=1, **{kw: kv})
         kv.reorder_cache(torch.zeros(rows, dtype=torch.long, device=device))
         tok = torch.randint(100, 20000, (rows, 1), device=device)
@@ -129,12 +139,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", default="16,64,128", help="decode-step batch sizes")
     p.add_argument("--cache", type=int, default=1000, help="tokens in the cache of a decode step")
     p.add_argument("--lora-rank", type=int, default=8)
+    p.add_argument("--samples", type=int, default=16, help="samples of one prompt (CPU decoding)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave)")
     p.add_argument("--update-length", type=int, default=256, help="tokens per update sequence")
     from benchmarks._quick import parse_args
 
     args = parse_args(
-        p, argv, model="tiny", prompts=4, max_new_tokens=8, rows="4", cache=64, update_length=32
+        p,
+        argv,
+        model="tiny",
+        prompts=4,
+        max_new_tokens=8,
+        rows="4",
+        cache=64,
+        update_length=32,
+        samples=4,
     )
     import torch
 
@@ -190,6 +209,38 @@ def main(argv: list[str] | None = None) -> int:
         ms = [_decode_ms(m, rows, args.cache, device) for m in variants.values()]
         label = f"decode step, {rows} rows (ms)"
         print(f"{label:<34}{ms[0]:>16.1f}{ms[1]:>16.1f}{ms[0] / ms[1]:>8.2f}")
+    if device.type == "cpu":
+        print(f"{'CPU decoding':<34}{'transformers':>16}{'ours':>16}{'ratio':>8}")
+        workloads = (
+            (
+                f"{len(prompts)} prompts, greedy (tok/s)",
+                prompts,
+                SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens),
+            ),
+            (
+                f"1 prompt x {args.samples}, T=1 (tok/s)",
+                prompts[:1],
+                SamplingParams(
+                    temperature=1.0, n=args.samples, seed=0, max_new_tokens=args.max_new_tokens
+                ),
+            ),
+        )
+        for label, batch, params in workloads:
+            rate = []
+            for ours in (False, True):
+                pol = TransformersPolicy(
+                    merged.model,
+                    tok,
+                    device=device,
+                    batch_size=max(len(prompts), args.samples),
+                    cpu_decoding=ours,
+                )
+                rate.append(_gen_rate(pol, batch, params, fixed_length=True)[0])
+            print(f"{label:<34}{rate[0]:>16.1f}{rate[1]:>16.1f}{rate[1] / rate[0]:>8.2f}")
+        for rows in [int(r) for r in args.rows.split(",")]:
+            ms = [_decode_ms(merged.model, rows, args.cache, device, ours=o) for o in (False, True)]
+            label = f"decode step, {rows} rows (ms)"
+            print(f"{label:<34}{ms[0]:>16.1f}{ms[1]:>16.1f}{ms[0] / ms[1]:>8.2f}")
     pm.model.train()
     fp32 = _update_s_per_1k(pm.model, 4, args.update_length, False, device)
     bf16 = _update_s_per_1k(pm.model, 4, args.update_length, True, device)

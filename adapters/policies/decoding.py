@@ -6,7 +6,7 @@ linear layers were under a tenth of it; the rest was
 
 * **the cache's growth**: transformers' ``DynamicLayer`` concatenates every new position onto
   its keys and values, copying the whole cache of every layer at every step
-  (:class:`GrowingLayer` writes into spare capacity instead, grown geometrically); and
+  (:func:`growing_layer` writes into spare capacity instead, grown geometrically); and
 * **the one-query attention**: PyTorch's CPU flash-attention kernel, on bfloat16 inputs with
   one query per row, spent ~26 ms per layer where the same arithmetic as two batched matrix
   products takes a fraction of that (:func:`decode_attention`: the query heads of each key/value
@@ -20,9 +20,10 @@ against transformers' defaults in the same run.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-__all__ = ["ATTENTION", "GrowingLayer", "decode_attention", "decode_cache", "use_decode_attention"]
+__all__ = ["ATTENTION", "decode_attention", "decode_cache", "growing_layer", "use_decode_attention"]
 
 ATTENTION = "mas_decode"
 """The name :func:`decode_attention` is registered under (transformers' ``AttentionInterface``)."""
@@ -62,25 +63,31 @@ def _register() -> None:
     AttentionMaskInterface.register(ATTENTION, sdpa_mask)
 
 
-def use_decode_attention(model: Any) -> bool:
+def use_decode_attention(model: Any, on: bool = True) -> bool:
     """Switch a transformers model that uses ``sdpa`` attention to :func:`decode_attention`
-    (registered on first use); returns whether it did. Other implementations (flash attention,
-    eager, a custom one) are left as they are."""
+    (registered on first use), or with ``on=False`` back to ``sdpa``; returns whether the model
+    now uses :func:`decode_attention`. Other implementations (flash attention, eager, a custom
+    one) are left as they are."""
     if hasattr(model, "get_base_model"):  # a peft model: its base holds the config
         model = model.get_base_model()
     config = getattr(model, "config", None)
     current = getattr(config, "_attn_implementation", None)
-    if current != "sdpa" or not hasattr(model, "set_attn_implementation"):
+    if not hasattr(model, "set_attn_implementation"):
         return current == ATTENTION
-    _register()
-    model.set_attn_implementation(ATTENTION)
-    return True
+    if on and current == "sdpa":
+        _register()
+        model.set_attn_implementation(ATTENTION)
+    elif not on and current == ATTENTION:
+        model.set_attn_implementation("sdpa")
+    return getattr(config, "_attn_implementation", None) == ATTENTION
 
 
-def _grow_layer_class() -> type:
+@functools.cache
+def growing_layer() -> type:
+    """The ``GrowingLayer`` class (built on first use: transformers is a heavy import)."""
     from transformers.cache_utils import DynamicLayer
 
-    class _GrowingLayer(DynamicLayer):  # type: ignore[misc]
+    class GrowingLayer(DynamicLayer):  # type: ignore[misc]
         """A ``DynamicLayer`` whose keys and values are views into buffers with spare capacity:
         a new position is written in place; a full buffer is reallocated half as large again.
         Every other method of ``DynamicLayer`` works on the views (a method that replaces them,
@@ -93,13 +100,12 @@ def _grow_layer_class() -> type:
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             new = key_states.shape[-2]
-            have = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+            keys: Any = self.keys
+            have = keys.shape[-2] if keys.dim() == 4 else 0
             buf = self._kbuf
             fits = (
-                buf is not None
-                and have > 0
-                and self.keys.data_ptr() == buf.data_ptr()
-                and self.values.data_ptr() == self._vbuf.data_ptr()
+                have > 0
+                and self._in_buffer()
                 and buf.shape[0] == key_states.shape[0]
                 and have + new <= buf.shape[-2]
             )
@@ -117,9 +123,20 @@ def _grow_layer_class() -> type:
             self.values = self._vbuf[:, :, : have + new]
             return self.keys, self.values
 
+        def _in_buffer(self) -> bool:
+            """Whether the keys and values are still the views :meth:`update` made."""
+            keys: Any = self.keys
+            values: Any = self.values
+            return (
+                self._kbuf is not None
+                and keys.data_ptr() == self._kbuf.data_ptr()
+                and values.data_ptr() == self._vbuf.data_ptr()
+            )
+
         def reorder_cache(self, beam_idx: Any) -> None:
-            if self.get_seq_length() > 0 and self._kbuf is not None:
-                have = self.keys.shape[-2]
+            if self.get_seq_length() > 0 and self._in_buffer():
+                keys: Any = self.keys
+                have = keys.shape[-2]
                 idx = beam_idx.to(self._kbuf.device)
                 self._kbuf = self._kbuf.index_select(0, idx)
                 self._vbuf = self._vbuf.index_select(0, idx)
@@ -128,28 +145,16 @@ def _grow_layer_class() -> type:
             else:
                 super().reorder_cache(beam_idx)
 
-    _GrowingLayer.__name__ = _GrowingLayer.__qualname__ = "GrowingLayer"
-    return _GrowingLayer
-
-
-_LAYER: list[type] = []
-
-
-def __getattr__(name: str) -> Any:  # GrowingLayer is built on first use (transformers is heavy)
-    if name == "GrowingLayer":
-        if not _LAYER:
-            _LAYER.append(_grow_layer_class())
-        return _LAYER[0]
-    raise AttributeError(name)
+    return GrowingLayer
 
 
 def decode_cache(config: Any) -> Any:
-    """A ``DynamicCache`` for ``config`` whose full-attention layers are :class:`GrowingLayer`
-    (sliding-window layers stay as transformers makes them)."""
+    """A ``DynamicCache`` for ``config`` whose full-attention layers grow in place
+    (:func:`growing_layer`; sliding-window layers stay as transformers makes them)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
-    grow = __getattr__("GrowingLayer")
+    grow = growing_layer()
     cache = DynamicCache(config=config)
     cache.layers = [grow() if type(layer) is DynamicLayer else layer for layer in cache.layers]
     return cache

@@ -416,6 +416,8 @@ class TransformersPolicy(TokenLevelPolicy):
             least half the context).
         name: reported in completions' metadata and by the HTTP server.
         chat_template_kwargs: extra arguments for ``apply_chat_template``.
+        cpu_decoding: on a CPU, decode with :mod:`adapters.policies.decoding` (``False``:
+            transformers' own attention and cache, e.g. to compare them).
     """
 
     def __init__(
@@ -427,6 +429,7 @@ class TransformersPolicy(TokenLevelPolicy):
         max_prompt_tokens: int | None = None,
         name: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        cpu_decoding: bool = True,
     ) -> None:
         import torch
 
@@ -465,7 +468,8 @@ class TransformersPolicy(TokenLevelPolicy):
         self._prefix_store: PrefixCache | None = None
         # on a CPU, decode steps attend by matrix products and the cache grows in place
         # (adapters.policies.decoding); elsewhere transformers' own attention and cache
-        self._cpu_decoding = self.device.type == "cpu" and use_decode_attention(self.model)
+        on_cpu = self.device.type == "cpu" and cpu_decoding
+        self._cpu_decoding = use_decode_attention(self.model, on_cpu) and on_cpu
 
     @contextlib.contextmanager
     def evaluation_scope(self, batch_size: int | None = None) -> Iterator[None]:
