@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters.rollout import derive_seed
 from adapters.rollout.envpool import flush_dead_steps
+from adapters.training.shipped import CARD, SHIPPED
 
 if TYPE_CHECKING:  # pragma: no cover
     from adapters.training.config import TrainConfig
@@ -53,13 +54,10 @@ __all__ = [
     "ensure_cold_start",
     "fine_tune",
     "oracle_examples",
-    "shipped_init",
     "write_examples",
 ]
 
 logger = logging.getLogger(__name__)
-
-CARD = "coldstart.json"
 
 
 @dataclass(frozen=True)
@@ -464,27 +462,6 @@ def cold_start_of(train_cfg: TrainConfig) -> ColdStartConfig:
 # coldstart.json holds the command, the data's hash and the losses), found by the same key as
 # the cache: a run that would make one of these uses it instead (``tests/adapters/
 # test_shipped_cold_start.py`` checks that the command reproduces it)
-SHIPPED = Path(__file__).resolve().parent / "coldstarts"
-
-
-SHIPPED_INIT = "shipped:"
-
-
-def shipped_init(init: str) -> Path | None:
-    """The directory an ``init`` of the form ``shipped:NAME`` names (``None`` for another
-    form): a cold start the project ships, chosen by name rather than by the run's key (a run
-    may start from one made on other instances, e.g. the CPU Sokoban run's 8 x 8 levels from
-    the one made on 6 x 6 levels)."""
-    if not init.startswith(SHIPPED_INIT):
-        return None
-    name = init.removeprefix(SHIPPED_INIT)
-    where = SHIPPED / name
-    if "/" in name or not name or not (where / "adapter_config.json").is_file():
-        known = sorted(p.name for p in SHIPPED.iterdir() if (p / CARD).is_file())
-        raise ValueError(f"init {init!r}: no shipped cold start of that name; shipped: {known}")
-    return where
-
-
 def shipped_cold_start(train_cfg: TrainConfig, cfg: ColdStartConfig) -> Path | None:
     """The shipped cold start made for exactly this configuration, if there is one."""
     import envs

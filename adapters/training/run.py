@@ -192,12 +192,8 @@ def start_from(cfg: TrainConfig, base: Any, dist: DistContext) -> tuple[Any, str
     """``base`` with ``cfg.policy.init`` merged into its weights, and the adapter directory merged: the
     setting's shipped or cached oracle cold start (made by rank 0 on first use) or a peft
     adapter directory (:mod:`adapters.training.coldstart`)."""
-    from adapters.training.coldstart import (
-        apply_init,
-        cold_start_of,
-        ensure_cold_start,
-        shipped_init,
-    )
+    from adapters.training.coldstart import apply_init, cold_start_of, ensure_cold_start
+    from adapters.training.shipped import shipped_init
 
     init = str(cfg.policy.init)
     if init.startswith("cold-start"):

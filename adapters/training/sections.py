@@ -112,7 +112,7 @@ class PolicyConfig(Section):
             raise ConfigError("per_role_models must be 'adapters' or 'models'")
         init = self.init or "none"
         if init.startswith("shipped:"):
-            from adapters.training.coldstart import shipped_init
+            from adapters.training.shipped import shipped_init
 
             try:
                 shipped_init(init)

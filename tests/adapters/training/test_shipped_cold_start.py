@@ -23,9 +23,9 @@ from adapters.training.coldstart import (
     oracle_examples,
     sft_command,
     shipped_cold_start,
-    shipped_init,
 )
 from adapters.training.config import ConfigError, TrainConfig
+from adapters.training.shipped import shipped_init
 
 SHIPPED_DIRS = sorted(p for p in SHIPPED.iterdir() if (p / CARD).is_file())
 
