@@ -7,15 +7,17 @@ linear layers were under a tenth of it; the rest was
 * **the cache's growth**: transformers' ``DynamicLayer`` concatenates every new position onto
   its keys and values, copying the whole cache of every layer at every step
   (:func:`growing_layer` writes into spare capacity instead, grown geometrically); and
-* **the one-query attention**: PyTorch's CPU flash-attention kernel, on bfloat16 inputs with
-  one query per row, spent ~26 ms per layer where the same arithmetic as two batched matrix
-  products takes a fraction of that (:func:`decode_attention`: the query heads of each key/value
-  group against that group's cached keys, no repeated key/value heads; the scores in the
-  model's dtype as transformers' own ``eager`` attention computes them, the softmax in float32).
+* **the one-query attention**: without a padding mask (rows of equal length, e.g. the
+  candidates of one prompt), transformers' ``sdpa`` hands a decode step with grouped key/value
+  heads to PyTorch's CPU kernel for grouped-query attention, which on bfloat16 inputs spent ~26
+  ms per layer; with a mask it attends each key/value head's query group as one (its
+  ``pack_gqa`` path), several times faster. :func:`decode_attention` gives a maskless decode
+  step an all-true mask: the same ``sdpa`` arithmetic, the fast path (in float32 the logits
+  agree with transformers' to 1e-5, ``tests/adapters/policies/test_decoding.py``).
 
 Both change only decoding: prompt prefill (several query positions) and every training forward
-run transformers' ``sdpa`` attention unchanged. ``benchmarks/decode_step.py`` measures them
-against transformers' defaults in the same run.
+run transformers' ``sdpa`` attention unchanged. ``benchmarks/generation.py`` measures them
+against transformers' defaults in the same run (its "CPU decoding" rows).
 """
 
 from __future__ import annotations

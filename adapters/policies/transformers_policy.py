@@ -31,10 +31,10 @@ exactly what a trainer needs:
   the KV cache is then expanded per sample.
 * **Early exit per row.** Rows that emit EOS or a stop string leave the batch (the cache is
   compacted), so one long completion does not make the others pay for padding steps.
-* **CPU decode steps** attend by two matrix products per key/value head and write into a cache
-  with spare capacity (:mod:`adapters.policies.decoding`): transformers' CPU attention kernel
-  and its concatenating cache made a 135M model's decode step several times slower than its
-  linear layers. Prefill and training forwards keep transformers' ``sdpa`` attention.
+* **CPU decode steps** always take ``sdpa``'s grouped path (a maskless step gets an all-true
+  mask) and write into a cache with spare capacity (:mod:`adapters.policies.decoding`): the
+  kernel a maskless step went to and the concatenating cache made a 135M model's decode step
+  several times slower than its linear layers. Prefill and training forwards are unchanged.
 * **Segments.** :meth:`TransformersPolicy.extend` continues partial completions (segment
   rollouts): prompt and generated prefix are prefilled from their token ids and each row's
   random stream is read on from the prefix's length, so a completion decoded in segments has
