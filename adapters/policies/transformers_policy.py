@@ -466,7 +466,7 @@ class TransformersPolicy(TokenLevelPolicy):
         self._cache_kw = cache_keyword(model)
         self._torch = torch
         self._prefix_store: PrefixCache | None = None
-        # on a CPU, decode steps attend by matrix products and the cache grows in place
+        # on a CPU, decode steps take sdpa's grouped path and the cache grows in place
         # (adapters.policies.decoding); elsewhere transformers' own attention and cache
         on_cpu = self.device.type == "cpu" and cpu_decoding
         self._cpu_decoding = use_decode_attention(self.model, on_cpu) and on_cpu

@@ -110,16 +110,16 @@ class PolicyConfig(Section):
             raise ConfigError("lora_dropout must lie in [0, 1)")
         if self.per_role_models not in ("adapters", "models"):
             raise ConfigError("per_role_models must be 'adapters' or 'models'")
-        init = self.init or "none"
-        if init.startswith("shipped:"):
-            from adapters.training.shipped import shipped_init
+        from adapters.training.shipped import shipped_init
 
-            try:
-                shipped_init(init)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
-        elif (
-            init != "none"
+        init = self.init or "none"
+        try:
+            shipped = shipped_init(init)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if (
+            shipped is None
+            and init != "none"
             and not init.startswith("cold-start")  # else a peft directory
             and not (Path(init) / "adapter_config.json").is_file()
         ):
