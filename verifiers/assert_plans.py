@@ -47,7 +47,7 @@ from verifiers.host_eval import (
     TooExpensive,
     Unsupported,
 )
-from verifiers.source_checks import bounded_parse, check_compiles
+from verifiers.source_checks import INLINE_COMPILE_CHARS, bounded_parse, check_compiles
 
 __all__ = [
     "ENTRY_CLASS",
@@ -200,7 +200,9 @@ def plan_test(
     ``_PLAN_CACHE_CHARS`` characters of test code, least recently used out first).
 
     ``inline``: plan in this process under the small in-process budget and, past it, in the
-    bounded worker (:mod:`verifiers._bounded`; the plan is then ``remote``)."""
+    bounded worker (:mod:`verifiers._bounded`; the plan is then ``remote``). A test longer than
+    ``INLINE_COMPILE_CHARS`` goes to the worker at once: parsing 100,000 characters of
+    statements costs the host a third of a second and full garbage collections."""
     global _plans_chars
     key = (code, entry_point, prelude)
     with _PLANS_LOCK:
@@ -208,10 +210,13 @@ def plan_test(
         if hit is not None:
             _PLANS.move_to_end(key)
             return hit
-    try:
-        plan = _plan(code, entry_point, prelude, inline)
-    except OverInline:
+    if inline and INLINE_COMPILE_CHARS < len(code) <= MAX_TEST_CHARS:
         plan = _plan_remote(code, entry_point, prelude)
+    else:
+        try:
+            plan = _plan(code, entry_point, prelude, inline)
+        except OverInline:
+            plan = _plan_remote(code, entry_point, prelude)
     with _PLANS_LOCK:
         if key not in _PLANS:
             _PLANS[key] = plan

@@ -48,3 +48,17 @@ def test_tests_past_the_inline_budget_are_decided_in_the_worker():
         out = static_verdict(plan, [CallResult("ok", 8)])
     assert not out.passed and out.status == "wrong_answer"
     assert spent.seconds < 0.2  # (this thread only waited)
+
+
+def test_long_tests_are_parsed_and_planned_in_the_worker():
+    """Parsing a long test costs the host real CPU (and full garbage collections): past
+    ``INLINE_COMPILE_CHARS`` the worker plans it; short tests with the same meaning stay here."""
+    setup = "x = 1\n" * (INLINE_COMPILE_CHARS // 6 + 10)
+    long = plan_test(setup + "assert f(x) == 2", "f")
+    assert long.static and long.remote and len(long.calls) == 1
+    with cpu_cost(time.thread_time) as spent:
+        assert static_verdict(long, [CallResult("ok", 2)]).passed
+        assert not static_verdict(long, [CallResult("ok", 3)]).passed
+    assert spent.seconds < 0.2  # (this thread only waited)
+    short = plan_test("x = 1\nassert f(x) == 2", "f")
+    assert short.static and not short.remote and short.calls == long.calls
