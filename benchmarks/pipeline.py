@@ -3,7 +3,7 @@ pipeline, with and without segment rollouts.
 
 Usage::
 
-    python benchmarks/pipeline.py                   # 1.5 CPU-minutes (5 min at load 14)
+    python benchmarks/pipeline.py                   # about 2 minutes on 2 idle cores
     python benchmarks/pipeline.py --quick           # a smoke run of seconds
     python benchmarks/pipeline.py --accept-rate 0.2 --problems 20 --per-step 2
 
