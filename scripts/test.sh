@@ -12,7 +12,8 @@
 # Work that waits on the network or the Docker daemon overlaps with work that needs the CPU: the
 # images are built while ruff and mypy run, and .venv-vllm is built while the main tests run
 # (their output goes to logs under ${TMPDIR:-/tmp}, shown if they fail). The time of every stage
-# is printed at the end, also when a stage fails.
+# is printed at the end, also when a stage fails, and each pytest stage lists its slowest tests
+# (--durations), so the next cut of CI time starts from a measurement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -111,10 +112,10 @@ if [ $# -gt 0 ]; then
   end
 else
   begin "fast tests (pytest -m 'not slow')"
-  .venv/bin/python -m pytest --ignore=tests/vllm -m "not slow"
+  .venv/bin/python -m pytest --ignore=tests/vllm -m "not slow" --durations=20
   end
   begin "slow tests (pytest -m slow)"
-  .venv/bin/python -m pytest --ignore=tests/vllm -m slow
+  .venv/bin/python -m pytest --ignore=tests/vllm -m slow --durations=10
   end
 fi
 
