@@ -210,13 +210,10 @@ def plan_test(
         if hit is not None:
             _PLANS.move_to_end(key)
             return hit
-    if inline and INLINE_COMPILE_CHARS < len(code) <= MAX_TEST_CHARS:
+    try:
+        plan = _plan(code, entry_point, prelude, inline)
+    except OverInline:
         plan = _plan_remote(code, entry_point, prelude)
-    else:
-        try:
-            plan = _plan(code, entry_point, prelude, inline)
-        except OverInline:
-            plan = _plan_remote(code, entry_point, prelude)
     with _PLANS_LOCK:
         if key not in _PLANS:
             _PLANS[key] = plan
@@ -267,6 +264,8 @@ def plan_from_summary(s: dict, code: str, entry_point: str | None, prelude: str)
 def _plan(code: str, entry_point: str | None, prelude: str, inline: bool = False) -> Plan:
     if len(code) > MAX_TEST_CHARS:
         return Plan(code, error=f"the test is longer than {MAX_TEST_CHARS} characters")
+    if inline and len(code) > INLINE_COMPILE_CHARS:
+        raise OverInline()  # parsing it would be the host's largest cost: the worker plans it
     built = check_compiles(code, "<test>")
     if not built.ok:
         return Plan(code, error=built.reason)
