@@ -65,11 +65,8 @@ _CPU_GRID_TRAINING: dict[str, tuple[Any, str]] = {
 # nearly always solves) fails on about 4 in 10 and AT-GRPO has something to add; a smaller step
 # than the AT-GRPO CPU scale-down's, whose four PPO mini-batches at lr 1e-3 broke the tool's
 # program format in one step at this size (docs/learning.md)
-_SOKOBAN_CPU_OPTIONS = {
-    **_COMPACT,
-    "height": (8, "CPU: 8 x 8 levels, where the cold start fails on about 4 in 10"),
-    "width": (8, "CPU: 8 x 8 levels, where the cold start fails on about 4 in 10"),
-}
+_SOKOBAN_CPU_SIDE = (8, "CPU: 8 x 8 levels, where the cold start fails on about 4 in 10")
+_SOKOBAN_CPU_OPTIONS = {**_COMPACT, "height": _SOKOBAN_CPU_SIDE, "width": _SOKOBAN_CPU_SIDE}
 _SOKOBAN_CPU_TRAINING: dict[str, tuple[Any, str]] = {
     **_CPU_GRID_TRAINING,
     "init": (
