@@ -61,6 +61,8 @@ from adapters.training.sections import (
     ScheduleConfig,
     UpdateConfig,
     at_least,
+    one_step,
+    reads_logprobs,
 )
 
 __all__ = [
@@ -410,10 +412,13 @@ def _resolve(raw: TrainConfig, cuda: bool) -> TrainConfig:
             and values["update_precision"] == "float32"
             and not copy_samples
         )
-        values["old_logprobs"] = "rollout" if exact else "recompute"
+        single = one_step(values["ppo_epochs"], values["ppo_minibatches"], values["minibatch_size"])
+        forward = single and not reads_logprobs(values["algorithm"], values["kl_reward_coef"])
+        values["old_logprobs"] = "rollout" if exact else "forward" if forward else "recompute"
         src["old_logprobs"] = (
-            "the sampler's in float32, recomputed in lower precision or when a merged "
-            "generation copy samples"
+            "the sampler's in float32; in lower precision or when a merged generation copy "
+            "samples, the training model's: from the update's own forward when it is one "
+            "optimizer step, else a pass before it"
         )
     reason = ESTIMATORS[values["algorithm"]].kl_reward_error
     if reason and values["kl_reward_coef"] > 0:

@@ -141,6 +141,16 @@ class PolicyConfig(Section):
         return (self.lora_rank or 0) > 0
 
 
+def one_step(ppo_epochs: int, ppo_minibatches: int, minibatch_size: int) -> bool:
+    """Whether an update with these sizes makes one optimizer step (:attr:`UpdateConfig.one_step`)."""
+    return ppo_epochs == 1 and ppo_minibatches == 1 and not minibatch_size
+
+
+def reads_logprobs(algorithm: str, kl_reward_coef: float | None) -> bool:
+    """Whether the estimator reads the old and reference log-probs: a KL reward."""
+    return (kl_reward_coef or 0.0) > 0 and ESTIMATORS[algorithm].needs_ref
+
+
 @dataclass(frozen=True)
 class UpdateConfig(Section):
     """The advantage estimator and the PPO update."""
@@ -219,10 +229,12 @@ class UpdateConfig(Section):
         "the update's forward and backward passes: auto (bfloat16 autocast over float32 weights "
         "on a CPU that computes bfloat16 natively, else the model's dtype) | float32 | bfloat16",
     )
-    old_logprobs: Literal["auto", "rollout", "recompute"] = knob(
+    old_logprobs: Literal["auto", "rollout", "recompute", "forward"] = knob(
         "auto",
-        "log-probs of the PPO ratio's denominator: auto (the sampler's in float32, else "
-        "recomputed) | rollout | recompute",
+        "log-probs of the PPO ratio's denominator: auto (the sampler's in float32, else the "
+        "update's own forward for a one-step update, else recomputed) | rollout (the "
+        "sampler's) | recompute (a pass before the update) | forward (the update's forward, "
+        "detached; one optimizer step per update only)",
     )
     max_prompt_tokens: int = knob(
         0,
@@ -259,13 +271,36 @@ class UpdateConfig(Section):
             raise ConfigError("lr must be > 0")
         if self.rollout_is_cap < 1:
             raise ConfigError(f"rollout_is_cap must be >= 1, got {self.rollout_is_cap}")
+        known = None not in (self.ppo_epochs, self.ppo_minibatches, self.minibatch_size)
+        if self.old_logprobs == "forward" and known and not self.one_step:
+            raise ConfigError(
+                "old_logprobs forward needs one optimizer step per update (ppo_epochs 1, "
+                "ppo_minibatches 1, minibatch_size 0): after the first step the weights are no "
+                "longer the samples' old policy; use recompute"
+            )
+        kl_known = None not in (self.algorithm, self.kl_reward_coef)
+        if self.old_logprobs == "forward" and kl_known and self.advantages_read_logprobs:
+            raise ConfigError(
+                "old_logprobs forward cannot serve a KL reward (kl_reward_coef > 0): the "
+                "advantages read the old log-probs before the update; use recompute"
+            )
+
+    @property
+    def one_step(self) -> bool:
+        """One optimizer step per update (one epoch of one mini-batch): every forward of the
+        update runs with the weights the samples' old log-probs describe."""
+        return one_step(self.ppo_epochs, self.ppo_minibatches, self.minibatch_size)
+
+    @property
+    def advantages_read_logprobs(self) -> bool:
+        """Whether the estimator reads old and reference log-probs (a KL reward)."""
+        return reads_logprobs(self.algorithm, self.kl_reward_coef)
 
     @property
     def needs_ref(self) -> bool:
         """Whether the reference model's log-probs are needed: a KL loss, or a KL reward of an
         estimator that has one (``Estimator.needs_ref``)."""
-        kl_reward = (self.kl_reward_coef or 0.0) > 0 and ESTIMATORS[self.algorithm].needs_ref
-        return (self.kl_loss_coef or 0.0) > 0 or kl_reward
+        return (self.kl_loss_coef or 0.0) > 0 or self.advantages_read_logprobs
 
 
 @dataclass(frozen=True)

@@ -243,11 +243,14 @@ class Trainer:
         for it in items:
             by_pid[it.sample.policy_id].append(it)
         pids = self.run.dist.union(by_pid)  # every rank updates the same policies (collectives)
+        if not ucfg.advantages_read_logprobs:  # first, so only the trained items are scored
+            distributed.advantages(self.run.dist, ucfg, items, compute_advantages)
         for pid, its in by_pid.items():
             prepare_logprobs(
                 ucfg, self.run.models[pid], its, self.run.pad_id, off_policy=off_policy
             )
-        distributed.advantages(self.run.dist, ucfg, items, compute_advantages)
+        if ucfg.advantages_read_logprobs:  # the KL reward reads the old and reference log-probs
+            distributed.advantages(self.run.dist, ucfg, items, compute_advantages)
         per_policy = {  # each policy's statistics, reduced over the ranks
             pid: distributed.reduce_update_stats(
                 self.run.dist,

@@ -90,10 +90,12 @@ def test_bfloat16_copy_log_probs_stay_close():
     assert diffs.mean() < 0.1 and diffs.max() < 1.5, (diffs.mean(), diffs.max())
 
 
-def test_a_training_step_with_the_merged_copy_and_a_bfloat16_update(tmp_path):
-    """The CPU defaults: rollouts sampled by the merged bfloat16 copy, old log-probs recomputed,
-    the update under bfloat16 autocast; the step changes the adapter and the next rollout
-    samples from the refreshed copy."""
+@pytest.mark.parametrize("old", ["forward", "recompute"])
+def test_a_training_step_with_the_merged_copy_and_a_bfloat16_update(tmp_path, old):
+    """The CPU defaults: rollouts sampled by the merged bfloat16 copy, old log-probs the training
+    model's (from the one-step update's own forward, or a pass before it), the update under
+    bfloat16 autocast; the step changes the adapter and the next rollout samples from the
+    refreshed copy."""
     from adapters.training.trainer import Trainer
 
     from ..conftest import tiny_train_config
@@ -104,9 +106,10 @@ def test_a_training_step_with_the_merged_copy_and_a_bfloat16_update(tmp_path):
         update_precision="bfloat16",
         candidates=4,
         lr=5e-2,
+        **({} if old == "forward" else {"old_logprobs": old}),  # forward: auto's choice
     )
     tr = Trainer(cfg, models=char_models(seed=3), log=lambda s: None)
-    assert tr.cfg.update.old_logprobs == "recompute" and tr.run.backend.copies
+    assert tr.cfg.update.old_logprobs == old and tr.run.backend.copies
     copy = tr.run.backend.copies["shared"]
     before = {k: v.clone() for k, v in copy.model.state_dict().items()}
     result = tr.rollout(1)

@@ -136,10 +136,12 @@ def _items(model_pair, shift):
     return out
 
 
+@pytest.mark.parametrize("old", ["rollout", "forward"])
 @pytest.mark.parametrize("cap, weight", [(2.0, 2.0), (1.5, 1.5), (10.0, math.e)])
-def test_the_update_weights_tokens_by_the_recorded_behaviour_logprobs(tmp_path, cap, weight):
+def test_the_update_weights_tokens_by_the_recorded_behaviour_logprobs(tmp_path, cap, weight, old):
     """pi_old / pi_behav = e on every token (the sampler's log-probs 1 nat lower): the first
-    step's policy loss is the synchronous one times min(e, cap)."""
+    step's policy loss is the synchronous one times min(e, cap), whether pi_old comes from a
+    pass before the update (stale samples with ``rollout``) or from its own forward."""
     from adapters.training.policy_models import build_policy_models
 
     tr_cfg = cfg(tmp_path, "x").resolved()
@@ -149,17 +151,24 @@ def test_the_update_weights_tokens_by_the_recorded_behaviour_logprobs(tmp_path, 
         models = build_policy_models(tr_cfg, ["r"], pair[0])
         pm = models["shared"]
         items = _items((pm.model, pair[1]), shift=1.0)
-        ucfg = UpdateConfig(lr=1e-9, rollout_is_cap=cap, old_logprobs="rollout")
+        ucfg = UpdateConfig(lr=1e-9, rollout_is_cap=cap, old_logprobs=old)
         stale = ScheduleConfig(max_staleness=n).off_policy
         prepare_logprobs(ucfg, pm, items, pair[1].pad_token_id, off_policy=stale)
         if n:
-            for it in items:  # kept as generated; pi_old recomputed
+            for it in items:  # kept as generated
                 assert it.behav_logprobs.tolist() == it.sample.logprobs
+        if n and old == "rollout":  # pi_old recomputed by a pass
+            for it in items:
                 assert torch.allclose(it.old_logprobs, it.behav_logprobs + 1.0, atol=1e-5)
-        else:
+        elif old == "rollout":
             for it in items:
                 it.old_logprobs = it.old_logprobs + 1.0  # the same ratio 1 as the stale case
         st = update_policy(ucfg, pm, items, 1, pair[1].pad_token_id, off_policy=stale)
+        if old == "forward":  # pi_old is the forward's: filled in by the update
+            for it in items:
+                assert torch.allclose(
+                    it.old_logprobs, torch.tensor(it.sample.logprobs) + 1, atol=1e-5
+                )
         losses[n] = st["pg_loss"]
         if n:
             assert st["is_weight_mean"] == pytest.approx(weight, rel=1e-4)

@@ -41,10 +41,22 @@ def test_defaults_resolve_per_device():
     assert cpu.policy.init == "shipped:sokoban-423d2cd7aff3cbd4" and cpu.demos == 0 == gpu.demos
     assert "6 x 6" in cpu.sources["init"]  # the shipped cold start, made on the default levels
     assert gpu.policy.init == "none"
-    # the merged bfloat16 generation copy samples, so the training model recomputes pi_old
-    assert cpu.policy.dtype == "float32" and cpu.update.old_logprobs == "recompute"
+    # the merged bfloat16 generation copy samples, so pi_old is the training model's: one
+    # optimizer step per update takes it from the update's own forward, more steps from a pass
+    assert cpu.policy.dtype == "float32" and cpu.update.old_logprobs == "forward"
+    assert "one optimizer step" in cpu.sources["old_logprobs"]
     exact = TrainConfig(generation_model="train", update_precision="float32").resolved(cuda=False)
     assert exact.update.old_logprobs == "rollout"
+    assert TrainConfig(env="plan_path").resolved(cuda=False).update.old_logprobs == "recompute"
+    kl_reward = TrainConfig(env="sokoban", algorithm="reinforce++", kl_reward_coef=0.01)
+    assert kl_reward.resolved(cuda=False).update.old_logprobs == "recompute"  # read before it
+    for bad in ({"ppo_minibatches": 2}, {"ppo_epochs": 2}, {"minibatch_size": 8}):
+        with pytest.raises(ConfigError, match="one optimizer step"):
+            TrainConfig(env="sokoban", old_logprobs="forward", **bad).resolved(cuda=False)
+    with pytest.raises(ConfigError, match="KL reward"):
+        TrainConfig(
+            env="sokoban", old_logprobs="forward", algorithm="reinforce++", kl_reward_coef=0.01
+        ).resolved(cuda=False)
     # on CUDA the AT-GRPO recipe: full fine-tuning, lr 1e-6, 150 steps, batch 128 (A.2.1)
     assert (
         gpu.policy.lora_rank,
