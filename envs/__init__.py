@@ -28,7 +28,7 @@ _GRID_NOTE = (
 _SOKOBAN_NOTE = (
     "a team started from the shipped oracle cold start (--init) on 8 x 8 levels, where it fails "
     "on about 4 levels in 10, and what six AT-GRPO steps add on unseen levels beside the "
-    "no-op, constant, oracle and open-loop references (docs/learning.md: 36 -> 56 of 64)"
+    "no-op, constant, oracle and open-loop references (docs/learning.md: 36 -> 57 of 64)"
 )
 _SUDOKU_NOTE = (
     "the pipeline end to end (rollouts, the paper's rewards, updates, a before/after evaluation "

@@ -51,7 +51,7 @@ optimizer step (one epoch of one mini-batch, the CPU recipes), from the training
 detached (``forward``, verl's ``on_policy`` case of ``dp_actor.update_policy``): the ratio is
 then exactly 1 and the gradient the policy gradient, what a separate pass would give up to
 rounding, at no cost. On the 8 x 8 Sokoban CPU default the pass over every sample was about
-half of each update's time (``benchmarks/generation.py --update-step``).
+half of each update's time (``benchmarks/update_step.py``).
 """
 
 from __future__ import annotations
