@@ -22,7 +22,9 @@ Everything below is measured in one run, on one device, so the ratios compare li
   :mod:`adapters.policies.decoding`, on the distinct prompts (greedy: padded rows, so a mask) and
   on one prompt sampled ``--samples`` times (equal rows: no mask, the case of tree sampling's
   candidates), every row to the token budget; and one decode step at each ``--rows`` without a
-  mask, for both.
+  mask, for both, and for transformers' ``StaticCache`` of fixed length (the cache CUDA graphs
+  need; on a CPU it only adds attention over the unused positions, so its ratio says whether
+  the CPU should use one).
 * ``update``: seconds per 1,000 tokens of one forward and backward pass of the LoRA policy over
   prompt + completion sequences (the update's unit of work), in float32 and under bfloat16
   autocast.
@@ -80,19 +82,27 @@ def _gen_rate(
 
 
 def _decode_ms(
-    module: Any, rows: int, cache: int, device: Any, steps: int = 8, ours: bool = False
+    module: Any, rows: int, cache: int, device: Any, steps: int = 8, kind: str = "transformers"
 ) -> float:
+    """Median milliseconds of a decode step over ``rows`` rows after ``cache`` positions, with
+    ``kind``: transformers' attention and ``DynamicCache`` (``transformers``), its ``StaticCache``
+    of ``cache + steps`` positions (``static``), or :mod:`adapters.policies.decoding` (``ours``)."""
     import torch
-    from transformers import DynamicCache
+    from transformers import DynamicCache, StaticCache
 
     from adapters.policies.decoding import decode_cache, use_decode_attention
     from adapters.policies.models import cache_keyword
 
-    use_decode_attention(module, ours)
+    use_decode_attention(module, kind == "ours")
     kw = cache_keyword(module)
     ids = torch.randint(100, 20000, (1, cache), device=device)
     with torch.inference_mode():
-        kv = decode_cache(module.config) if ours else DynamicCache(config=module.config)
+        if kind == "static":
+            kv = StaticCache(config=module.config, max_cache_len=cache + steps)
+        elif kind == "ours":
+            kv = decode_cache(module.config)
+        else:
+            kv = DynamicCache(config=module.config)
         module(input_ids=ids, use_cache=True, logits_to_keep=1, **{kw: kv})
         kv.reorder_cache(torch.zeros(rows, dtype=torch.long, device=device))
         tok = torch.randint(100, 20000, (rows, 1), device=device)
@@ -127,6 +137,10 @@ def _update_s_per_1k(module: Any, rows: int, length: int, bf16: bool, device: An
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
     return min(times) / (rows * length) * 1000
+
+
+KINDS = ("transformers", "static", "ours")
+"""The caches and attention :func:`_decode_ms` compares on a CPU."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,9 +252,11 @@ def main(argv: list[str] | None = None) -> int:
                 rate.append(_gen_rate(pol, batch, params, fixed_length=True)[0])
             print(f"{label:<34}{rate[0]:>16.1f}{rate[1]:>16.1f}{rate[1] / rate[0]:>8.2f}")
         for rows in [int(r) for r in args.rows.split(",")]:
-            ms = [_decode_ms(merged.model, rows, args.cache, device, ours=o) for o in (False, True)]
+            ms = [_decode_ms(merged.model, rows, args.cache, device, kind=k) for k in KINDS]
             label = f"decode step, {rows} rows (ms)"
-            print(f"{label:<34}{ms[0]:>16.1f}{ms[1]:>16.1f}{ms[0] / ms[1]:>8.2f}")
+            print(f"{label:<34}{ms[0]:>16.1f}{ms[2]:>16.1f}{ms[0] / ms[2]:>8.2f}")
+            label = f"  static cache, {rows} rows (ms)"  # transformers' StaticCache, no graphs
+            print(f"{label:<34}{ms[1]:>16.1f}{'':>16}{ms[0] / ms[1]:>8.2f}")
     pm.model.train()
     fp32 = _update_s_per_1k(pm.model, 4, args.update_length, False, device)
     bf16 = _update_s_per_1k(pm.model, 4, args.update_length, True, device)

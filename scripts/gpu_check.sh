@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The prepared GPU check: the gpu-marked tests, benchmarks/generation.py and a short learning
-# benchmark on a CUDA machine, every table written to one output folder.
+# The prepared GPU check: the gpu-marked tests, benchmarks/generation.py, one update three ways
+# (benchmarks/update_step.py, 8 Sokoban instances) and a short learning benchmark on a CUDA
+# machine, every table written to one output folder.
 #
 #   bash scripts/gpu_check.sh --prepare          # here (with pip access): fill .gpu/ (see below)
 #   bash scripts/gpu_check.sh --model-part 1     # on the GPU machine, first call: the model's 1st half
@@ -71,6 +72,9 @@ log "gpu tests: $(tail -n 1 "$OUT/gpu_tests.txt")"
 "$PY" benchmarks/generation.py --device cuda --model smollm2 --rows 16,64,128 --cache 1000 \
   --prompts 64 --max-new-tokens 256 2>&1 | grep -v Warning > "$OUT/generation.txt"
 log "generation benchmark done"
+"$PY" benchmarks/update_step.py --device cuda --model smollm2 --instances 8 \
+  2>&1 | grep -v Warning | tail -n 12 > "$OUT/update_step.txt"
+log "update benchmark done"
 # 3. a short learning benchmark: cold start, then AT-GRPO, on paper-sized Sokoban
 "$PY" benchmarks/learning.py --device cuda --envs sokoban --methods shared \
   --budget-min "${GPU_CHECK_MINUTES:-3}" --episodes 64 --out "$OUT/learning" \
