@@ -61,7 +61,7 @@ from adapters.training.sections import (
     ScheduleConfig,
     UpdateConfig,
     at_least,
-    one_step,
+    one_step_update,
     reads_logprobs,
 )
 
@@ -412,7 +412,9 @@ def _resolve(raw: TrainConfig, cuda: bool) -> TrainConfig:
             and values["update_precision"] == "float32"
             and not copy_samples
         )
-        single = one_step(values["ppo_epochs"], values["ppo_minibatches"], values["minibatch_size"])
+        single = one_step_update(
+            values["ppo_epochs"], values["ppo_minibatches"], values["minibatch_size"]
+        )
         forward = single and not reads_logprobs(values["algorithm"], values["kl_reward_coef"])
         values["old_logprobs"] = "rollout" if exact else "forward" if forward else "recompute"
         src["old_logprobs"] = (

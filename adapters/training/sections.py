@@ -141,7 +141,7 @@ class PolicyConfig(Section):
         return (self.lora_rank or 0) > 0
 
 
-def one_step(ppo_epochs: int, ppo_minibatches: int, minibatch_size: int) -> bool:
+def one_step_update(ppo_epochs: int, ppo_minibatches: int, minibatch_size: int) -> bool:
     """Whether an update with these sizes makes one optimizer step (:attr:`UpdateConfig.one_step`)."""
     return ppo_epochs == 1 and ppo_minibatches == 1 and not minibatch_size
 
@@ -289,7 +289,7 @@ class UpdateConfig(Section):
     def one_step(self) -> bool:
         """One optimizer step per update (one epoch of one mini-batch): every forward of the
         update runs with the weights the samples' old log-probs describe."""
-        return one_step(self.ppo_epochs, self.ppo_minibatches, self.minibatch_size)
+        return one_step_update(self.ppo_epochs, self.ppo_minibatches, self.minibatch_size)
 
     @property
     def advantages_read_logprobs(self) -> bool:

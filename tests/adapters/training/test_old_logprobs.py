@@ -10,6 +10,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from adapters.training import update  # noqa: E402
+from adapters.training.logprobs import batch_logprobs  # noqa: E402
 from adapters.training.trainer import Trainer  # noqa: E402
 
 from ..conftest import char_models  # noqa: E402
@@ -22,11 +23,10 @@ def _step(tmp_path, monkeypatch, old: str) -> tuple[dict, tuple, int, int]:
     pass scored).
     Half of the groups earn equal rewards, so their samples are not trained."""
     scored: list[int] = []
-    real = update.batch_logprobs
 
     def counting(model, items, *a, **kw):
         scored.append(len(items))
-        return real(model, items, *a, **kw)
+        return batch_logprobs(model, items, *a, **kw)
 
     monkeypatch.setattr(update, "batch_logprobs", counting)
     c = cfg(
