@@ -40,17 +40,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._quick import parse_args
 
 
+def _items(run: Any, samples: Any) -> list[Any]:
+    """Fresh train items of a copy of ``samples`` (each update fills its own tensors)."""
+    from adapters.training.batch import make_items
+
+    items, _ = make_items(
+        copy.deepcopy(samples), lambda s: run.cfg.generation.temperature_of(s.role)
+    )
+    return items
+
+
 def _update(trainer: Any, samples: Any, mode: str) -> tuple[float, float, list[Any]]:
     """(pass s, update s, the gradient of its optimizer step) of one update of ``samples``."""
-    from adapters.training.batch import make_items
     from adapters.training.update import compute_advantages, prepare_logprobs, update_policy
 
     run = trainer.run
     old = "forward" if mode == "forward" else "recompute"
     ucfg = dataclasses.replace(run.cfg.update, old_logprobs=old)
-    items, _ = make_items(
-        copy.deepcopy(samples), lambda s: run.cfg.generation.temperature_of(s.role)
-    )
+    items = _items(run, samples)
     pm = run.models[items[0].sample.policy_id]
     t = time.perf_counter()
     if mode != "every":
@@ -80,15 +87,13 @@ def _fwd_bwd(trainer: Any, samples: Any) -> tuple[float, int]:
     """Seconds of one forward and backward over the trained samples, and their tokens."""
     import torch
 
-    from adapters.training.batch import make_items, micro_batches, padded_cost
+    from adapters.training.batch import micro_batches, padded_cost
     from adapters.training.logprobs import completion_logprobs
     from adapters.training.update import compute_advantages, precision, trained_items
 
     run = trainer.run
     ucfg = run.cfg.update
-    items, _ = make_items(
-        copy.deepcopy(samples), lambda s: run.cfg.generation.temperature_of(s.role)
-    )
+    items = _items(run, samples)
     compute_advantages(ucfg, items)
     items = trained_items(ucfg, items)
     pm = run.models[items[0].sample.policy_id]
