@@ -25,6 +25,10 @@ Everything below is measured in one run, on one device, so the ratios compare li
   mask, for both, and for transformers' ``StaticCache`` of fixed length (the cache CUDA graphs
   need; on a CPU it only adds attention over the unused positions, so its ratio says whether
   the CPU should use one).
+* ``compiled`` (``--compile``, default ``on``): the merged copy's decode step compiled over a
+  static cache (:mod:`adapters.policies.graphs`; CUDA graphs on CUDA) at each ``--rows``, and
+  its greedy tokens/s beside the eager loop's on the same prompts (the first call, which
+  compiles, timed apart; how many completions equal the eager loop's).
 * ``update``: seconds per 1,000 tokens of one forward and backward pass of the LoRA policy over
   prompt + completion sequences (the update's unit of work), in float32 and under bfloat16
   autocast.
@@ -82,20 +86,31 @@ def _gen_rate(
 
 
 def _decode_ms(
-    module: Any, rows: int, cache: int, device: Any, steps: int = 8, kind: str = "transformers"
+    module: Any,
+    rows: int,
+    cache: int,
+    device: Any,
+    steps: int = 8,
+    kind: str = "transformers",
+    mode: str = "on",
 ) -> float:
     """Median milliseconds of a decode step over ``rows`` rows after ``cache`` positions, with
     ``kind``: transformers' attention and ``DynamicCache`` (``transformers``), its ``StaticCache``
-    of ``cache + steps`` positions (``static``), or :mod:`adapters.policies.decoding` (``ours``)."""
+    of ``cache + steps`` positions (``static``), :mod:`adapters.policies.decoding` (``ours``), or
+    the compiled step over a static cache of :mod:`adapters.policies.graphs` (``compiled``,
+    compiled with ``mode``; CUDA graphs on CUDA), timed after three warm-up steps (compilation,
+    graph recording)."""
     import torch
     from transformers import DynamicCache, StaticCache
 
     from adapters.policies.decoding import decode_cache, use_decode_attention
+    from adapters.policies.graphs import GraphDecoder
     from adapters.policies.models import cache_keyword
 
     use_decode_attention(module, kind == "ours")
     kw = cache_keyword(module)
     ids = torch.randint(100, 20000, (1, cache), device=device)
+    warmup = 3 if kind == "compiled" else 0
     with torch.inference_mode():
         if kind == "static":
             kv = StaticCache(config=module.config, max_cache_len=cache + steps)
@@ -104,20 +119,67 @@ def _decode_ms(
         else:
             kv = DynamicCache(config=module.config)
         module(input_ids=ids, use_cache=True, logits_to_keep=1, **{kw: kv})
-        kv.reorder_cache(torch.zeros(rows, dtype=torch.long, device=device))
         tok = torch.randint(100, 20000, (rows, 1), device=device)
+        if kind == "compiled":
+            graph = GraphDecoder(module, mode, kw, keep_kw=True)
+            zeros = torch.zeros(rows, dtype=torch.long, device=device)
+            attn = torch.ones((rows, cache), dtype=torch.long, device=device)
+            run = graph.start(kv, zeros, attn, zeros + cache, budget=warmup + steps)
+        else:
+            kv.reorder_cache(torch.zeros(rows, dtype=torch.long, device=device))
         times = []
-        for i in range(steps):
+        for i in range(warmup + steps):
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t = time.perf_counter()
-            pos = torch.full((rows, 1), cache + i, device=device)
-            module(input_ids=tok, position_ids=pos, use_cache=True, logits_to_keep=1, **{kw: kv})
+            if kind == "compiled":
+                run.step(tok[:, 0])
+            else:
+                pos = torch.full((rows, 1), cache + i, device=device)
+                module(
+                    input_ids=tok, position_ids=pos, use_cache=True, logits_to_keep=1, **{kw: kv}
+                )
             if device.type == "cuda":
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
-    times.sort()
+    times = sorted(times[warmup:])
     return 1000 * times[len(times) // 2]
+
+
+def _compiled_rows(module: Any, tok: Any, prompts: list[str], args: Any, device: Any) -> None:
+    """The merged copy with compiled decode steps (``args.compile``) beside the eager loop
+    :class:`~adapters.policies.TransformersPolicy` runs on the device (on a CPU the decode path
+    of :mod:`adapters.policies.decoding`, elsewhere transformers' own): one decode step at each
+    ``--rows``, greedy tokens/s on the prompts (the first call, which compiles, timed apart) and
+    how many completions equal the eager loop's."""
+    from adapters.policies import SamplingParams, TransformersPolicy
+
+    eager_kind = "ours" if device.type == "cpu" else "transformers"
+    print(
+        f"{'merged copy, decode steps':<34}{'eager':>16}{'compile ' + args.compile:>16}{'ratio':>8}"
+    )
+    for rows in [int(r) for r in args.rows.split(",")]:
+        ms = _decode_ms(module, rows, args.cache, device, kind=eager_kind)
+        c = _decode_ms(module, rows, args.cache, device, kind="compiled", mode=args.compile)
+        label = f"decode step, {rows} rows (ms)"  # a static cache; CUDA graphs on CUDA
+        print(f"{label:<34}{ms:>16.2f}{c:>16.2f}{ms / c:>8.2f}")
+    params = SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens)
+    eager = TransformersPolicy(module, tok, device=device, batch_size=len(prompts))
+    graphs = TransformersPolicy(
+        module, tok, device=device, batch_size=len(prompts), compile_decode=args.compile
+    )
+    t = time.perf_counter()
+    first = graphs.generate(prompts, params)  # compiles (and records the graphs)
+    compile_s = time.perf_counter() - t
+    rate_e, _ = _gen_rate(eager, prompts, params)
+    rate_c, _ = _gen_rate(graphs, prompts, params)
+    ref = [c.token_ids for cs in eager.generate(prompts, params) for c in cs]
+    same = sum(a == c.token_ids for a, cs in zip(ref, first) for c in cs)
+    print(
+        f"{'generate greedy (tokens/s)':<34}{rate_e:>16.1f}{rate_c:>16.1f}{rate_c / rate_e:>8.2f}"
+    )
+    print(f"{'first call (compiles), s':<34}{'':>16}{compile_s:>16.1f}")
+    print(f"{'completions equal to eager':<34}{'':>16}{f'{same} of {len(ref)}':>16}")
 
 
 def _update_s_per_1k(module: Any, rows: int, length: int, bf16: bool, device: Any) -> float:
@@ -156,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=16, help="samples of one prompt (CPU decoding)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave)")
     p.add_argument("--update-length", type=int, default=256, help="tokens per update sequence")
+    p.add_argument(
+        "--compile",
+        default="on",
+        help="compile_decode of the 'compiled' rows (adapters.policies.graphs; off: no rows)",
+    )
     from benchmarks._quick import parse_args
 
     args = parse_args(
@@ -168,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         cache=64,
         update_length=32,
         samples=4,
+        compile="eager",
     )
     import torch
 
@@ -261,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     fp32 = _update_s_per_1k(pm.model, 4, args.update_length, False, device)
     bf16 = _update_s_per_1k(pm.model, 4, args.update_length, True, device)
     print(f"{'update s/1k tokens fp32 | bf16':<34}{fp32:>16.2f}{bf16:>16.2f}{fp32 / bf16:>8.2f}")
+    if args.compile != "off":  # last: compilation leaves worker threads and caches behind
+        _compiled_rows(merged.model, tok, prompts, args, device)
     return 0
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The prepared GPU check: the gpu-marked tests, benchmarks/generation.py, one update three ways
+# The prepared GPU check: the gpu-marked tests (compiled decode steps as CUDA graphs against the
+# eager loop), benchmarks/generation.py, one update three ways
 # (benchmarks/update_step.py, 8 Sokoban instances) and a short learning benchmark on a CUDA
 # machine, every table written to one output folder.
 #
@@ -68,9 +69,11 @@ log "runtime ready"
 set +e
 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -n 40 > "$OUT/gpu_tests.txt"
 log "gpu tests: $(tail -n 1 "$OUT/gpu_tests.txt")"
-# 2. generation speed (decode steps at 16/64/128 rows after a 1,000-token cache; the update)
+# 2. generation speed (decode steps at 16/64/128 rows after a 1,000-token cache, eager and as
+# CUDA graphs over a static cache; the update)
 "$PY" benchmarks/generation.py --device cuda --model smollm2 --rows 16,64,128 --cache 1000 \
-  --prompts 64 --max-new-tokens 256 2>&1 | grep -v Warning > "$OUT/generation.txt"
+  --prompts 64 --max-new-tokens 256 --compile cudagraphs 2>&1 | grep -v Warning \
+  > "$OUT/generation.txt"
 log "generation benchmark done"
 "$PY" benchmarks/update_step.py --device cuda --model smollm2 --instances 8 \
   2>&1 | grep -v Warning | tail -n 12 > "$OUT/update_step.txt"

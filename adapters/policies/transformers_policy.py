@@ -35,6 +35,8 @@ exactly what a trainer needs:
   mask) and write into a cache with spare capacity (:mod:`adapters.policies.decoding`): the
   kernel a maskless step went to and the concatenating cache made a 135M model's decode step
   several times slower than its linear layers. Prefill and training forwards are unchanged.
+* **Compiled decode steps** (``compile_decode``, off by default): the steps run compiled over a
+  static cache, as CUDA graphs on CUDA (:mod:`adapters.policies.graphs`); prefill stays eager.
 * **Segments.** :meth:`TransformersPolicy.extend` continues partial completions (segment
   rollouts): prompt and generated prefix are prefilled from their token ids and each row's
   random stream is read on from the prefix's length, so a completion decoded in segments has
@@ -67,6 +69,7 @@ from adapters.policies.base import (
 )
 from adapters.policies.chat import ChatPrompt
 from adapters.policies.decoding import decode_cache, use_decode_attention
+from adapters.policies.graphs import GraphDecoder, GraphSteps, check_mode, supports
 
 logger = logging.getLogger(__name__)
 
@@ -402,6 +405,29 @@ def sample_next(logits: Any, u: Any, params: SamplingParams) -> tuple[Any, Any]:
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
+class _EagerSteps:
+    """The eager decode loop's steps: the cache holds only the rows still decoding (finished
+    rows are dropped from it) and grows by one position per step."""
+
+    def __init__(self, forward: Any, cache: Any, attn: Any, next_pos: Any) -> None:
+        self.forward, self.cache, self.attn, self.next_pos = forward, cache, attn, next_pos
+
+    def keep(self, kidx: Any) -> None:
+        """Only rows ``kidx`` (indices into the rows still decoding) go on."""
+        self.cache.reorder_cache(kidx)
+        self.attn = self.attn.index_select(0, kidx)
+        self.next_pos = self.next_pos.index_select(0, kidx)
+
+    def step(self, tokens: Any) -> Any:
+        """Feed ``tokens`` (one per row still decoding); returns their next logits."""
+        import torch
+
+        self.attn = torch.cat([self.attn, self.attn.new_ones((len(tokens), 1))], dim=1)
+        logits = self.forward(tokens[:, None], self.attn, self.next_pos[:, None], self.cache)
+        self.next_pos = self.next_pos + 1
+        return logits
+
+
 class TransformersPolicy(TokenLevelPolicy):
     """A :class:`Policy` over a transformers causal LM (see the module docstring).
 
@@ -418,6 +444,10 @@ class TransformersPolicy(TokenLevelPolicy):
         chat_template_kwargs: extra arguments for ``apply_chat_template``.
         cpu_decoding: on a CPU, decode with :mod:`adapters.policies.decoding` (``False``:
             transformers' own attention and cache, e.g. to compare them).
+        compile_decode: decode steps compiled over a static cache, CUDA graphs on CUDA
+            (:mod:`adapters.policies.graphs`: ``"on"``, ``"cudagraphs"`` or a ``torch.compile``
+            backend); ``"off"``: the eager loop. A model with sliding-window layers keeps the
+            eager loop (logged).
     """
 
     def __init__(
@@ -430,6 +460,7 @@ class TransformersPolicy(TokenLevelPolicy):
         name: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         cpu_decoding: bool = True,
+        compile_decode: str = "off",
     ) -> None:
         import torch
 
@@ -470,6 +501,23 @@ class TransformersPolicy(TokenLevelPolicy):
         # (adapters.policies.decoding); elsewhere transformers' own attention and cache
         on_cpu = self.device.type == "cpu" and cpu_decoding
         self._cpu_decoding = use_decode_attention(self.model, on_cpu) and on_cpu
+        self._graphs: GraphDecoder | None = None
+        if check_mode(compile_decode) == "cudagraphs" and self.device.type != "cuda":
+            raise ValueError(
+                f"compile_decode='cudagraphs' needs a CUDA device, not {self.device}; "
+                "'on' compiles the steps on any device"
+            )
+        if compile_decode != "off":
+            if supports(self.model):
+                self._graphs = GraphDecoder(
+                    self.model, compile_decode, self._cache_kw, self._keep_kw
+                )
+            else:
+                logger.info(
+                    "compile_decode=%s: the model's cache has non-full-attention "
+                    "layers; decoding eagerly",
+                    compile_decode,
+                )
 
     @contextlib.contextmanager
     def evaluation_scope(self, batch_size: int | None = None) -> Iterator[None]:
@@ -649,17 +697,21 @@ class TransformersPolicy(TokenLevelPolicy):
             if self._prefix_store is not None:
                 self._prefix_store.namespace = self._adapter_name()
             logits = batch.prefill(self._forward, cache, self._prefix_store)
-            expand = torch.tensor(row_prompt, device=dev)
-            if n_unique != len(prompts) or row_prompt != list(range(len(prompts))):
-                cache.reorder_cache(expand)
-                logits = logits.index_select(0, expand)
-            attn = attn.index_select(0, expand)
-            next_pos = positions[:, -1].index_select(0, expand) + 1
-            if len(active) < len(prompts):
-                kidx = torch.tensor(active, dtype=torch.long, device=dev)
-                cache.reorder_cache(kidx)
-                attn, next_pos = attn.index_select(0, kidx), next_pos.index_select(0, kidx)
-                logits = logits.index_select(0, kidx)
+            # each active row continues its distinct prompt's row of the prefilled cache
+            rows_of = [row_prompt[r] for r in active]
+            index = torch.tensor(rows_of, dtype=torch.long, device=dev)
+            attn = attn.index_select(0, index)
+            next_pos = positions[:, -1].index_select(0, index) + 1
+            if rows_of != list(range(n_unique)):
+                logits = logits.index_select(0, index)
+            steps: _EagerSteps | GraphSteps
+            if self._graphs is not None and active:
+                budget = max(limits[r] for r in active)
+                steps = self._graphs.start(cache, index, attn, next_pos, budget)
+            else:
+                if rows_of != list(range(n_unique)):
+                    cache.reorder_cache(index)
+                steps = _EagerSteps(self._forward, cache, attn, next_pos)
             while active:
                 # row r's draws for its t-th token come from the stream of its seed at t
                 u = (
@@ -691,13 +743,10 @@ class TransformersPolicy(TokenLevelPolicy):
                     break
                 if len(keep) < len(active):
                     kidx = torch.tensor(keep, device=dev)
-                    cache.reorder_cache(kidx)
-                    attn, next_pos = attn.index_select(0, kidx), next_pos.index_select(0, kidx)
+                    steps.keep(kidx)
                     tokens = tokens.index_select(0, kidx)
                     active = [active[j] for j in keep]
-                attn = torch.cat([attn, attn.new_ones((len(active), 1))], dim=1)
-                logits = self._forward(tokens[:, None], attn, next_pos[:, None], cache)
-                next_pos = next_pos + 1
+                logits = steps.step(tokens)
         return [(tokens_out[r][len(done[r]) :], lps_out[r], finish[r]) for r in range(len(prompts))]
 
     def _stop_candidates(self, stop: tuple[str, ...]) -> Any:

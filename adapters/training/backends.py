@@ -238,6 +238,7 @@ class TransformersBackend(_RolePolicies):
                 batch_size=batch_size,
                 name=name,
                 chat_template_kwargs=cfg.policy.chat_template_kwargs,
+                compile_decode=cfg.compute.compile_decode,
             )
 
         by_module: dict[int, Policy] = {}  # policies sharing one module share one generator

@@ -425,6 +425,8 @@ def _resolve(raw: TrainConfig, cuda: bool) -> TrainConfig:
     reason = ESTIMATORS[values["algorithm"]].kl_reward_error
     if reason and values["kl_reward_coef"] > 0:
         raise ConfigError(reason)
+    if values["compile_decode"] == "cudagraphs" and not cuda:
+        raise ConfigError("compile_decode 'cudagraphs' needs a CUDA device ('on' runs anywhere)")
     out = TrainConfig(**values, sources=src)
     if out.unresolved():  # pragma: no cover - every auto knob declares a default
         raise ConfigError(f"no recipe or suite default sets {out.unresolved()} for {raw.env!r}")

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from adapters.policies.base import EVAL_TEMPERATURE
+from adapters.policies.graphs import CompileMode
 from adapters.policies.knobs import ConfigError, Section, knob
 from adapters.training.advantages import ESTIMATORS
 
@@ -423,6 +424,12 @@ class ComputeConfig(Section):
         "transformers backend: generate from a copy with the LoRA adapter merged, bfloat16 where "
         "the device has it, refreshed after each update (merged) | on the training modules "
         "(train)",
+    )
+    compile_decode: CompileMode = knob(
+        "off",
+        "transformers backend: decode steps compiled over a static KV cache, CUDA graphs on CUDA "
+        "(on: inductor's kernels recorded as graphs | cudagraphs: graphs, no inductor | eager, "
+        "aot_eager, inductor: that torch.compile backend) | off: the eager loop",
     )
     env_workers: int = knob(2, "threads (or Ray actors) that step the envs")
     threads: int | None = knob(None, "torch CPU threads (None: leave torch's setting)")

@@ -57,6 +57,14 @@ def test_defaults_resolve_per_device():
         TrainConfig(
             env="sokoban", old_logprobs="forward", algorithm="reinforce++", kl_reward_coef=0.01
         ).resolved(cuda=False)
+    # compiled decode steps: off unless asked for; CUDA graphs only where there is CUDA
+    assert cpu.compute.compile_decode == "off" == gpu.compute.compile_decode
+    graphs = TrainConfig(env="sokoban", compile_decode="cudagraphs")
+    assert graphs.resolved(cuda=True).compute.compile_decode == "cudagraphs"
+    with pytest.raises(ConfigError, match="needs a CUDA device"):
+        graphs.resolved(cuda=False)
+    with pytest.raises(ConfigError, match="compile_decode must be one of"):
+        TrainConfig(env="sokoban", compile_decode="fast")
     # on CUDA the AT-GRPO recipe: full fine-tuning, lr 1e-6, 150 steps, batch 128 (A.2.1)
     assert (
         gpu.policy.lora_rank,
