@@ -83,6 +83,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters import cli
+from adapters.policies.graphs import MODES
 
 # EvalReport, evaluate, build_policies and parse_policy_spec moved to adapters.evaluation and
 # adapters.policies.specs; they stay importable from here for existing code (deprecated), loaded
@@ -171,6 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: auto)")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: checkpoint's)")
     p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument(
+        "--compile-decode",
+        default="off",
+        choices=MODES,
+        help="model policies: decode steps compiled over a static KV cache, CUDA graphs on CUDA "
+        "(adapters/policies/graphs.py; as the trainer's --compile-decode)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument(
         "--json",
@@ -307,6 +315,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
         dtype=args.dtype,
         batch_size=args.batch_size,
         chat_template_kwargs=_template_kwargs(args),
+        compile_decode=args.compile_decode,
     )
     if args.system_prompt or args.demos:
         policies, role_policy = with_prompt_prefixes(
@@ -410,6 +419,7 @@ def _main_suite(
             device=args.device,
             dtype=args.dtype,
             batch_size=args.batch_size,
+            compile_decode=args.compile_decode,
         )
     except ValueError as e:
         parser.error(str(e))

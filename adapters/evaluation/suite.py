@@ -189,6 +189,7 @@ class SuiteArgs:
     dtype: str | None = None
     batch_size: int = 16
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    compile_decode: str = "off"
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -214,6 +215,8 @@ class SuiteArgs:
         out["chat_template_kwargs"] = dict(self.chat_template_kwargs)
         if not self.chat_template_kwargs:  # run directories written before the field match
             del out["chat_template_kwargs"]
+        if self.compile_decode == "off":  # likewise
+            del out["compile_decode"]
         return {"format": FORMAT_VERSION, **out}
 
 
@@ -422,6 +425,7 @@ def _default_factory(args: SuiteArgs, concurrency: int) -> Callable[[str], Polic
             dtype=args.dtype,
             batch_size=args.batch_size,
             chat_template_kwargs=kwargs,
+            compile_decode=args.compile_decode if isinstance(args, SuiteArgs) else "off",
         )
         if hasattr(p, "max_concurrency"):  # an HTTP policy: requests in flight per generate
             p.max_concurrency = max(1, concurrency)

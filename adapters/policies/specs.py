@@ -58,9 +58,11 @@ def parse_policy_spec(
     batch_size: int = 16,
     chat_template_kwargs: Mapping[str, Any] | None = None,
     max_prompt_tokens: int | None = None,
+    compile_decode: str = "off",
 ) -> Policy:
-    """Build a policy from a spec string (see the module docstring)."""
-    policy = _build(spec, device, dtype, batch_size, max_prompt_tokens)
+    """Build a policy from a spec string (see the module docstring). ``compile_decode`` applies
+    to the model policies the transformers backend runs (:mod:`adapters.policies.graphs`)."""
+    policy = _build(spec, device, dtype, batch_size, max_prompt_tokens, compile_decode)
     set_chat_template_kwargs(policy, chat_template_kwargs or {})
     return policy
 
@@ -106,6 +108,7 @@ def _build(
     dtype: str | None,
     batch_size: int,
     max_prompt_tokens: int | None,
+    compile_decode: str = "off",
 ) -> Policy:
     if spec.lstrip().startswith("constant:"):  # the text is kept exactly, spaces included
         return constant_policy(spec.lstrip()[len("constant:") :])
@@ -137,6 +140,7 @@ def _build(
         "device": device,
         "batch_size": batch_size,
         "max_prompt_tokens": max_prompt_tokens,
+        "compile_decode": compile_decode,
     }
     if spec == "tiny":
         m, tok = tiny_model(device=device)
@@ -286,6 +290,7 @@ def build_policies(
     dtype: str | None = None,
     batch_size: int = 16,
     chat_template_kwargs: Mapping[str, Any] | None = None,
+    compile_decode: str = "off",
 ) -> tuple[dict[str, Policy], dict[str, str]]:
     """``(policies, role_policy)`` from ``--policy`` values (``SPEC`` or ``ROLE=SPEC``)."""
     role_policy = assign_roles(specs, roles)
@@ -298,5 +303,6 @@ def build_policies(
                 dtype=dtype,
                 batch_size=batch_size,
                 chat_template_kwargs=chat_template_kwargs,
+                compile_decode=compile_decode,
             )
     return built, role_policy

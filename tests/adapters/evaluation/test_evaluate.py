@@ -188,3 +188,33 @@ def test_chat_template_kwargs_reach_every_policy_that_renders_a_template():
         model.tokenizer.chat_template = template
         rendered.append(model.render([{"role": "user", "content": "q"}]))
     assert rendered == ["q[no-think]", "q"]
+
+
+def test_compile_decode_reaches_model_policies(tmp_path, monkeypatch):
+    """``--compile-decode`` builds model policies with compiled decode steps (and gives the
+    report of the eager loop on the same greedy episodes); a bad value is an argument error."""
+    from adapters.policies.graphs import GraphDecoder
+
+    starts = []
+    real_start = GraphDecoder.start
+
+    def counted(self, *args, **kwargs):
+        starts.append(self.mode)
+        return real_start(self, *args, **kwargs)
+
+    monkeypatch.setattr(GraphDecoder, "start", counted)
+    reports = []
+    for mode in ("off", "eager"):
+        out = tmp_path / f"{mode}.json"
+        rc = main(
+            ["--env", "plan_path", "--mode", "single", "--policy", "tiny", "--episodes", "2",
+             "--max-turns", "1", "--max-new-tokens", "8", "--compile-decode", mode,
+             "--json", str(out), "--no-view", "--no-progress"]
+        )  # fmt: skip
+        assert rc == 0
+        reports.append(json.loads(out.read_text()))
+    assert starts and set(starts) == {"eager"}
+    texts = [[t["completion"] for e in r["per_episode"] for t in e["transcript"]] for r in reports]
+    assert texts[0] == texts[1]
+    with pytest.raises(SystemExit):
+        main(["--env", "plan_path", "--policy", "tiny", "--compile-decode", "fast"])
