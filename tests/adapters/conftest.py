@@ -143,3 +143,20 @@ def tiny_train_config(tmp_path, name: str = "run", **overrides):
     )
     base.update(overrides)
     return TrainConfig(**base)
+
+
+@pytest.fixture
+def graph_starts(monkeypatch):
+    """The modes of every :meth:`GraphDecoder.start` call (compiled decode steps) made while the
+    test runs, in order."""
+    from adapters.policies.graphs import GraphDecoder
+
+    starts: list[str] = []
+    real_start = GraphDecoder.start
+
+    def counted(self, *args, **kwargs):
+        starts.append(self.mode)
+        return real_start(self, *args, **kwargs)
+
+    monkeypatch.setattr(GraphDecoder, "start", counted)
+    return starts

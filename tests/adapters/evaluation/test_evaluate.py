@@ -190,19 +190,9 @@ def test_chat_template_kwargs_reach_every_policy_that_renders_a_template():
     assert rendered == ["q[no-think]", "q"]
 
 
-def test_compile_decode_reaches_model_policies(tmp_path, monkeypatch):
+def test_compile_decode_reaches_model_policies(tmp_path, graph_starts):
     """``--compile-decode`` builds model policies with compiled decode steps (and gives the
     report of the eager loop on the same greedy episodes); a bad value is an argument error."""
-    from adapters.policies.graphs import GraphDecoder
-
-    starts = []
-    real_start = GraphDecoder.start
-
-    def counted(self, *args, **kwargs):
-        starts.append(self.mode)
-        return real_start(self, *args, **kwargs)
-
-    monkeypatch.setattr(GraphDecoder, "start", counted)
     reports = []
     for mode in ("off", "eager"):
         out = tmp_path / f"{mode}.json"
@@ -213,7 +203,7 @@ def test_compile_decode_reaches_model_policies(tmp_path, monkeypatch):
         )  # fmt: skip
         assert rc == 0
         reports.append(json.loads(out.read_text()))
-    assert starts and set(starts) == {"eager"}
+    assert graph_starts and set(graph_starts) == {"eager"}
     texts = [[t["completion"] for e in r["per_episode"] for t in e["transcript"]] for r in reports]
     assert texts[0] == texts[1]
     with pytest.raises(SystemExit):

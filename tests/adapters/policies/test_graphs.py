@@ -148,7 +148,7 @@ def test_cache_shapes_modes_and_support():
     assert len(policy.generate(PROMPTS[:1], params)[0][0].token_ids) >= 1
 
 
-def test_a_refreshed_generation_copy_is_what_the_compiled_steps_read(tmp_path, monkeypatch):
+def test_a_refreshed_generation_copy_is_what_the_compiled_steps_read(tmp_path, graph_starts):
     """The trainer refreshes its merged copy in place after each update: the compiled step (and
     a recorded graph, on CUDA) must read the new weights. Through the trainer's own wiring."""
     pytest.importorskip("peft")
@@ -178,16 +178,8 @@ def test_a_refreshed_generation_copy_is_what_the_compiled_steps_read(tmp_path, m
     copy.refresh()
     after = tokens(compiled)
     assert after == tokens(eager) != before
-    starts = []
-    real_start = GraphDecoder.start
-
-    def counted(self, *args, **kwargs):
-        starts.append(self.mode)
-        return real_start(self, *args, **kwargs)
-
-    monkeypatch.setattr(GraphDecoder, "start", counted)
     result = tr.rollout(1)  # the trainer's own policies decode on compiled steps
-    assert result.samples and starts and set(starts) == {"eager"}
+    assert result.samples and graph_starts and set(graph_starts) == {"eager"}
     tr.close()
 
 
