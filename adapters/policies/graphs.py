@@ -70,6 +70,9 @@ CompileMode = Literal["off", "on", "cudagraphs", "eager", "aot_eager", "inductor
 
 MODES: tuple[str, ...] = get_args(CompileMode)
 
+RECOMPILE_LIMIT = 64
+"""Compiled entries of the step function dynamo keeps (shapes x dtypes x models in a process)."""
+
 
 def check_mode(mode: str) -> str:
     """``mode`` if :data:`MODES` holds it, else a ``ValueError`` that lists them."""
@@ -220,15 +223,16 @@ class GraphDecoder:
         )
 
     def run(self, g: _Graph) -> Any:
-        """One compiled step of ``g`` (its first calls compile: the recompile limit is raised
-        for them, as each shape is a new entry of the same step function)."""
+        """One compiled step of ``g``. Its first calls compile (and record the graphs) with
+        dynamo's recompile limit raised to :data:`RECOMPILE_LIMIT`: every shape, of every
+        policy in the process, is an entry of the same step function, and past the default
+        limit (8) dynamo would stop compiling it."""
         import torch
 
         g.calls += 1
         if g.calls > 3:
             return g.step(g.tokens, g.positions, g.mask)
-        limit = max(8, 2 * len(self._graphs) + 8)
-        with torch._dynamo.config.patch(recompile_limit=limit):
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
             return g.step(g.tokens, g.positions, g.mask)
 
 
