@@ -74,10 +74,15 @@ RECOMPILE_LIMIT = 64
 """Compiled entries of the step function dynamo keeps (shapes x dtypes x models in a process)."""
 
 
-def check_mode(mode: str) -> str:
-    """``mode`` if :data:`MODES` holds it, else a ``ValueError`` that lists them."""
+def check_mode(mode: str, cuda: bool | None = None) -> str:
+    """``mode`` if :data:`MODES` holds it and it can run (``cuda=False``: no CUDA device, where
+    ``cudagraphs`` cannot), else a ``ValueError`` that says why."""
     if mode not in MODES:
         raise ValueError(f"compile_decode must be one of {', '.join(MODES)}; got {mode!r}")
+    if mode == "cudagraphs" and cuda is False:
+        raise ValueError(
+            "compile_decode 'cudagraphs' needs a CUDA device ('on' compiles the steps anywhere)"
+        )
     return mode
 
 

@@ -502,12 +502,7 @@ class TransformersPolicy(TokenLevelPolicy):
         on_cpu = self.device.type == "cpu" and cpu_decoding
         self._cpu_decoding = use_decode_attention(self.model, on_cpu) and on_cpu
         self._graphs: GraphDecoder | None = None
-        if check_mode(compile_decode) == "cudagraphs" and self.device.type != "cuda":
-            raise ValueError(
-                f"compile_decode='cudagraphs' needs a CUDA device, not {self.device}; "
-                "'on' compiles the steps on any device"
-            )
-        if compile_decode != "off":
+        if check_mode(compile_decode, cuda=self.device.type == "cuda") != "off":
             if supports(self.model):
                 self._graphs = GraphDecoder(
                     self.model, compile_decode, self._cache_kw, self._keep_kw

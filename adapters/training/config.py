@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from adapters.policies.base import GenerationConfig
+from adapters.policies.graphs import check_mode
 from adapters.policies.knobs import ConfigError, Section, knob
 from adapters.rollout.engine import RolloutConfig
 from adapters.training import recipes
@@ -425,8 +426,10 @@ def _resolve(raw: TrainConfig, cuda: bool) -> TrainConfig:
     reason = ESTIMATORS[values["algorithm"]].kl_reward_error
     if reason and values["kl_reward_coef"] > 0:
         raise ConfigError(reason)
-    if values["compile_decode"] == "cudagraphs" and not cuda:
-        raise ConfigError("compile_decode 'cudagraphs' needs a CUDA device ('on' runs anywhere)")
+    try:
+        check_mode(values["compile_decode"], cuda)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     out = TrainConfig(**values, sources=src)
     if out.unresolved():  # pragma: no cover - every auto knob declares a default
         raise ConfigError(f"no recipe or suite default sets {out.unresolved()} for {raw.env!r}")
