@@ -414,8 +414,9 @@ def open_loop_chunks(
 
 
 def _default_factory(args: SuiteArgs, concurrency: int) -> Callable[[str], Policy]:
-    """Policies of a run's specs on its device (a suite's ``chat_template_kwargs`` applied; a
-    pass applies its own, :mod:`adapters.evaluation.passes`)."""
+    """Policies of a run's specs on its device, with its ``compile_decode`` (a suite's
+    ``chat_template_kwargs`` applied; a pass, whose ``args`` are the command line's, applies its
+    own, :mod:`adapters.evaluation.passes`)."""
     kwargs = args.chat_template_kwargs if isinstance(args, SuiteArgs) else {}
 
     def build(spec: str) -> Policy:
@@ -425,7 +426,7 @@ def _default_factory(args: SuiteArgs, concurrency: int) -> Callable[[str], Polic
             dtype=args.dtype,
             batch_size=args.batch_size,
             chat_template_kwargs=kwargs,
-            compile_decode=args.compile_decode if isinstance(args, SuiteArgs) else "off",
+            compile_decode=args.compile_decode,
         )
         if hasattr(p, "max_concurrency"):  # an HTTP policy: requests in flight per generate
             p.max_concurrency = max(1, concurrency)

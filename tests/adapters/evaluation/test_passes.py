@@ -137,6 +137,25 @@ def test_cli_full_pass_writes_results(tmp_path, capsys):
     assert re.search(r"\| aime24 \| oracle \| 5 \|", capsys.readouterr().out)
 
 
+def test_cli_full_pass_compile_decode(tmp_path, graph_starts):
+    """``--compile-decode`` reaches a pass's model policies: the same greedy records as off."""
+    records = []
+    for mode in ("off", "eager"):
+        out = tmp_path / mode
+        rc = main(
+            [
+                "--env", "math", "--dataset", "aime24", "--data-path", str(BENCH5), "--limit", "2",
+                "--policy", "tiny", "--max-new-tokens", "6", "--compile-decode", mode,
+                "--out", str(out), "--no-progress",
+            ]
+        )  # fmt: skip
+        assert rc == 0
+        res = json.loads((out / "results.json").read_text())
+        records.append([r["completion"] for r in res["records"]])
+    assert graph_starts and set(graph_starts) == {"eager"}
+    assert len(records[0]) == 2 and records[0] == records[1]
+
+
 # ------------------------------------------------------------------------------ judge grading
 
 
