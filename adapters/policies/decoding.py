@@ -18,6 +18,12 @@ linear layers were under a tenth of it; the rest was
 Both change only decoding: prompt prefill (several query positions) and every training forward
 run transformers' ``sdpa`` attention unchanged. ``benchmarks/generation.py`` measures them
 against transformers' defaults in the same run (its "CPU decoding" rows).
+
+The profile above is of an earlier transformers release than the one measured last (5.24, with
+torch 2.13). That release still grows ``DynamicLayer`` by concatenation and still sends a
+maskless step to the grouped-query kernel, but its step costs less: the module's gain there is
+1.0x at 16 rows and 1.4x at 64 (``docs/scaling.md``, "Generation and update speed on a
+CPU"). Re-measure before relying on either number with another release.
 """
 
 from __future__ import annotations
