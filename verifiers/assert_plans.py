@@ -13,7 +13,17 @@
   random inputs, prelude helpers applied to the program's output): the test runs in a sandbox
   job of its own that does *not* contain the program (:mod:`verifiers._replay`), first to name
   the calls it makes, then over the program's plain results. The program's job never holds the
-  test's source or expected values; the test's job never runs the program's code.
+  test's source or expected values; the test's job never runs the program's code. Only a
+  *trusted* test (a dataset's) is replayed: its job receives the program's results.
+* **concretized** (such a test written by a policy, ``trusted_tests=False`` in
+  :func:`verifiers.code_tests.run_tests_many`): a policy's test must never run where a
+  program's results are, since the golden program's results are what a tester must not learn
+  (a job can signal a later job through timing of shared host state, whatever the filters
+  refuse). The test runs once in a job that holds no program and no result
+  (:mod:`verifiers._concretize`): its inputs, helpers and expected values are computed there and
+  written out as plain asserts (:func:`concretize_code`, :func:`parse_concretized`), which are
+  planned again here and decided on the host like a static test. A test that cannot be written
+  so (its control flow depends on a result) is invalid.
 
 A call of a helper the trusted *prelude* defines (HumanEval's ``poly``, ``encode_cyclic``) is
 never sent to the program's job, where the program could have redefined it: such a test is
@@ -60,6 +70,8 @@ __all__ = [
     "static_verdict",
     "replay_code",
     "parse_replay",
+    "concretize_code",
+    "parse_concretized",
     "prelude_names",
 ]
 
@@ -68,6 +80,7 @@ MAX_CALLS = 2000
 MAX_TEST_CHARS = 200_000
 """Longest test source."""
 _REPLAY_SOURCE = Path(__file__).with_name("_replay.py")
+_CONCRETIZE_SOURCE = Path(__file__).with_name("_concretize.py")
 _BUILTIN_NAMES = frozenset(dir(builtins))
 
 
@@ -478,6 +491,40 @@ def replay_code(plan: Plan, prelude: str, nonce: str, table: Sequence[tuple]) ->
     rows = [[list(c.path), c.args, c.kwargs, rec] for c, rec in table]
     args = ", ".join(repr(a) for a in (nonce, mode, plain.dumps(rows), list(plan.stubs)))
     return f"{_replay_source()}\n\n_mas_main({args}, {prelude!r}, {plan.code!r})\n"
+
+
+@functools.lru_cache(maxsize=1)
+def _concretize_source() -> str:
+    return _CONCRETIZE_SOURCE.read_text()
+
+
+def concretize_code(plan: Plan, prelude: str, nonce: str) -> str:
+    """The code of a job that runs ``plan``'s test with no program and no result, and writes
+    it out as plain asserts (:mod:`verifiers._concretize`)."""
+    args = ", ".join(repr(a) for a in (nonce, list(plan.stubs), prelude, plan.code))
+    return f"{_concretize_source()}\n\n_mas_concretize({args})\n"
+
+
+def parse_concretized(text: str, nonce: str) -> tuple[str, str]:
+    """The concretizing harness's report in a job's results channel: ``(code, "")`` with the
+    plain asserts, or ``("", why)`` when the test could not be written so."""
+    prefix = f"{nonce} C "
+    found = [line[len(prefix) :] for line in text.split("\n") if line.startswith(prefix)]
+    if len(found) != 1:
+        return "", "the test's job gave no report"
+    try:
+        rep = plain.loads(found[0])
+    except plain.PlainError:
+        return "", "the test's job gave an unreadable report"
+    if not isinstance(rep, dict):
+        return "", "the test's job gave an unreadable report"
+    code = rep.get("c")
+    if rep.get("s") == "ok" and isinstance(code, str) and len(code) <= MAX_TEST_CHARS:
+        return code, ""
+    why = _clip(str(rep.get("r", "")), 300) or "no report"
+    if rep.get("s") == "undecided":
+        return "", f"it cannot be written as asserts over the program's results ({why})"
+    return "", f"the test itself failed ({why})"
 
 
 def record_of(result: CallResult | None, why_missing: str) -> list:

@@ -113,6 +113,7 @@ def run_tests_many(
     entry_point: str | None = None,
     float_tol: float | None = None,
     prelude: str = "",
+    trusted_tests: bool = True,
 ) -> list[TestReport]:
     """Run several ``(solution, tests)`` pairs; one report each (see the module docstring).
 
@@ -122,6 +123,11 @@ def run_tests_many(
     test marked ``syntax_error`` and runs nothing. Lists may hold differential tests
     (:mod:`verifiers.diff_tests`, the verdict on the host in evalplus's semantics) beside
     ``stdio`` and ``assert`` ones.
+
+    ``trusted_tests=False``: the tests were written by a policy (a tester's): an assert test the
+    host cannot decide as written never runs where a program's results are; it is written out
+    as plain asserts in a job of its own and decided on the host, or it is invalid
+    (:mod:`verifiers.assert_plans`).
     """
     has_diff = any(
         isinstance(item, tuple | list)
@@ -138,6 +144,7 @@ def run_tests_many(
         entry_point=entry_point,
         float_tol=float_tol,
         prelude=prelude,
+        trusted_tests=trusted_tests,
     )
 
 
@@ -150,9 +157,10 @@ def run_tests(
     entry_point: str | None = None,
     float_tol: float | None = None,
     prelude: str = "",
+    trusted_tests: bool = True,
 ) -> TestReport:
-    """Run ``solution`` against ``tests`` and report per test (``prelude``: see
-    :func:`run_tests_many`).
+    """Run ``solution`` against ``tests`` and report per test (``prelude``, ``trusted_tests``:
+    see :func:`run_tests_many`).
 
     >>> rep = run_tests("print(int(input()) * 2)", [TestCase.io("2", "4"), TestCase.io("3", "7")])
     >>> rep.pass_rate, rep.results[1].reason
@@ -167,6 +175,7 @@ def run_tests(
         entry_point=entry_point,
         float_tol=float_tol,
         prelude=prelude,
+        trusted_tests=trusted_tests,
     )[0]
 
 

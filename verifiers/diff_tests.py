@@ -364,6 +364,7 @@ def run_with_differential(
     entry_point: str | None = None,
     float_tol: float | None = None,
     prelude: str = "",
+    trusted_tests: bool = True,
 ) -> list[TestReport]:
     """What :func:`verifiers.code_tests.run_tests_many` runs for lists holding differential
     tests (module docstring): those with host-side verdicts, every other test by the plain runner
@@ -391,7 +392,12 @@ def run_with_differential(
         plan.append((tlist, diff, len(plain_items), slot, build))
         plain_items.append((solution, [t for t in tlist if not is_diff_test(t)], pre))
     plain_reports = run_plain_tests_many(
-        plain_items, sandbox=sandbox, limits=limits, entry_point=entry_point, float_tol=float_tol
+        plain_items,
+        sandbox=sandbox,
+        limits=limits,
+        entry_point=entry_point,
+        float_tol=float_tol,
+        trusted_tests=trusted_tests,
     )
     diff_runs = run_inputs(diff_items, sandbox=sandbox, limits=base)
     reports = []

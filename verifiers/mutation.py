@@ -367,12 +367,16 @@ def mutation_score(
     float_tol: float | None = None,
     mutants: Sequence[Mutant] | None = None,
     prelude: str = "",
+    trusted_tests: bool = True,
 ) -> MutationReport:
     """Share of mutants of ``golden_source`` killed by ``tests`` (see the module docstring).
 
     ``mutants`` are precomputed mutants of ``golden_source`` (e.g. cached per problem, since they
     do not depend on the tests); by default ``make_mutants(golden_source, seed, max_mutants)``.
     ``prelude``: trusted code run before the golden solution and every mutant (not mutated).
+    ``trusted_tests=False``: a policy wrote the tests (see
+    :func:`verifiers.code_tests.run_tests_many`); none of them runs where the golden program's
+    or a mutant's results are.
 
     >>> gold = "def f(x):\\n    if x > 0:\\n        return 2 * x\\n    return 0\\n"
     >>> strong = [TestCase.asserts(f"assert f({v}) == {max(0, 2 * v)}") for v in (-1, 0, 1, 5)]
@@ -395,6 +399,7 @@ def mutation_score(
         entry_point=entry_point,
         float_tol=float_tol,
         prelude=prelude,
+        trusted_tests=trusted_tests,
     )
     mask = gold.passed_mask
     keep = [i for i, ok in enumerate(mask) if ok]
@@ -423,6 +428,7 @@ def mutation_score(
         entry_point=entry_point,
         float_tol=float_tol,
         prelude=prelude,
+        trusted_tests=trusted_tests,
     )
     by_item = dict(zip(order, shuffled))
     reference, *reports = [by_item[k] for k in range(len(items))]

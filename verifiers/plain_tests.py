@@ -370,6 +370,61 @@ def _discover(plans: list[tuple[Any, str]], limits: Any, sb: Any) -> dict[int, A
 _DISCOVERED: dict[tuple, Any] = {}
 
 
+def _concretize(tasks: list[_Task], limits: Any, sb: Any) -> None:
+    """Give each policy-written test the host cannot decide as written the static plan of its
+    concretized form (one job per distinct test, with no program and no result in it; see
+    :mod:`verifiers.assert_plans`), or an ``invalid_test`` result saying why there is none."""
+    from sandboxes import Job
+    from verifiers.assert_plans import concretize_code
+
+    def key(t: _Task) -> tuple:
+        return (t.plan.code, t.plan.entry_point, t.prelude, t.plan.stubs, limits)
+
+    decided = {key(t): _CONCRETE[key(t)] for t in tasks if key(t) in _CONCRETE}
+    todo = {key(t): t for t in tasks if key(t) not in decided}
+    nonces = [secrets.token_hex(16) for _ in todo]
+    jobs = [
+        Job(concretize_code(t.plan, t.prelude, n), limits=limits, results=True)
+        for t, n in zip(todo.values(), nonces)
+    ]
+    for (k, t), nonce, res in zip(todo.items(), nonces, sb.run_many(jobs) if jobs else ()):
+        decided[k] = _concretized(t, res, nonce)
+        if not (isinstance(decided[k], TestResult) and decided[k].status == "sandbox_error"):
+            _CONCRETE[k] = decided[k]
+            while len(_CONCRETE) > 256:
+                _CONCRETE.pop(next(iter(_CONCRETE)))
+    for t in tasks:
+        got = decided[key(t)]
+        if isinstance(got, TestResult):
+            t.result = got
+        else:
+            t.plan, t.calls = got, list(got.calls)
+
+
+def _concretized(t: _Task, res: Any, nonce: str) -> Any:
+    """The static plan of a concretized test, or the result saying why there is none."""
+    from verifiers.assert_plans import parse_concretized, plan_test
+
+    failed = _limit_failure(res)
+    if failed is not None:
+        return TestResult(False, failed.status, f"the test itself: {failed.reason}")
+    code, why = parse_concretized(res.results, nonce)
+    if why:
+        return TestResult(False, "invalid_test", f"the test is invalid: {why}")
+    plan = plan_test(code, t.plan.entry_point, t.prelude)
+    if plan.static:
+        return plan
+    why = plan.error or plan.why
+    return TestResult(
+        False,
+        "invalid_test",
+        f"the test is not decided on the host with its inputs written out: {why}",
+    )
+
+
+_CONCRETE: dict[tuple, Any] = {}
+
+
 def run_plain_tests_many(
     items: Sequence[tuple[object, Sequence[TestCase]] | tuple[object, Sequence[TestCase], str]],
     *,
@@ -378,6 +433,7 @@ def run_plain_tests_many(
     entry_point: str | None = None,
     float_tol: float | None = None,
     prelude: str = "",
+    trusted_tests: bool = True,
 ) -> list[TestReport]:
     """:func:`verifiers.code_tests.run_tests_many` for ``stdio`` and ``assert`` tests only."""
     from verifiers.assert_plans import plan_test
@@ -411,6 +467,9 @@ def run_plain_tests_many(
         tasks.extend(mine)
     live = [t for t in tasks if t.result is None]
     sb = _default_sandbox(sandbox) if live else None
+    if not trusted_tests:
+        _concretize([t for t in live if t.plan is not None and not t.plan.static], limits, sb)
+        live = [t for t in live if t.result is None]
     direct = [t for t in live if t.plan is None or t.plan.static]
     replayed = [t for t in live if t.plan is not None and not t.plan.static]
     if not replayed:

@@ -128,8 +128,18 @@ by host-wide counters (:mod:`sandboxes._seccomp`), so a tester's helper cannot t
 run from a mutant's by the order of the jobs. No spoiled answer earns more than its well-formed
 twin (``tests/envs/test_monotonicity.py``).
 
+The golden program is the tester's secret: its results never reach a job that runs the tester's
+code. A tester's test the host cannot evaluate as written (a helper function, seeded random
+inputs) runs once in a job of its own with no program and no result in it, where its inputs and
+expected values are written out as plain asserts, and those are decided on the host over each
+program's results (``trusted_tests=False`` in :func:`verifiers.code_tests.run_tests_many`). A
+test whose control flow needs a result (``if mix(2) > 0:``, a loop over a result) cannot be
+written out and is invalid; the dataset's own (golden) tests are trusted and replayed as before.
+
 Version history: v0 (initial); v1 (A.1.2 coder mask, ``coder_mask``; one tester test per turn
-by default, A.2.2; single mode single-turn by default, AT-GRPO 5.1, ``single_turns``).
+by default, A.2.2; single mode single-turn by default, AT-GRPO 5.1, ``single_turns``); v2 (a
+tester's test never runs beside a program's results: decided on the host, written out first when
+needed; a test whose control flow needs a result is invalid).
 """
 
 from __future__ import annotations
@@ -229,8 +239,16 @@ class raw_env(ProgramEnv):
         self._prev_passed: frozenset[int] = frozenset()
 
     # ------------------------------------------------------------------ running (cached)
-    def _reports(self, items: list[tuple[CodeProblem, str, Any]]) -> list[TestReport]:
-        return run_reports(items, self.config, sandbox=self.sandbox, limits=self._limits())
+    def _reports(
+        self, items: list[tuple[CodeProblem, str, Any]], *, tester_tests: bool = False
+    ) -> list[TestReport]:
+        return run_reports(
+            items,
+            self.config,
+            sandbox=self.sandbox,
+            limits=self._limits(),
+            trusted_tests=not tester_tests,
+        )
 
     def _evaluate_tests(self, tests: list[TestCase]) -> dict[str, Any]:
         return judge_tests(
@@ -357,7 +375,7 @@ class raw_env(ProgramEnv):
             if "why" in ev:
                 reasons["mask"] = ev["why"]
             if self.code is not None and self.program and check_compiles(self.program).ok:
-                rep = self._reports([(p, self.code, tests)])[0]
+                rep = self._reports([(p, self.code, tests)], tester_tests=True)[0]
                 rec.results = tuple(rep.results)
                 rec.agreed = rep.all_passed
         team = self.pass_rate

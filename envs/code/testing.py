@@ -129,16 +129,22 @@ def hidden_as_asserts(code: str, entry_point: str) -> str | None:
 
 
 def run_reports(
-    items: list[tuple[CodeProblem, str, Any]], cfg: CodeConfig, *, sandbox: Any, limits: Any
+    items: list[tuple[CodeProblem, str, Any]],
+    cfg: CodeConfig,
+    *,
+    sandbox: Any,
+    limits: Any,
+    trusted_tests: bool = True,
 ) -> list[TestReport]:
     """Reports of ``(problem, code, tests)`` (the code runs after the problem's prelude), from
-    the cache or one sandbox batch per entry point and prelude."""
+    the cache or one sandbox batch per entry point and prelude. ``trusted_tests=False``: the
+    tests are a tester's (:func:`verifiers.code_tests.run_tests_many`)."""
     out: list[TestReport | None] = []
     todo: dict[tuple, list[int]] = {}
     jobs: list[tuple[CodeProblem, str, Any, tuple]] = []
     for k, (problem, program, tests) in enumerate(items):
-        key = (problem.entry_point, prelude_of(problem), program, tests_key(tests))
-        key += limits_key(cfg)
+        key: tuple = (problem.entry_point, prelude_of(problem), program, tests_key(tests))
+        key += (*limits_key(cfg), trusted_tests)
         hit = _REPORTS.get(key)
         out.append(hit)
         if hit is None:
@@ -159,6 +165,7 @@ def run_reports(
             entry_point=entry,
             float_tol=cfg.float_tol,
             prelude=prelude,
+            trusted_tests=trusted_tests,
         )
         for (_, _, key), rep in zip(group, reps):
             if not any(r.status == "sandbox_error" for r in rep.results):
@@ -214,6 +221,7 @@ def judge_tests(
         entry_point=p.entry_point,
         float_tol=cfg.float_tol,
         prelude=prelude_of(p),
+        trusted_tests=False,
     )
     infra = any(r.status == "sandbox_error" for r in (*first.results, *second.results))
     failing = [
@@ -260,6 +268,7 @@ def judge_tests(
             float_tol=cfg.float_tol,
             mutants=alive,
             prelude=prelude_of(p),
+            trusted_tests=False,
         )
         if not rep.available:
             why = rep.reason

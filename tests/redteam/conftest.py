@@ -24,6 +24,7 @@ def fresh_caches():
     envs.pools._CACHE.clear()
     verifiers.math_answer._CACHE.clear()
     verifiers.plain_tests._DISCOVERED.clear()
+    verifiers.plain_tests._CONCRETE.clear()
     yield
 
 
