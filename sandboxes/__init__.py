@@ -55,6 +55,20 @@ if the job may have run, its result carries ``error``. Calling the API wrongly (
 bad limits) raises TypeError/ValueError; a backend that cannot work at all (no bubblewrap, no
 Docker Engine, no image) raises :class:`SandboxError` with what to do about it.
 
+Residual channels between jobs. Jobs share the host's kernel, so some state still passes from
+one job to a later one; what the filters refuse (:mod:`sandboxes._seccomp`) are the exact,
+cheap readings of it: the host-wide numbering of pipes and sockets, the host's counters in
+``/proc``, and the page cache of the files bound from the host (which pages are cached can no
+longer be asked, ``mincore``, ``cachestat``, ``preadv2(RWF_NOWAIT)``, nor pages evicted on
+purpose, ``posix_fadvise``, ``readahead``, ``madvise(MADV_PAGEOUT)``). What remains is timing:
+a read takes longer when its page is not cached, the CPU's caches and the scheduler keep traces
+of the previous job, and ``sysinfo`` reports free memory. A later job can measure these only
+noisily and slowly, and no verdict needs to resist them, because no reward depends on what a
+job keeps secret from a later one: a program's verdict is decided on the host over its plain
+results, and code a policy wrote never runs in a job that holds what that policy must not learn
+(a tester's test runs with no program and no result, :mod:`verifiers.assert_plans`; the golden
+program's results never leave the host), so there is nothing in a job worth signalling.
+
 The docker SDK is imported only when a :class:`DockerSandbox` is created.
 """
 

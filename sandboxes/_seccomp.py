@@ -35,6 +35,14 @@ ever started), and the anonymous inodes of ``userfaultfd`` and ``io_uring`` (num
 pipes). A job that made 37,000 pipes moved what the next job's ``fstat`` read by 37,000; now it
 can make none, and what it reads moves with the host's own activity only.
 
+The same filter refuses what reads or clears the state of the host's page cache, which every job
+shares for the files bound from the host (the interpreter, the standard library): ``preadv2``
+with ``RWF_NOWAIT`` (a read that fails when the page is not cached), ``mincore`` and
+``cachestat`` (which pages are cached), ``fadvise64`` (``posix_fadvise``, e.g. ``DONTNEED``),
+``readahead``, and ``madvise`` with ``MADV_COLD`` or ``MADV_PAGEOUT``. Reading a file still
+caches it and the time a read takes still depends on the cache: that residual timing channel, and
+why no reward depends on it, is on the :mod:`sandboxes` page.
+
 >>> len(build_filter("x86_64")) % 8 == 0
 True
 >>> build_filter("sparc") is None
@@ -196,24 +204,32 @@ _JOB_ARCHES = {
             "pipe": 22, "pipe2": 293, "socket": 41, "socketpair": 53, "memfd_create": 319,
             "memfd_secret": 447, "pidfd_open": 434, "pidfd_getfd": 438, "shmget": 29,
             "msgget": 68, "semget": 64, "mq_open": 240, "userfaultfd": 323,
-            "io_uring_setup": 425,
+            "io_uring_setup": 425, "fadvise64": 221, "readahead": 187, "mincore": 27,
+            "cachestat": 451,
         },
         9,
+        (327, 28),  # preadv2, madvise
     ),
     "aarch64": (
         {
             "pipe2": 59, "socket": 198, "socketpair": 199, "memfd_create": 279,
             "memfd_secret": 447, "pidfd_open": 434, "pidfd_getfd": 438, "shmget": 194,
             "msgget": 186, "semget": 190, "mq_open": 180, "userfaultfd": 282,
-            "io_uring_setup": 425,
+            "io_uring_setup": 425, "fadvise64": 223, "readahead": 213, "mincore": 232,
+            "cachestat": 451,
         },
         222,
+        (286, 233),  # preadv2, madvise
     ),
 }  # fmt: skip
 _ALU_AND_K = 0x54
 _OFF_ARG3_LO = 40
+_OFF_ARG2_LO = 32
+_OFF_ARG5_LO = 56
 _CLONE_PIDFD = 0x00001000
 _MAP_SHARED_ANONYMOUS = 0x01 | 0x20  # MAP_SHARED (also in MAP_SHARED_VALIDATE), MAP_ANONYMOUS
+_RWF_NOWAIT = 0x08
+_MADV_COLD, _MADV_PAGEOUT = 20, 21
 
 
 def _ins(code: int, jt: int, jf: int, k: int) -> bytes:
@@ -263,11 +279,20 @@ def build_job_filter(machine: str | None = None) -> bytes | None:
     machine = machine or platform.machine()
     if machine not in _JOB_ARCHES:
         return None
-    denied, mmap_nr = _JOB_ARCHES[machine]
+    denied, mmap_nr, (preadv2_nr, madvise_nr) = _JOB_ARCHES[machine]
     clone_nr = _ARCHES[machine][1]
     deny = _RET_ERRNO | errno.EPERM
     prog = _prologue(machine) + _deny_all(set(denied.values()))
     prog += _deny_flags(clone_nr, _OFF_ARG0_LO, _CLONE_PIDFD)  # clone asking for a pidfd
+    prog += _deny_flags(preadv2_nr, _OFF_ARG5_LO, _RWF_NOWAIT)  # a read that fails if uncached
+    prog += [  # madvise(addr, len, advice) evicting pages (of a file mapping: the page cache)
+        _ins(_JEQ_K, 0, 5, madvise_nr),
+        _ins(_LD_W_ABS, 0, 0, _OFF_ARG2_LO),
+        _ins(_JEQ_K, 2, 0, _MADV_COLD),
+        _ins(_JEQ_K, 1, 0, _MADV_PAGEOUT),
+        _ins(_RET_K, 0, 0, _RET_ALLOW),
+        _ins(_RET_K, 0, 0, deny),
+    ]
     prog += [  # mmap(addr, len, prot, flags, ...) of shared anonymous memory
         _ins(_JEQ_K, 0, 5, mmap_nr),
         _ins(_LD_W_ABS, 0, 0, _OFF_ARG3_LO),

@@ -403,10 +403,23 @@ def _helper_modules() -> bytes:
     return json.dumps({k: p.read_text() for k, p in HELPER_MODULES.items()}).encode()
 
 
-#: /proc files of host-wide event counters that a job moves by exact amounts (``processes``
-#: counts every fork, ``/proc/vmstat`` page faults, mlocked pages, ...), which a later job could
-#: read back: both backends hide them from jobs (an empty file in their place)
-HIDDEN_PROC_FILES = ("/proc/stat", "/proc/vmstat", "/proc/zoneinfo")
+HIDDEN_PROC_FILES = (
+    "/proc/stat",
+    "/proc/vmstat",
+    "/proc/zoneinfo",
+    "/proc/meminfo",
+    "/proc/diskstats",
+    "/proc/softirqs",
+    "/proc/interrupts",
+    "/proc/loadavg",
+    "/proc/sys/fs/dentry-state",
+    "/proc/sys/fs/inode-nr",
+    "/proc/sys/fs/file-nr",
+)
+"""Files of ``/proc`` that read empty in a job (both backends put an empty file in their place):
+counters of the whole host that one job moves and a later job could read back (``processes``
+counts every fork, ``vmstat`` page faults, ``meminfo`` the page cache's size, and disk and
+interrupt activity, load, open files and cached inodes)."""
 
 
 def server_command(python: str, config: dict, site_packages: bool = False) -> list[str]:
