@@ -38,8 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-http-sessions",
         type=int,
         default=None,
-        help="sessions made over plain HTTP or MCP, counted apart from --max-sessions; the "
-        "least recently used is evicted beyond them (default: a quarter of --max-sessions)",
+        help="sessions made over plain HTTP or MCP, counted apart from --max-sessions; a new "
+        "one beyond them is refused (429, Retry-After), none in use is ended for it (default: a "
+        "quarter of --max-sessions; the default session has a slot of its own)",
+    )
+    p.add_argument(
+        "--max-sessions-per-client",
+        type=int,
+        default=None,
+        metavar="N",
+        help="HTTP sessions each client naming itself with the X-Client-Id header may hold "
+        "(default: no cap but --max-http-sessions; clients without the header share the rest)",
     )
     p.add_argument(
         "--session-timeout",
@@ -94,6 +103,8 @@ def _serve(args: argparse.Namespace) -> int:
     with cli.bad_input("--env-config"):
         env_config = parse_key_values(args.env_config, "--env-config")
         envs.make(args.env, **env_config)  # the options every session will use
+    if args.max_sessions_per_client is not None and args.max_sessions_per_client < 1:
+        raise cli.UsageError("--max-sessions-per-client: must be at least 1")
     from adapters.integrations._uvicorn import guard_config, serve
     from adapters.integrations.openenv import create_app
     from adapters.integrations.openenv_mcp import create_mcp_app
@@ -105,6 +116,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_http_sessions=args.max_http_sessions,
         session_timeout_s=args.session_timeout or None,
         http_session_timeout_s=args.http_session_timeout or None,
+        max_sessions_per_client=args.max_sessions_per_client,
         allow_reset_config=not args.no_reset_config,
         share_pools=args.share_pools,
         reward=args.reward,

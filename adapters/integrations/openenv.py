@@ -68,7 +68,12 @@ reads it (``step_count``: steps since the reset; ``episode_id``). Concurrent HTT
 their requests: ``POST /reset`` with ``"new_session": true`` starts a session of their own,
 every answer carries its ``session_id`` (also in ``observation.session_id``), and ``/step``
 (``{"session_id": ..., "action": ...}``), ``/state?session_id=...`` and ``/close``
-(``{"session_id": ...}``) take it.
+(``{"session_id": ...}``) take it. A session is never ended to make room for another: at the
+quota (``--max-http-sessions``) a new one is refused with status 429 and a ``Retry-After``
+header (the seconds until a session idle past ``--http-session-timeout`` frees a slot), and a
+client that names itself with the ``X-Client-Id`` header gets at most
+``--max-sessions-per-client`` of them (those that send no name share the rest); the default
+session has a slot of its own.
 
 MCP mode (``--mcp``, :mod:`adapters.integrations.openenv_mcp`): each session is also an
 OpenEnv ``MCPEnvironment`` whose tool ``answer(completion, agent=None)`` plays the acting role's
@@ -95,11 +100,16 @@ Every request first passes :mod:`adapters.integrations._guard` (optional bearer 
 are buffered, header-read timeout, connection limit). Then: sessions idle ``--session-timeout``
 seconds (default 600) are closed, HTTP ones after ``--http-session-timeout`` (120); sessions
 made over plain HTTP or MCP (``openenv/session/create``) are counted apart from WebSocket ones
-and at most ``--max-http-sessions`` (default a quarter of ``--max-sessions``), the least
-recently used evicted beyond that, so HTTP clients never lock out WebSocket clients nor each
-other, and HTTP may close only HTTP sessions; a client's reset config cannot raise a limit the operator set (the allowlist above). Session
-ids are random uuids, and a WebSocket client's id is never sent to anyone. What stays out: CPU
-spent inside one session's steps is bounded by the settings' own limits, not per client.
+and at most ``--max-http-sessions`` (default a quarter of ``--max-sessions``), so HTTP clients
+never lock out WebSocket clients; beyond that a new HTTP session is refused (429,
+``Retry-After``), never made by ending one in use, so a client that opens sessions in a loop
+cannot end another's episode (the default session's included: it has a slot of its own), and
+``--max-sessions-per-client`` caps what one client naming itself (``X-Client-Id``) may hold;
+HTTP may close only HTTP sessions; a client's reset config cannot raise a limit the operator set
+(the allowlist above). Session ids are random uuids, and a WebSocket client's id is never sent
+to anyone. What stays out: a holder of the token can still fill the HTTP quota until its
+sessions idle out (client names are self-declared, not identities), and CPU spent inside one
+session's steps is bounded by the settings' own limits, not per client.
 
 TRL: its ``environment_factory`` needs ``--max-sessions`` at least the generation batch (one
 session per rollout), and a chat template with tool calling for tool-using settings.
@@ -551,6 +561,7 @@ def create_app(
     max_http_sessions: int | None = None,
     session_timeout_s: float | None = DEFAULT_SESSION_TIMEOUT_S,
     http_session_timeout_s: float | None = DEFAULT_HTTP_SESSION_TIMEOUT_S,
+    max_sessions_per_client: int | None = None,
     allow_reset_config: bool = True,
     share_pools: bool = False,
     reward: str = "step-sum",
@@ -565,7 +576,9 @@ def create_app(
 
     ``max_sessions`` WebSocket sessions at once, whatever HTTP clients do; ``max_http_sessions``
     (default a quarter of ``max_sessions``, at least 1) HTTP sessions (``POST /reset``, MCP
-    ``openenv/session/create``), the least recently used evicted beyond that;
+    ``openenv/session/create``) besides the default one, a new one beyond that refused with 429
+    and ``Retry-After`` (none in use is ended for it); ``max_sessions_per_client`` (None: no cap
+    but the quota) HTTP sessions for each client that names itself with ``X-Client-Id``;
     ``http_session_timeout_s`` closes HTTP sessions idle that long, ``session_timeout_s`` any
     session (None: never).
     """
@@ -602,6 +615,7 @@ def create_app(
         state_cls=MasState,
         max_http_sessions=max_http_sessions,
         http_session_timeout_s=http_session_timeout_s,
+        max_sessions_per_client=max_sessions_per_client,
     )
     server.register_routes(app)
     app.state.env_factory = factory  # what each session is made with

@@ -18,17 +18,28 @@ openenv's own :class:`~openenv.core.env_server.http_server.HTTPEnvServer` answer
   ``openenv/session/create`` over ``POST /mcp`` makes one too.
 * **Accounting:** HTTP sessions are counted apart from WebSocket ones. WebSocket clients get
   ``max_concurrent_envs`` sessions whatever HTTP clients do; HTTP sessions are at most
-  ``max_http_sessions`` (default a quarter of that, at least 1), and a new one beyond that
-  evicts the least recently used HTTP session instead of being refused (a session in the middle
-  of a request, or with a WebSocket attached, is never evicted). HTTP sessions idle longer than
-  ``http_session_timeout_s`` (default :data:`DEFAULT_HTTP_SESSION_TIMEOUT_S`, 120 s; None:
-  never) are closed; WebSocket sessions keep openenv's ``session_timeout``.
+  ``max_http_sessions`` (default a quarter of that, at least 1), plus the default session, which
+  has a slot of its own. HTTP sessions idle longer than ``http_session_timeout_s`` (default
+  :data:`DEFAULT_HTTP_SESSION_TIMEOUT_S`, 120 s; None: never) are closed; WebSocket sessions
+  keep openenv's ``session_timeout``. **A session is never ended to make room for another:** at
+  the quota a new one (``"new_session": true``, MCP's ``openenv/session/create``) is refused with
+  status 429, a ``Retry-After`` header (the seconds until the HTTP session idle longest would be
+  closed, at least 1; 60 when sessions never expire) and ``{"detail": ..., "retry_after": N}``,
+  so a client that makes sessions in a loop cannot end another client's episode, the default
+  session's included.
+* **Per-client shares (optional):** a client may name itself with the ``X-Client-Id`` header
+  (at most 128 printable ASCII characters) on the request that makes a session. With
+  ``max_sessions_per_client`` set, each named client holds at most that many HTTP sessions
+  (beyond them: 429 as above, the ``Retry-After`` of its own sessions); clients that send no
+  name share the rest of the quota, and the default session counts for nobody. The name is the
+  client's word, not an identity: it keeps a well-behaved trainer from taking every slot, while a
+  hostile holder of the token can only fill the quota, never end a session.
 
-Errors: an unknown or evicted session id, a malformed body, a bad reset option are answered 400
+Errors: an unknown or expired session id, a malformed body, a bad reset option are answered 400
 with ``{"detail": ...}``; an action the action model rejects is 422 with the validation errors,
-as openenv answers. :class:`SessionServer` takes ``HTTPEnvServer``'s arguments and works with
-any OpenEnv ``Environment`` (it runs OpenEnv's own tests unchanged); the settings' server is
-:func:`adapters.integrations.openenv.create_app`.
+as openenv answers; a new HTTP session at the quota is 429 (above). :class:`SessionServer` takes
+``HTTPEnvServer``'s arguments and works with any OpenEnv ``Environment`` (it runs OpenEnv's own
+tests unchanged); the settings' server is :func:`adapters.integrations.openenv.create_app`.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ import asyncio
 import contextvars
 import inspect
 import json
+import math
 import time
 from collections import Counter
 from typing import Any
@@ -46,19 +58,60 @@ from openenv.core.env_server.http_server import HTTPEnvServer
 from openenv.core.env_server.types import ConcurrencyConfig, ServerMode, State
 
 __all__ = [
+    "CLIENT_ID_HEADER",
     "DEFAULT_HTTP_SESSION_TIMEOUT_S",
     "HttpOrigin",
     "RequestError",
     "SessionServer",
+    "SessionsFull",
 ]
 
 DEFAULT_HTTP_SESSION_TIMEOUT_S = 120.0
+CLIENT_ID_HEADER = "X-Client-Id"
+"""The header a client names itself with, for its share of the HTTP sessions."""
+MAX_CLIENT_ID_CHARS = 128
+NO_EXPIRY_RETRY_S = 60
+"""The ``Retry-After`` of a refusal on a server whose HTTP sessions never expire."""
 _KIND: contextvars.ContextVar[str] = contextvars.ContextVar("mas_session_kind", default="ws")
-_MAX_EVICTIONS = 16
+_CLIENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "mas_http_client", default=None
+)
+_DEFAULT: contextvars.ContextVar[bool] = contextvars.ContextVar("mas_default", default=False)
 
 
 class RequestError(ValueError):
     """A request the server cannot honour (sent back to the client as a clear error)."""
+
+
+class SessionsFull(SessionCapacityError):
+    """A new HTTP session refused: the quota (or the client's share) is taken by sessions in
+    use. Answered 429 with ``Retry-After: retry_after``; a :class:`SessionCapacityError`, so
+    openenv's own ``openenv/session/create`` handler answers it as a capacity error too."""
+
+    def __init__(self, message: str, active: int, cap: int, retry_after: int) -> None:
+        super().__init__(active_sessions=active, max_sessions=cap, message=message)
+        self.retry_after = retry_after
+
+
+def client_id(value: str | None) -> str | None:
+    """A client's name from its ``X-Client-Id`` header (None: anonymous).
+
+    >>> client_id(None), client_id("  "), client_id(" trainer-7 ")
+    (None, None, 'trainer-7')
+    >>> client_id("a\\nb")
+    Traceback (most recent call last):
+    ...
+    adapters.integrations.openenv_sessions.RequestError: X-Client-Id must be ...
+    """
+    if value is None or not value.strip():
+        return None
+    name = value.strip()
+    if len(name) > MAX_CLIENT_ID_CHARS or not (name.isascii() and name.isprintable()):
+        raise RequestError(
+            f"{CLIENT_ID_HEADER} must be at most {MAX_CLIENT_ID_CHARS} printable ASCII "
+            f"characters, got {value[:40]!r}"
+        )
+    return name
 
 
 class SessionServer(HTTPEnvServer):
@@ -77,6 +130,7 @@ class SessionServer(HTTPEnvServer):
         reset_observation_cls: Any = None,
         max_http_sessions: int | None = None,
         http_session_timeout_s: float | None = DEFAULT_HTTP_SESSION_TIMEOUT_S,
+        max_sessions_per_client: int | None = None,
     ) -> None:
         if max_concurrent_envs is not None and concurrency_config is not None:
             raise ValueError("give max_concurrent_envs or concurrency_config, not both")
@@ -89,18 +143,24 @@ class SessionServer(HTTPEnvServer):
             raise ValueError("max_http_sessions must be at least 1")
         if http_session_timeout_s is not None and not http_session_timeout_s > 0:
             raise ValueError("http_session_timeout_s must be positive (None: never)")
+        if max_sessions_per_client is not None and max_sessions_per_client < 1:
+            raise ValueError("max_sessions_per_client must be at least 1 (None: no cap)")
         self.http_session_timeout_s = http_session_timeout_s
+        self.max_sessions_per_client = max_sessions_per_client
         self._kinds: dict[str, str] = {}  # session id -> "ws" | "http"
+        self._owners: dict[str, str] = {}  # HTTP session id -> the client that named itself
         self._reserved: Counter[str] = Counter()  # creations under way, by kind
+        self._reserved_by: Counter[str] = Counter()  # HTTP creations under way, by client
         self._busy: Counter[str] = Counter()  # HTTP requests in progress, by session
         self.default_session: str | None = None
+        self._default_lock = asyncio.Lock()  # one default session, however many ask at once
         self._http_reaper: asyncio.Task[None] | None = None
         super().__init__(
             env,
             action_cls,
             observation_cls,
-            concurrency_config=ConcurrencyConfig(
-                max_concurrent_envs=self.ws_capacity + self.http_quota,
+            concurrency_config=ConcurrencyConfig(  # + 1: the default session's own slot
+                max_concurrent_envs=self.ws_capacity + self.http_quota + 1,
                 session_timeout=config.session_timeout,
             ),
             env_name=env_name,
@@ -113,30 +173,99 @@ class SessionServer(HTTPEnvServer):
         """The live (or starting) sessions of ``kind`` ("ws" or "http")."""
         for sid in [s for s in self._kinds if s not in self._sessions]:
             del self._kinds[sid]  # closed by a path that bypasses _destroy_session
+            self._owners.pop(sid, None)
         return [s for s, k in self._kinds.items() if k == kind]
+
+    def quota_sessions(self, client: str | None = None) -> list[str]:
+        """The HTTP sessions counted against the quota (every one but the default session), or
+        with ``client``, those that client made."""
+        sids = [s for s in self.sessions_of("http") if s != self.default_session]
+        return sids if client is None else [s for s in sids if self._owners.get(s) == client]
 
     async def _create_session(self) -> tuple[str, Any]:
         kind = _KIND.get()
-        cap = self.http_quota if kind == "http" else self.ws_capacity
-        active = len(self.sessions_of(kind)) + self._reserved[kind]
-        if active >= cap:  # checked and reserved in one step of the event loop
-            raise SessionCapacityError(active_sessions=active, max_sessions=cap)
-        self._reserved[kind] += 1
+        client = _CLIENT.get() if kind == "http" else None
+        default = kind == "http" and _DEFAULT.get()
+        if kind == "http" and not default:
+            self._check_http_room(client)  # checked and reserved in one step of the event loop
+        elif kind == "ws":
+            active = len(self.sessions_of("ws")) + self._reserved["ws"]
+            if active >= self.ws_capacity:
+                raise SessionCapacityError(active_sessions=active, max_sessions=self.ws_capacity)
+        slot = "default" if default else kind
+        self._reserved[slot] += 1
+        if client is not None:
+            self._reserved_by[client] += 1
         try:
             sid, env = await super()._create_session()
         finally:
-            self._reserved[kind] -= 1
+            self._reserved[slot] -= 1
+            if client is not None:
+                self._reserved_by[client] -= 1
+                if not self._reserved_by[client]:
+                    del self._reserved_by[client]
         self._kinds[sid] = kind
+        if client is not None and not default:
+            self._owners[sid] = client
         return sid, env
+
+    def _check_http_room(self, client: str | None) -> None:
+        """Raise :class:`SessionsFull` when a new HTTP session of ``client`` would exceed the
+        quota or that client's share (sessions in use are never ended to make room)."""
+        cap = self.max_sessions_per_client
+        if client is not None and cap is not None:
+            mine = self.quota_sessions(client)
+            if len(mine) + self._reserved_by[client] >= cap:
+                wait = self._retry_after(mine)
+                raise SessionsFull(
+                    f"client {client!r} ({CLIENT_ID_HEADER}) holds {_sessions(cap)}, the most "
+                    "one client may on this server: close one (POST /close with its session_id) "
+                    f"or retry in {wait} s",
+                    len(mine) + self._reserved_by[client],
+                    cap,
+                    wait,
+                )
+        held = self.quota_sessions()
+        if len(held) + self._reserved["http"] >= self.http_quota:
+            wait = self._retry_after(held)
+            idle = (
+                f"none has been idle {self.http_session_timeout_s:g} s"
+                if self.http_session_timeout_s is not None
+                else "they are closed only by their clients"
+            )
+            raise SessionsFull(
+                f"the HTTP sessions of this server ({self.http_quota} at most) are all in use "
+                f"({idle}), and a session in use is never ended to make room for a new one: "
+                f"retry in {wait} s, close a session you hold (POST /close), or play over the "
+                "WebSocket (/ws)",
+                len(held) + self._reserved["http"],
+                self.http_quota,
+                wait,
+            )
+
+    def _retry_after(self, sids: list[str]) -> int:
+        """Whole seconds (at least 1) until the first of ``sids`` could be closed as idle."""
+        timeout = self.http_session_timeout_s
+        if timeout is None:
+            return NO_EXPIRY_RETRY_S
+        now = time.time()
+        idle = set(self._idle())
+        expiries = [
+            self._session_info[s].last_activity_at + timeout if s in idle else now + timeout
+            for s in sids
+        ]
+        return max(1, math.ceil(min(expiries, default=now + timeout) - now))
 
     async def _destroy_session(self, session_id: str) -> None:
         self._kinds.pop(session_id, None)
+        self._owners.pop(session_id, None)
         if session_id == self.default_session:
             self.default_session = None
         await super()._destroy_session(session_id)
 
-    def _evictable(self) -> list[str]:
-        """HTTP sessions that may be evicted, least recently used first."""
+    def _idle(self) -> list[str]:
+        """HTTP sessions not in use (no request in progress, no WebSocket attached), least
+        recently used first: those the idle timeout may close."""
         attached = self._session_websocket_attachments
         candidates = [
             s
@@ -150,46 +279,40 @@ class SessionServer(HTTPEnvServer):
         if self.http_session_timeout_s is None:
             return
         horizon = time.time() - self.http_session_timeout_s
-        for sid in self._evictable():
-            if self._session_info[sid].last_activity_at < horizon:
+        for sid in self._idle():
+            info = self._session_info.get(sid)
+            if info is not None and info.last_activity_at < horizon:
                 await self._destroy_session(sid)
 
-    async def make_http_room(self) -> None:
-        """Close idle HTTP sessions, then the least recently used ones while at the quota."""
+    async def check_http_room(self, client: str | None) -> None:
+        """Close the HTTP sessions past their idle timeout, then raise :class:`SessionsFull` if
+        ``client`` still has no room for a new one."""
         await self.close_idle_http_sessions()
-        while len(self.sessions_of("http")) + self._reserved["http"] >= self.http_quota:
-            victims = self._evictable()
-            if not victims:
-                raise RequestError(
-                    f"all {self.http_quota} HTTP sessions of this server are in use: retry "
-                    "shortly, or play over the WebSocket (/ws)"
-                )
-            await self._destroy_session(victims[0])
+        self._check_http_room(client)
 
-    async def new_http_session(self) -> tuple[str, Any]:
-        """A new HTTP session, evicting the least recently used one at the quota."""
-        token = _KIND.set("http")
+    async def new_http_session(
+        self, client: str | None = None, *, default: bool = False
+    ) -> tuple[str, Any]:
+        """A new HTTP session of ``client`` (None: anonymous), or the default session; at the
+        quota or the client's share, :class:`SessionsFull` (no session is ended for it)."""
+        kind, who, slot = _KIND.set("http"), _CLIENT.set(client), _DEFAULT.set(default)
         try:
-            for _ in range(_MAX_EVICTIONS):
-                await self.make_http_room()
-                try:
-                    return await self._create_session()
-                except SessionCapacityError:
-                    continue  # another request took the freed slot first
-            raise RequestError("could not start an HTTP session: retry shortly")
+            await self.close_idle_http_sessions()
+            return await self._create_session()
         finally:
-            _KIND.reset(token)
+            _KIND.reset(kind)
+            _CLIENT.reset(who)
+            _DEFAULT.reset(slot)
 
     def http_session(self, sid: Any) -> Any:
         """The env of the live HTTP session ``sid`` (a clear error for anything else)."""
         if not isinstance(sid, str) or sid not in self.sessions_of("http"):
-            closed = f"the {self.http_quota} least recently used are kept"
+            closed = ""
             if self.http_session_timeout_s is not None:
-                closed += f", and those idle {self.http_session_timeout_s:g} s are closed"
+                closed = f"; HTTP sessions idle {self.http_session_timeout_s:g} s are closed"
             raise RequestError(
                 f"unknown session_id {sid!r}: start a session with POST /reset (the default "
-                f'one, or {{"new_session": true}} for one of your own); of the HTTP sessions, '
-                + closed
+                f'one, or {{"new_session": true}} for one of your own)' + closed
             )
         env = self._sessions.get(sid)
         if env is None:
@@ -198,13 +321,14 @@ class SessionServer(HTTPEnvServer):
         return env
 
     async def default_http_session(self) -> tuple[str, Any]:
-        """The default HTTP session, made when there is none."""
-        sid = self.default_session
-        if sid is not None and sid in self.sessions_of("http"):
-            return sid, self.http_session(sid)
-        sid, env = await self.new_http_session()
-        self.default_session = sid
-        return sid, env
+        """The default HTTP session, made (in its own slot) when there is none."""
+        async with self._default_lock:
+            sid = self.default_session
+            if sid is not None and sid in self.sessions_of("http"):
+                return sid, self.http_session(sid)
+            sid, env = await self.new_http_session(default=True)
+            self.default_session = sid
+            return sid, env
 
     # -- running a session's env -----------------------------------------------------------------
     async def call(self, sid: str, env: Any, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -292,6 +416,8 @@ def _session_routes(app: Any, server: SessionServer) -> None:
                 return await handler(request)
             except RequestError as exc:
                 return JSONResponse(status_code=400, content={"detail": str(exc)})
+            except SessionsFull as exc:
+                return refused(exc)
 
         return route
 
@@ -303,7 +429,8 @@ def _session_routes(app: Any, server: SessionServer) -> None:
         if new and sid is not None:
             raise RequestError("send session_id (reset that session) or new_session, not both")
         if new:
-            sid, env = await server.new_http_session()
+            who = client_id(request.headers.get(CLIENT_ID_HEADER))
+            sid, env = await server.new_http_session(who)
         elif sid is None:
             sid, env = await server.default_http_session()
         else:
@@ -354,14 +481,30 @@ def _session_routes(app: Any, server: SessionServer) -> None:
     app.add_route("/close", guarded(close), methods=["POST"])
 
 
+def _sessions(n: int) -> str:
+    return f"{n} HTTP session" + ("" if n == 1 else "s")
+
+
 def _dump(state: Any) -> Any:
     return state.model_dump() if hasattr(state, "model_dump") else state
 
 
+def refused(exc: SessionsFull) -> Any:
+    """The answer to a new HTTP session refused at the quota: 429, ``Retry-After``."""
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(
+        status_code=429,
+        content={"detail": str(exc), "retry_after": exc.retry_after},
+        headers={"Retry-After": str(exc.retry_after)},
+    )
+
+
 class HttpOrigin:
     """ASGI wrapper: MCP's ``openenv/session/create`` over ``POST /mcp`` makes an HTTP session
-    (evicting the least recently used one at the quota), and ``openenv/session/close`` over HTTP
-    may close only HTTP sessions (a WebSocket client's session is its own)."""
+    (of the client its ``X-Client-Id`` names; refused with 429 and ``Retry-After`` at the quota,
+    never by ending another session), and ``openenv/session/close`` over HTTP may close only HTTP
+    sessions (a WebSocket client's session is its own)."""
 
     def __init__(self, app: Any, server: SessionServer) -> None:
         self.app, self.server = app, server
@@ -382,11 +525,30 @@ class HttpOrigin:
         body = b"".join(chunks)
         request = _json_object(body)
         method = request.get("method")
-        error = await self._refusal(method, request.get("params"))
+        client: str | None = None
+        status, headers, error = 200, [], None
+        try:
+            if method == "openenv/session/create":
+                client = client_id(_header(scope, CLIENT_ID_HEADER))
+            error = await self._refusal(method, request.get("params"), client)
+        except RequestError as exc:
+            error = {"code": -32000, "message": str(exc)}
+        except SessionsFull as exc:
+            status = 429
+            headers = [(b"retry-after", str(exc.retry_after).encode())]
+            error = {
+                "code": -32000,
+                "message": str(exc),
+                "data": {
+                    "active_sessions": exc.active_sessions,
+                    "max_sessions": exc.max_sessions,
+                    "retry_after": exc.retry_after,
+                },
+            }
         if error is not None:
             payload = {"jsonrpc": "2.0", "id": request.get("id"), "error": error}
-            headers = [(b"content-type", b"application/json")]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            headers.append((b"content-type", b"application/json"))
+            await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": json.dumps(payload).encode()})
             return
         sent = False
@@ -398,25 +560,33 @@ class HttpOrigin:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        token = _KIND.set("http" if method == "openenv/session/create" else "ws")
+        kind = _KIND.set("http" if method == "openenv/session/create" else "ws")
+        who = _CLIENT.set(client)
         try:
             await self.app(scope, replay, send)
         finally:
-            _KIND.reset(token)
+            _KIND.reset(kind)
+            _CLIENT.reset(who)
 
-    async def _refusal(self, method: Any, params: Any) -> dict[str, Any] | None:
-        """The JSON-RPC error for a session request HTTP may not make (None: pass it on)."""
-        message = None
+    async def _refusal(self, method: Any, params: Any, client: str | None) -> dict[str, Any] | None:
+        """The JSON-RPC error for a session request HTTP may not make (None: pass it on);
+        :class:`SessionsFull` for a new session beyond the quota or the client's share."""
         if method == "openenv/session/close":
             sid = params.get("session_id") if isinstance(params, dict) else None
             if sid not in self.server.sessions_of("http"):
-                message = f"unknown HTTP session_id {sid!r}"
+                return {"code": -32000, "message": f"unknown HTTP session_id {sid!r}"}
         elif method == "openenv/session/create":
-            try:
-                await self.server.make_http_room()
-            except RequestError as exc:
-                message = str(exc)
-        return None if message is None else {"code": -32000, "message": message}
+            await self.server.check_http_room(client)
+        return None
+
+
+def _header(scope: dict[str, Any], name: str) -> str | None:
+    """The value of the request header ``name`` (case-insensitive), or None."""
+    key = name.lower().encode("latin-1")
+    for k, v in scope.get("headers", []):
+        if k.lower() == key:
+            return bytes(v).decode("latin-1")
+    return None
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

@@ -226,6 +226,8 @@ def env_servers():
             "4",
             "--max-http-sessions",
             "2",
+            "--max-sessions-per-client",
+            "1",
         ),
         "heavy": (
             "adapters.serve_env",
@@ -279,12 +281,15 @@ def test_http_sessions_expire_by_their_timeout(env_servers):
         assert ws.step("").observation.acted is not None  # the WebSocket session still plays
 
 
-def test_http_sessions_neither_take_websocket_slots_nor_refuse_each_other(env_servers):
-    """``--max-sessions 4 --max-http-sessions 2``: with two HTTP sessions open, all four
-    WebSocket clients get in (the fifth is refused); a third HTTP session evicts the least
-    recently used one instead of being refused, as does MCP's ``openenv/session/create``; HTTP
-    cannot close a WebSocket client's session."""
+def test_http_sessions_neither_take_websocket_slots_nor_end_each_other(env_servers):
+    """``--max-sessions 4 --max-http-sessions 2 --max-sessions-per-client 1``: with two HTTP
+    sessions open, all four WebSocket clients get in (the fifth is refused); a third HTTP
+    session is refused (429, ``Retry-After``) and both sessions in use keep working, as does
+    MCP's ``openenv/session/create``; a client naming itself (``X-Client-Id``) gets one session
+    while anonymous clients take the slot left; HTTP cannot close a WebSocket client's
+    session."""
     url = env_servers["small"].url
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}
     with httpx.Client(base_url=url, timeout=30) as http:
         first, second = _new_session(http, 1), _new_session(http, 2)
         clients = [MasEnvClient(base_url=url).sync() for _ in range(4)]
@@ -307,14 +312,26 @@ def test_http_sessions_neither_take_websocket_slots_nor_refuse_each_other(env_se
             for c in clients:
                 c.close()
         assert http.get("/state", params={"session_id": second}).status_code == 200  # used
-        third = _new_session(http, 3)  # evicts `first`, the least recently used
-        assert http.get("/state", params={"session_id": first}).status_code == 400
-        rpc = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}
-        made = http.post("/mcp", json=rpc).json()["result"]["session_id"]  # evicts `second`
-        assert http.get("/state", params={"session_id": second}).status_code == 400
-        for sid in (third, made):
+        third = http.post("/reset", json={"seed": 3, "new_session": True})
+        assert third.status_code == 429, third.text
+        assert 1 <= int(third.headers["Retry-After"]) <= 120  # when `first` would idle out
+        assert third.json()["retry_after"] == int(third.headers["Retry-After"])
+        made = http.post("/mcp", json=rpc)
+        assert made.status_code == 429 and int(made.headers["Retry-After"]) >= 1
+        for sid in (first, second):
             assert http.get("/state", params={"session_id": sid}).status_code == 200
-        assert http.post("/close", json={"session_id": third}).json()["closed"] is True
+        assert http.post("/close", json={"session_id": first}).json()["closed"] is True
+        named = {"X-Client-Id": "trainer-a"}
+        own = http.post("/reset", json={"seed": 4, "new_session": True}, headers=named)
+        assert own.status_code == 200, own.text
+        assert http.post("/close", json={"session_id": second}).json()["closed"] is True
+        again = http.post("/reset", json={"seed": 5, "new_session": True}, headers=named)
+        assert again.status_code == 429 and "'trainer-a'" in again.json()["detail"]
+        assert http.post("/mcp", json=rpc, headers=named).status_code == 429
+        anon = http.post("/mcp", json=rpc).json()["result"]["session_id"]  # the slot left
+        for sid in (own.json()["session_id"], anon):
+            assert http.get("/state", params={"session_id": sid}).status_code == 200
+            assert http.post("/close", json={"session_id": sid}).json()["closed"] is True
 
 
 def test_ws_frames_and_mcp_bodies_are_capped(env_servers):

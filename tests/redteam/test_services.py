@@ -15,7 +15,9 @@ body read before checked      200 MB to ``/run_code``,        refused (413) afte
                               150 MB to ``/mcp``              20 MiB cap was read
 no authentication             requests without the token      401, the app never sees them
 HTTP sessions unbounded       every slot taken over HTTP      HTTP gets its quota, WebSocket
-                                                              clients the rest
+                                                              clients the rest; a new HTTP
+                                                              session beyond the quota is
+                                                              refused (429), none ended
 session ids act as keys       HTTP closes a WebSocket         refused; the WebSocket session
                               client's session                plays on
 ============================  ==============================  ==================================
@@ -147,18 +149,25 @@ def test_requests_without_the_token_never_reach_the_app():
 
 def test_http_cannot_take_every_session_or_close_another_clients():
     """HTTP clients share their own quota (a quarter of ``max_sessions``): a new HTTP session
-    evicts the least recently used one instead of taking a WebSocket slot, and no HTTP route
-    can close or read a WebSocket client's session."""
+    beyond it is refused (429, ``Retry-After``), neither taking a WebSocket slot nor ending the
+    HTTP session in use, and no HTTP route can close or read a WebSocket client's session."""
     app = create_app("sokoban", max_sessions=4)
     with TestClient(app) as client:
         first = client.post("/reset", json={"seed": 1, "new_session": True})
         assert first.status_code == 200
+        mine = first.json()["session_id"]
         second = client.post("/reset", json={"seed": 2, "new_session": True})
-        assert second.status_code == 200  # evicts `first` (quota 1) rather than being refused
-        gone = client.get("/state", params={"session_id": first.json()["session_id"]})
-        assert gone.status_code == 400 and "unknown session_id" in gone.json()["detail"]
+        assert second.status_code == 429  # quota 1: refused rather than ending `first`
+        assert int(second.headers["Retry-After"]) >= 1
+        assert "in use" in second.json()["detail"]
+        kept = client.get("/state", params={"session_id": mine})
+        assert kept.status_code == 200 and kept.json()["step_count"] == 0
         rpc = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}
-        assert "session_id" in client.post("/mcp", json=rpc).json()["result"]
+        full = client.post("/mcp", json=rpc)
+        assert full.status_code == 429 and "Retry-After" in full.headers
+        assert full.json()["error"]["data"]["retry_after"] >= 1
+        assert client.post("/close", json={"session_id": mine}).json()["closed"] is True
+        assert "session_id" in client.post("/mcp", json=rpc).json()["result"]  # room again
         sockets = [client.websocket_connect("/ws") for _ in range(4)]
         for i, ws in enumerate(sockets):
             ws.__enter__()
