@@ -177,17 +177,6 @@ class PoolItem:
             return bool(self.tests)
         return False
 
-    def verifier_hash(self) -> str:
-        return stable_hash(
-            [
-                self.kind,
-                self.answer,
-                [t.to_dict() for t in self.tests],
-                self.entry_point,
-                self.prelude,
-            ]
-        )
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "question": self.question,

@@ -61,7 +61,6 @@ __all__ = [
     "Estimator",
     "EstimatorOptions",
     "group_advantages",
-    "grpo_advantages",
     "reinforce_pp_advantages",
     "reinforce_pp_returns",
     "task_relative_reinforce_pp_advantages",
@@ -141,9 +140,6 @@ def group_advantages(
     else:
         adv = centered
     return torch.where(single, torch.zeros_like(adv), adv)
-
-
-grpo_advantages = group_advantages
 
 
 def reinforce_pp_returns(

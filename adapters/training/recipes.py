@@ -82,7 +82,6 @@ class Recipe:
 # CPU scale-down shared by every recipe: the embedded 135M model with a LoRA adapter
 _CPU_COMMON: dict[str, Sourced] = {
     "lora_rank": (8, "CPU scale-down: LoRA rank 8 instead of full fine-tuning"),
-    "lora_alpha": (16.0, "CPU scale-down: alpha = 2 x rank"),
     "lora_dropout": (0.0, "CPU scale-down"),
     "lr": (declared_default(UpdateConfig, "lr"), "CPU scale-down: a LoRA learning rate"),
     "steps": (6, "CPU scale-down"),
