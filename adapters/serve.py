@@ -3,10 +3,13 @@
     python -m adapters.serve                        # the embedded SmolLM2 model on :8000
     python -m adapters.serve --model PATH --port 0  # any local checkpoint, a free port
     python -m adapters.serve --model tiny           # the tiny random test model
+    MAS_SERVICE_TOKEN=... python -m adapters.serve --host 0.0.0.0 --max-tokens 1024
 
-The server (endpoints, request fields, concurrency) is documented in
-:mod:`adapters.integrations.openai_server`; this module only parses arguments. It prints
-``serving MODEL at http://HOST:PORT/v1`` once it listens.
+The server (endpoints, request fields, exposure limits, concurrency) is documented in
+:mod:`adapters.integrations.openai_server`; this module only parses arguments. It needs the
+``serve`` extra (uvicorn) and, for a model, the ``train`` extra; without them the command says so
+in one line (:mod:`adapters.cli`). It prints ``serving MODEL at http://HOST:PORT/v1`` once it
+listens.
 """
 
 from __future__ import annotations
@@ -17,11 +20,19 @@ import sys
 from typing import Any
 
 from adapters import cli
+from adapters.integrations._uvicorn import add_guard_flags
 
 # the server moved to adapters.integrations.openai_server; these names stay importable from here
 # (loaded on first use, so that --help answers before anything heavy is imported)
 __all__ = ["build_parser", "main"]
-_MOVED = ("BadRequest", "PolicyServer", "make_server", "parse_request", "start_in_thread")
+_MOVED = (
+    "BadRequest",
+    "PolicyServer",
+    "RequestLimits",
+    "make_server",
+    "parse_request",
+    "start_in_thread",
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -48,6 +59,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    from adapters.integrations.openai_server import DEFAULT_MAX_N, DEFAULT_MAX_TOKENS
+
+    caps = parser.add_argument_group("request limits (a request over one is refused with 400)")
+    caps.add_argument(
+        "--max-n",
+        type=int,
+        default=DEFAULT_MAX_N,
+        help="most completions per request (default %(default)s: the generation section's "
+        "gen_batch_size)",
+    )
+    caps.add_argument(
+        "--max-tokens",
+        type=int,
+        default=DEFAULT_MAX_TOKENS,
+        help="most tokens per completion (default %(default)s: the generation section's "
+        "max_new_tokens)",
+    )
+    add_guard_flags(parser, websockets=False)
     return parser
 
 
@@ -56,13 +85,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from adapters.integrations._guard import TOKEN_ENV
+    from adapters.integrations._uvicorn import guard_config
+    from adapters.integrations.openai_server import RequestLimits, make_server
     from adapters.policies.specs import check_policy_spec, parse_policy_spec
 
     spec = args.model or "smollm2"
     with cli.bad_input("--model"):
         check_policy_spec(spec)
+    with cli.bad_input("--max-n/--max-tokens"):
+        limits = RequestLimits(max_n=args.max_n, max_tokens=args.max_tokens)
+    with cli.bad_input(""):
+        guard = guard_config(args)
+    import uvicorn  # noqa: F401  (the serve extra: reported before a model is loaded)
+
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from adapters.integrations.openai_server import make_server
 
     if args.threads:
         import torch
@@ -74,7 +111,10 @@ def _serve(args: argparse.Namespace) -> int:
     name = args.served_model_name
     if name is None and args.model in (None, "smollm2"):
         name = "smollm2-135m-instruct"
-    server = make_server(policy, args.host, args.port, name)
+    with cli.bad_input("--host/--port"):  # taken, or not an address of this machine
+        server = make_server(policy, args.host, args.port, name, guard=guard, limits=limits)
+    if guard.token:
+        print(f"{server.model_name}: requests need the bearer token of ${TOKEN_ENV}", flush=True)
     print(f"serving {server.model_name} at {server.url}", flush=True)
     cli.serve_until_interrupted(server)
     return 0

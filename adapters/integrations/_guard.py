@@ -1,4 +1,4 @@
-"""What both services (``serve_env``, ``serve_sandbox``) do before a request reaches the app.
+"""What the services (``serve``, ``serve_env``, ``serve_sandbox``) do before the app sees a request.
 
 Threat model: the services bind 127.0.0.1 by default; an operator who exposes one (``--host
 0.0.0.0``, a container port) serves clients it does not control. Such a client may send huge or
@@ -25,8 +25,9 @@ headers                     a connection must send its request's headers within
 connections                 at most ``max_connections`` open at once; more are closed on accept.
 ==========================  ====================================================================
 
-What each service adds (session limits, clamped resource limits, admission) is in its own page:
-:mod:`adapters.integrations.openenv`, :mod:`adapters.integrations.sandbox_fusion`. What the
+What each service adds (session limits, clamped resource limits, admission, caps on ``n`` and
+``max_tokens``) is in its own page: :mod:`adapters.integrations.openenv`,
+:mod:`adapters.integrations.sandbox_fusion`, :mod:`adapters.integrations.openai_server`. What the
 guard does not do: TLS (put a TLS-terminating proxy in front), rate limits per client, or
 accounting of CPU time per client.
 """

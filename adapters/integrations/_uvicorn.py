@@ -9,15 +9,17 @@ from typing import Any
 
 from adapters.integrations._guard import TOKEN_ENV, Guard, GuardConfig, guarded_protocol
 
-__all__ = ["add_guard_flags", "guard_config", "serve"]
+__all__ = ["add_guard_flags", "guard_config", "guarded_config", "serve"]
 
 
-def add_guard_flags(p: argparse.ArgumentParser) -> None:
-    """The command-line flags of :class:`GuardConfig` (the token comes from the environment)."""
+def add_guard_flags(p: argparse.ArgumentParser, websockets: bool = True) -> None:
+    """The command-line flags of :class:`GuardConfig` (the token comes from the environment;
+    ``websockets=False``: no ``--max-ws-frame-mb``, for a service without WebSockets)."""
     d = GuardConfig()
     g = p.add_argument_group("exposure limits (token: $MAS_SERVICE_TOKEN)")
     g.add_argument("--max-body-mb", type=float, default=d.max_body_bytes / (1 << 20))
-    g.add_argument("--max-ws-frame-mb", type=float, default=d.max_ws_frame_bytes / (1 << 20))
+    if websockets:
+        g.add_argument("--max-ws-frame-mb", type=float, default=d.max_ws_frame_bytes / (1 << 20))
     g.add_argument("--header-timeout", type=float, default=d.header_timeout_s, metavar="S")
     g.add_argument("--body-timeout", type=float, default=d.body_timeout_s, metavar="S")
     g.add_argument("--keep-alive", type=float, default=d.keep_alive_s, metavar="S")
@@ -25,14 +27,36 @@ def add_guard_flags(p: argparse.ArgumentParser) -> None:
 
 
 def guard_config(args: argparse.Namespace) -> GuardConfig:
+    ws_frame_mb = getattr(args, "max_ws_frame_mb", None)  # absent: a service without WebSockets
+    ws = {} if ws_frame_mb is None else {"max_ws_frame_bytes": int(ws_frame_mb * (1 << 20))}
     return GuardConfig.from_env(
         max_body_bytes=int(args.max_body_mb * (1 << 20)),
-        max_ws_frame_bytes=int(args.max_ws_frame_mb * (1 << 20)),
         header_timeout_s=args.header_timeout,
         body_timeout_s=args.body_timeout,
         keep_alive_s=args.keep_alive,
         max_connections=args.max_connections,
+        **ws,
     )
+
+
+def guarded_config(
+    app: Any, guard: GuardConfig, host: str = "127.0.0.1", port: int = 0, **options: Any
+) -> Any:
+    """The ``uvicorn.Config`` that serves ``app`` behind :class:`Guard` and the guard's HTTP
+    protocol (header timeout, connection limit); ``options`` add to or override uvicorn's."""
+    import uvicorn
+
+    settings: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_level": "warning",
+        "http": guarded_protocol(guard),
+        "ws_max_size": guard.max_ws_frame_bytes,
+        "timeout_keep_alive": int(max(1, guard.keep_alive_s)),
+        "backlog": max(128, guard.max_connections),
+    }
+    settings.update(options)
+    return uvicorn.Config(Guard(app, guard), **settings)
 
 
 def serve(
@@ -51,17 +75,7 @@ def serve(
     import uvicorn
 
     guard = guard or GuardConfig.from_env()
-    config = uvicorn.Config(
-        Guard(app, guard),
-        host=host,
-        port=port,
-        log_level="warning",
-        http=guarded_protocol(guard),
-        ws_max_size=guard.max_ws_frame_bytes,
-        timeout_keep_alive=int(max(1, guard.keep_alive_s)),
-        backlog=max(128, guard.max_connections),
-    )
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(guarded_config(app, guard, host, port))
 
     async def run() -> None:
         task = asyncio.create_task(server.serve())

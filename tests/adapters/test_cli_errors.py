@@ -164,6 +164,7 @@ _WITHOUT = (
     [
         ("openenv", ["adapters.serve_env", "--env", "sokoban"], "openenv"),
         ("fastapi", ["adapters.serve_sandbox"], "fastapi"),
+        ("uvicorn", ["adapters.serve", "--model", "constant:x", "--port", "0"], "uvicorn"),
         ("torch", ["adapters.train", "--env", "sokoban", "--steps", "1"], "torch"),
     ],
 )
