@@ -23,6 +23,13 @@ traceback:
 Anything else is a bug or a failure of the machine and keeps its traceback. ``--debug`` (or
 ``MAS_DEBUG=1``) lets every exception through with its traceback.
 
+**Data never names code.** A setting registered outside this repository is loaded by what a
+person types: ``--env package.module:id``, or ``--import package.module``
+(:func:`add_import_flag`; ``adapters.train`` and ``adapters.view`` have it). An env id read from
+a file (a run's ``config.yaml`` on ``--resume``, an evaluation record) imports nothing
+(:func:`envs.registered_spec`); one whose module is not loaded ends in one line naming the flag
+that loads it (:func:`module_not_loaded`).
+
 Input checks belong in the command before its long work starts: a bad ``--policy`` is reported
 before an evaluation loads a model, an unreachable server after a short connect timeout
 (:meth:`~adapters.policies.openai_compat.OpenAIPolicy.check_reachable`), a model path that does not
@@ -34,12 +41,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["EXTRAS", "UsageError", "bad_input", "error_line", "run", "serve_until_interrupted"]
+__all__ = [
+    "EXTRAS",
+    "UsageError",
+    "add_import_flag",
+    "bad_input",
+    "error_line",
+    "import_modules",
+    "module_not_loaded",
+    "run",
+    "serve_until_interrupted",
+]
 
 # the optional dependencies of pyproject.toml by import name -> the extra that installs them
 # (tests/adapters/test_cli_errors.py checks this table against pyproject.toml)
@@ -88,6 +106,46 @@ def bad_input(what: str) -> Iterator[None]:
     except (ValueError, TypeError, LookupError, OSError) as exc:
         text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         raise UsageError(f"{what}: {text}" if what else str(text)) from exc
+
+
+def add_import_flag(parser: argparse.ArgumentParser) -> None:
+    """``--import MODULE`` (repeatable, ``args.imports``): modules to import before the command
+    reads anything, such as the module that registers a setting outside this repository."""
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (repeatable): the module that registers a setting outside this "
+        "repository. An env id read from a file never imports its module by itself",
+    )
+
+
+def import_modules(names: Sequence[str]) -> None:
+    """Import the modules of ``--import`` (one that cannot be found is a :class:`UsageError`)."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise UsageError(f"--import {name}: {exc}") from exc
+
+
+def module_not_loaded(what: str, exc: Any) -> UsageError:
+    """The one line for an :class:`envs.ModuleNotLoadedError` raised for an id that ``what``
+    (a file, a run directory) names: which flag loads the module.
+
+    >>> import envs
+    >>> try:
+    ...     envs.registered_spec("pkg.mod:toy")
+    ... except envs.ModuleNotLoadedError as e:
+    ...     print(module_not_loaded("runs/r/config.yaml", e))
+    runs/r/config.yaml names env 'pkg.mod:toy', whose module is not loaded: pass --import pkg.mod to load it (if you trust it: importing a module runs its code)
+    """
+    return UsageError(
+        f"{what} names env {exc.env_id!r}, whose module is not loaded: pass --import "
+        f"{exc.module} to load it (if you trust it: importing a module runs its code)"
+    )
 
 
 def error_line(exc: BaseException) -> str | None:

@@ -30,6 +30,16 @@ episode viewer ``episodes.html``), says that it trained nothing, and stops. The 
 options, an explicit instance and ``--model`` are checked before torch is imported and before the
 run directory is made; a mistake ends in one ``error:`` line and exit status 2
 (:mod:`adapters.cli`; ``--debug`` shows the traceback).
+
+**A file never names code.** ``--env package.module:id`` imports ``package.module`` (a setting
+registered outside this repository), because a person typed it. The env id of a file, the
+``config.yaml`` that ``--resume DIR`` reads or a ``--config`` file, imports nothing
+(:func:`envs.registered_spec`): an id whose module is not loaded is refused before anything is
+imported or read further, with one line naming the flag that loads it::
+
+    python -m adapters.train --resume runs/my-toy-run --import toy_pkg.echo
+
+(``--import MODULE``, repeatable, imports a module first; only for a module you trust.)
 """
 
 from __future__ import annotations
@@ -66,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="YAML file with TrainConfig fields")
     p.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    cli.add_import_flag(p)
     add_config_arguments(p)
     return p
 
@@ -77,7 +88,9 @@ def config_from_argv(argv: Sequence[str] | None = None) -> tuple[TrainConfig, ar
 
 def _config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, argparse.Namespace]:
     args = argparse.Namespace(**vars(args))
-    control = {k: getattr(args, k, None) for k in ("config", "resume", "print_config", "debug")}
+    control = {
+        k: getattr(args, k, None) for k in ("config", "resume", "print_config", "debug", "imports")
+    }
     for k in control:
         if hasattr(args, k):
             delattr(args, k)
@@ -118,27 +131,53 @@ def _check_inputs(cfg: TrainConfig) -> None:
                 OpenAIPolicy(server_root(url) + "/v1", model="?").check_reachable()
 
 
+def _check_file_env(env_id: str, what: str) -> None:
+    """An env id read from a file resolves without importing anything (module docstring)."""
+    try:
+        envs.registered_spec(env_id)
+    except envs.ModuleNotLoadedError as exc:
+        raise cli.module_not_loaded(what, exc) from None
+    except ValueError as exc:
+        raise cli.UsageError(f"{what}: {exc}") from None
+
+
+def _check_resume(ctl: argparse.Namespace) -> None:
+    """What ``--resume DIR`` can check before anything heavy is imported: DIR holds a run, and
+    the setting its ``config.yaml`` names is registered (no import: module docstring)."""
+    if ctl.config:
+        raise cli.UsageError("--resume reads DIR/config.yaml; do not pass --config")
+    saved = Path(ctl.resume) / "config.yaml"
+    if not saved.is_file():
+        raise cli.UsageError(
+            f"--resume: {ctl.resume} holds no run (no config.yaml): give the directory a "
+            "training run wrote (its first output line names it)"
+        )
+    try:
+        saved_env = TrainConfig.load(saved).env
+    except ConfigError as exc:
+        raise cli.UsageError(str(exc)) from exc
+    _check_file_env(saved_env, str(saved))
+
+
 def _train(args: argparse.Namespace) -> int:
+    cli.import_modules(getattr(args, "imports", None) or [])
     try:
         cfg, ctl = _config_from_args(args)
+        if ctl.config and "env" not in ctl.overrides:  # the id comes from the file
+            _check_file_env(cfg.env, f"config file {ctl.config}")
         if ctl.print_config:
             print(cfg.resolved().described(), end="")
             return 0
     except ConfigError as exc:
         raise cli.UsageError(str(exc)) from exc
-    if not ctl.resume:
+    if ctl.resume:
+        _check_resume(ctl)
+    else:
         _check_inputs(cfg)
     from adapters.training.trainer import Trainer  # torch & co.: after the inputs are checked
 
     t0 = time.perf_counter()
     if ctl.resume:
-        if ctl.config:
-            raise cli.UsageError("--resume reads DIR/config.yaml; do not pass --config")
-        if not (Path(ctl.resume) / "config.yaml").is_file():
-            raise cli.UsageError(
-                f"--resume: {ctl.resume} holds no run (no config.yaml): give the directory a "
-                "training run wrote (its first output line names it)"
-            )
         try:
             trainer = Trainer.resume(ctl.resume, **ctl.overrides)
         except (ValueError, FileNotFoundError) as exc:

@@ -16,6 +16,18 @@ documents it; training runs, suites and ``evaluate --env ... --json`` write it b
 
 ``--serve`` serves the page (that file only) at ``http://127.0.0.1:PORT/`` until interrupted;
 ``--no-replay`` shows the records as they are, without replaying them (no boards; faster).
+
+**The records never name code.** Replaying a record builds its setting, and the setting's id is
+read from the file, so it resolves only against settings already registered
+(:func:`envs.registered_spec`): a record naming ``"package.module:id"`` whose module is not
+loaded stops the command with one line naming the flag that loads it. For a setting registered
+outside this repository, pass that flag::
+
+    python -m adapters.view runs/my-toy-run --import toy_pkg.echo   # the module registering it
+
+Only do that for a module you trust: importing it runs its code. A record's ``env_config`` is
+checked against the setting's config class before the env is built; a record that fails the check
+is shown as recorded, with the reason.
 """
 
 from __future__ import annotations
@@ -24,6 +36,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from adapters import cli
 
@@ -53,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--serve", action="store_true", help="serve the page on localhost afterwards")
     p.add_argument("--host", default="127.0.0.1", help="with --serve (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="with --serve; 0 picks a free port")
+    cli.add_import_flag(p)
     return p
 
 
@@ -63,14 +77,37 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _view(args: argparse.Namespace) -> int:
     from adapters.evaluation.viewer import find_sources, write_viewer
 
+    cli.import_modules(args.imports)
     with cli.bad_input(""):  # the message names the path
-        find_sources(args.path)
+        _kind, sources = find_sources(args.path)
+    if not args.no_replay:
+        _check_settings(args.path, sources)
     page, n = write_viewer(args.path, args.out, replay_records=not args.no_replay)
     size = page.stat().st_size
     print(f"wrote {page} ({n} episodes, {size / 1024:.0f} KB)")
     if args.serve:
         _serve(page, args.host, args.port)
     return 0
+
+
+def _check_settings(path: str, sources: Sequence[Any]) -> None:
+    """Every setting the records name resolves without importing anything (module docstring);
+    an unknown plain id is left to the page, which shows those records as recorded."""
+    import envs
+
+    seen: set[str] = set()
+    for src in sources:
+        for rec in src.report.get("per_episode") or []:
+            env = rec.get("env") if isinstance(rec, dict) else None
+            if not isinstance(env, str) or env in seen:
+                continue
+            seen.add(env)
+            try:
+                envs.registered_spec(env)
+            except envs.ModuleNotLoadedError as exc:
+                raise cli.module_not_loaded(f"{path}: a record of {src.label!r}", exc) from None
+            except ValueError:
+                pass
 
 
 def _serve(page: Path, host: str, port: int) -> None:

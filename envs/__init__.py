@@ -8,15 +8,40 @@ True
 ``clone()`` and ``oracle(agent)``. See each setting module's docstring for its agents, rewards and
 options. ``envs.spec(id)`` holds what the trainer and the evaluation need to know about a setting
 without building it (:mod:`envs.core.registry`); ``envs.make("package.module:id")`` imports a
-module that registers a setting of its own first.
+module that registers a setting of its own first. That import is for ids a person gives (a flag,
+a call); an id read from data goes through ``envs.registered_spec(id)``, which imports nothing and
+refuses a module that is not loaded yet, and a config read from data through
+``envs.check_env_config(id, config)``.
 """
 
 from typing import Any
 
 from envs.core.gymnasium_ids import register_gymnasium_ids
-from envs.core.registry import MODES, EnvSpec, list_envs, make, make_raw, register, spec
+from envs.core.registry import (
+    MODES,
+    EnvSpec,
+    ModuleNotLoadedError,
+    check_env_config,
+    list_envs,
+    make,
+    make_raw,
+    register,
+    registered_spec,
+    spec,
+)
 
-__all__ = ["MODES", "EnvSpec", "list_envs", "make", "make_raw", "register", "spec"]
+__all__ = [
+    "MODES",
+    "EnvSpec",
+    "ModuleNotLoadedError",
+    "check_env_config",
+    "list_envs",
+    "make",
+    "make_raw",
+    "register",
+    "registered_spec",
+    "spec",
+]
 
 _AT_GRPO_MODES = MODES  # AT-GRPO compares one agent with the team (§5.1)
 _GRID_NOTE = (

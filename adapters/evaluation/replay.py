@@ -13,6 +13,16 @@ training run, each row of a suite's ``results.json``) carries
   included). Records written before prompts were kept have no ``prompt``; :func:`replay`
   rebuilds it (the env's observation before the step).
 
+**A record is data, and data never names code.** :func:`play` (and so :func:`replay`, the episode
+viewer and the open-loop reference) resolves a record's ``env`` with
+:func:`envs.registered_spec`, which imports nothing: a ``"module:id"`` whose module is not loaded
+is refused (:class:`envs.ModuleNotLoadedError`; ``python -m adapters.view --import MODULE`` loads
+the module of a setting registered outside the repository), so a record planted in a shared run
+directory cannot make the reader import a module of its choosing. Its ``env_config`` is checked
+against the setting's config class (:func:`envs.check_env_config`: the setting's options only,
+of their types), and ``reset_seed``, ``reset_options`` and ``shared`` must have their shapes,
+before anything is built (:func:`checked_setting`).
+
 :func:`replay` makes the env, resets it with the recorded seed and options and steps it with the
 recorded completions (flushing terminated agents as the rollout engine does); it returns the
 rewards the env pays, which equal the recorded ones. That is how a reader audits what a model
@@ -32,6 +42,7 @@ from adapters.rollout.envpool import EpisodeSpec, flush_dead_steps
 
 __all__ = [
     "REPRODUCTION_FIELDS",
+    "checked_setting",
     "jsonable_config",
     "play",
     "replay",
@@ -90,6 +101,33 @@ def transcript(samples: Sequence[Sample]) -> list[dict[str, Any]]:
     ]
 
 
+def checked_setting(record: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The registered id of a record's setting and its env config, checked as data (module
+    docstring); ``ValueError`` (:class:`envs.ModuleNotLoadedError` for an id whose module is not
+    loaded) names what is wrong.
+
+    >>> checked_setting({"env": "sokoban", "env_config": {"height": 6}, "reset_seed": 1})
+    ('sokoban', {'height': 6})
+    """
+    import envs
+
+    env = record.get("env")
+    if not isinstance(env, str):
+        raise ValueError(f"the record's env must be a setting id, got {env!r:.80}")
+    env_id = envs.registered_spec(env).id
+    config = envs.check_env_config(env_id, record.get("env_config") or {})
+    shared = record.get("shared") or []
+    if not (isinstance(shared, list) and all(isinstance(x, str) for x in shared)):
+        raise ValueError(f"the record's shared must be a list of names, got {shared!r:.80}")
+    seed = record.get("reset_seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise ValueError(f"the record's reset_seed must be an int, got {seed!r:.80}")
+    options = record.get("reset_options")
+    if options is not None and not isinstance(options, dict):
+        raise ValueError(f"the record's reset_options must be a mapping, got {options!r:.80}")
+    return env_id, config
+
+
 def replay(
     record: Mapping[str, Any],
     *,
@@ -136,10 +174,10 @@ def play(
     import envs
     from adapters.rollout import create_shared_objects
 
-    config = dict(record["env_config"])
+    env_id, config = checked_setting(record)
     if record.get("shared"):
-        config.update(create_shared_objects(record["env"], config))
-    raw = envs.make(record["env"], **config).unwrapped
+        config.update(create_shared_objects(env_id, config))
+    raw = envs.make(env_id, **config).unwrapped
     raw.reset(seed=record["reset_seed"], options=record["reset_options"])
     flush_dead_steps(raw)
     rewards: list[float] = []

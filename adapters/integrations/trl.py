@@ -24,8 +24,10 @@ Dataset
 ``prompt`` is ``[{"role": "user", "content": <first agent's initial observation>,
 "mas_episode": <JSON {"env_id", "seed", "split"}>}]``: TRL passes the rollout function *only the
 prompts* (``self.rollout_func(prompts, self)``), so the reset seed travels inside the message
-(chat templates ignore the extra key). Row ``i`` resets with seed ``seed * 1_000_003 + i``. A
-system message may be prepended to the prompts (``dataset.map``); it is kept.
+(chat templates ignore the extra key); that ``env_id`` is data, so it resolves only against
+settings already registered and imports nothing (:func:`envs.registered_spec`). Row ``i`` resets
+with seed ``seed * 1_000_003 + i``. A system message may be prepended to the prompts
+(``dataset.map``); it is kept.
 
 One sample = one episode
 ------------------------
@@ -116,6 +118,14 @@ def _canonical_id(env_id: str) -> str:
     import envs
 
     return envs.spec(env_id).id
+
+
+def _registered_id(env_id: Any) -> str:
+    """The canonical id of an id read from a prompt (data): registered settings only, nothing
+    imported (:func:`envs.registered_spec`)."""
+    import envs
+
+    return envs.registered_spec(env_id).id
 
 
 def _build_env(env_id: str, env_config: dict[str, Any], shared: dict[str, Any]) -> Any:
@@ -392,7 +402,7 @@ def make_rollout_func(
 
     def start(prompt: Any) -> _Episode:
         key = _episode_key(prompt)
-        if _canonical_id(key["env_id"]) != canonical:
+        if _registered_id(key["env_id"]) != canonical:
             raise ValueError(f"a prompt of env {key['env_id']!r} reached the {canonical!r} rollout")
         env = _build_env(canonical, env_config, shared)
         raw = env.unwrapped

@@ -23,6 +23,8 @@ One training step (AT-GRPO, Algorithm 1):
    ``training_curve.png`` is redrawn every ``plot_every`` steps and at the end.
 4. **Checkpoint** (:mod:`adapters.training.checkpoints`, every ``save_every`` steps, atomic).
    ``Trainer.resume(run_dir)`` (``python -m adapters.train --resume DIR``) continues exactly.
+   The run directory is data: the setting its ``config.yaml`` names must be registered already
+   (it imports nothing; ``--import MODULE`` loads a setting registered outside the repository).
 
 Run directory: ``config.yaml`` (the resolved :class:`~adapters.training.config.TrainConfig`),
 ``metrics.jsonl``, ``trajectories.jsonl``, ``tensorboard/``, ``training_curve.png``,
@@ -159,10 +161,17 @@ class Trainer:
     def resume(cls, run_dir: str | Path, *, models: Any = None, **overrides: Any) -> Trainer:
         """Continue the run in ``run_dir`` from its newest checkpoint.
 
-        Only :data:`RESUMABLE_OVERRIDES` may change (e.g. ``steps`` to train longer).
+        Only :data:`RESUMABLE_OVERRIDES` may change (e.g. ``steps`` to train longer). The
+        setting that ``config.yaml`` names must be registered already: an id read from the run
+        directory imports nothing (:func:`envs.registered_spec`; import the module of a setting
+        registered outside this repository first, which ``--import MODULE`` does), so a planted
+        ``config.yaml`` cannot make the resume import a module of its choosing.
         """
+        import envs
+
         run_dir = Path(run_dir)
         cfg = TrainConfig.load(run_dir / "config.yaml")
+        envs.registered_spec(cfg.env)  # ModuleNotLoadedError: nothing imported
         bad = sorted(set(overrides) - RESUMABLE_OVERRIDES)
         if bad:
             raise ValueError(

@@ -9,16 +9,25 @@ per-role component weights). ``envs.make(id, **overrides)`` builds them from key
 Reward-weight fields are named ``<role>_<component>`` (``planner_fmt``, ``tool_exec``, ...);
 ``RewardConfig.coefficients(role)`` collects them, and the weights of each role must sum to 1
 (the papers' convex combinations) unless the class sets ``convex_roles = False``.
+
+A config read from data (an evaluation record's ``env_config``, a request) goes through
+:func:`check_config_data` first: only the class's own options, each of its annotated type, with
+values its ``__post_init__`` accepts; constructor keywords that are not options (``sandbox``,
+``render_mode``, ``config``, shared objects) are refused there.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
+import types
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, TypeVar
 
-__all__ = ["EnvConfig", "RewardConfig", "build_config", "MIXINGS"]
+__all__ = ["EnvConfig", "RewardConfig", "build_config", "check_config_data", "MIXINGS"]
 
 MIXINGS = ("convex", "additive", "none")
 Mixing = Literal["convex", "additive", "none"]
@@ -100,18 +109,26 @@ class EnvConfig:
 C = TypeVar("C", bound=EnvConfig)
 
 
-def _apply_overrides(cls: type, base: Any, overrides: dict[str, Any], what: str) -> Any:
+def _unknown_options(cls: type, keys: Any, what: str) -> str | None:
+    """The message for the keys of ``keys`` that are not fields of ``cls`` (``None``: none)."""
     names = {f.name for f in fields(cls)}
-    unknown = sorted(set(overrides) - names)
-    if unknown:
-        hints = []
-        for name in unknown:
-            close = difflib.get_close_matches(name, sorted(names), n=1)
-            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise TypeError(
-            f"unknown {what} option(s) for {cls.__name__}: {', '.join(hints)}; "
-            f"valid options: {', '.join(sorted(names))}"
-        )
+    unknown = sorted(set(keys) - names)
+    if not unknown:
+        return None
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(names), n=1)
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (
+        f"unknown {what + ' ' if what else ''}option(s) for {cls.__name__}: {', '.join(hints)}; "
+        f"valid options: {', '.join(sorted(names))}"
+    )
+
+
+def _apply_overrides(cls: type, base: Any, overrides: dict[str, Any], what: str) -> Any:
+    message = _unknown_options(cls, overrides, what)
+    if message:
+        raise TypeError(message)
     return dataclasses.replace(base, **overrides) if base is not None else cls(**overrides)
 
 
@@ -140,3 +157,109 @@ def build_config(
             )
         cfg = dataclasses.replace(cfg, rewards=new_rewards)
     return cfg
+
+
+def _is_data(value: Any) -> bool:
+    """Whether ``value`` is plain JSON data (None, bool, numbers, str, lists, str-keyed dicts)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, list | tuple):
+        return all(_is_data(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_data(v) for k, v in value.items())
+    return False
+
+
+def _fits(value: Any, tp: Any) -> bool:
+    """Whether the data ``value`` fits the annotation ``tp`` (a list stands for a tuple)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if tp is type(None):
+        return value is None
+    if origin is Literal:
+        return any(type(value) is type(a) and value == a for a in args)
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if tp in (tuple, list) or origin in (tuple, list):
+        if not isinstance(value, list | tuple):
+            return False
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(map(_fits, value, args))
+        return all(_fits(v, args[0]) for v in value) if args else _is_data(value)
+    if tp is dict or origin in (dict, Mapping):
+        if not isinstance(value, dict):
+            return False
+        kt, vt = args or (str, Any)
+        return all(_fits(k, kt) and _fits(v, vt) for k, v in value.items())
+    return _is_data(value)  # Any, or an annotation data cannot name more precisely
+
+
+def _type_name(tp: Any) -> str:
+    return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
+
+
+def check_config_data(cls: type, data: Any, what: str = "env_config") -> dict[str, Any]:
+    """Check ``data``, config overrides read from a file or a request, against the config
+    dataclass ``cls``: a mapping of its field names to values of the fields' types (``rewards``:
+    a mapping of the reward class's fields), which then build a valid ``cls`` (its
+    ``__post_init__`` checks). Returns a copy to pass as keyword arguments; raises
+    ``ValueError`` naming ``what`` and the offending option otherwise.
+
+    >>> from envs.sokoban import SokobanConfig
+    >>> check_config_data(SokobanConfig, {"num_boxes": 2, "rewards": {"lam": 1}})
+    {'num_boxes': 2, 'rewards': {'lam': 1}}
+    >>> check_config_data(SokobanConfig, {"num_boxes": "2"})
+    Traceback (most recent call last):
+    ...
+    ValueError: env_config: num_boxes must be int, got '2' (str)
+    >>> check_config_data(SokobanConfig, {"mode": "solo"})
+    Traceback (most recent call last):
+    ...
+    ValueError: env_config: mode must be Literal['multi', 'single'], got 'solo' (str)
+    """
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{what} must be a mapping of options, got {type(data).__name__}")
+    if not all(isinstance(k, str) for k in data):
+        raise ValueError(f"{what}: option names must be strings, got {sorted(map(repr, data))}")
+    message = _unknown_options(cls, data, "")
+    if message:
+        raise ValueError(f"{what}: {message}")
+    try:
+        default = cls()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"{what}: {cls.__name__} has no defaults to check options against: {exc}"
+        ) from None
+    hints = typing.get_type_hints(cls)
+    for name, value in data.items():
+        tp = hints.get(name, Any)
+        current = getattr(default, name)
+        if dataclasses.is_dataclass(current):
+            if name != "rewards":
+                raise ValueError(f"{what}: {name} is a {type(current).__name__}, not data")
+            if not isinstance(value, Mapping):
+                raise ValueError(
+                    f"{what}: rewards must be a mapping of {type(current).__name__} options, "
+                    f"got {type(value).__name__}"
+                )
+            check_config_data(type(current), value, f"{what}.rewards")
+        elif not _fits(value, tp):
+            raise ValueError(
+                f"{what}: {name} must be {_type_name(tp)}, got {value!r:.80} "
+                f"({type(value).__name__})"
+            )
+    try:  # the values the class itself checks (ranges, splits, reward weights summing to 1)
+        if isinstance(default, EnvConfig):
+            build_config(cls, None, dict(data))
+        else:
+            cls(**data)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what}: {exc}") from None
+    return copy.deepcopy(dict(data))

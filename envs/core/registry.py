@@ -46,18 +46,42 @@ The layers above read these facts and never import a setting's module themselves
 
 ``make`` also accepts ``"package.module:id"``: it imports ``package.module`` (which calls
 :func:`register`) and then looks ``id`` up, so a setting can live outside this repository.
+
+**Data never names code.** That import is for ids a person gives: a command-line flag
+(``--env package.module:id``, ``--import package.module``) or an explicit call such as
+``make("package.module:id")``. An id read from data (an evaluation record, a suite's
+``results.json``, a run's ``config.yaml`` on ``--resume``, a prompt of a dataset) is resolved with
+:func:`registered_spec`, which imports nothing: it finds only settings registered already, and an
+id whose module is not loaded yet is refused with :class:`ModuleNotLoadedError` (which names the
+module, so a command can say which flag loads it). Otherwise a file planted in a shared run
+directory could name a module of its own (``runs.<dir>.payload:sokoban``) or a standard-library
+module with side effects, and reading the file would run it. Likewise a record's ``env_config``
+is data: :func:`check_env_config` checks it against the setting's config class (known options,
+their types and values) before it reaches a constructor.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["MODES", "EnvSpec", "register", "make", "make_raw", "list_envs", "spec"]
+__all__ = [
+    "MODES",
+    "EnvSpec",
+    "ModuleNotLoadedError",
+    "check_env_config",
+    "list_envs",
+    "make",
+    "make_raw",
+    "register",
+    "registered_spec",
+    "spec",
+]
 
 MODES = ("multi", "single")
 
@@ -140,17 +164,38 @@ def register(id: str, entry_point: str, aliases: tuple[str, ...] = (), **facts: 
     return entry
 
 
-def spec(env_id: str) -> EnvSpec:
+class ModuleNotLoadedError(ValueError):
+    """An id read from data names a module that is not loaded (:func:`registered_spec`):
+    ``env_id`` as given and ``module``, its module part, which a command's flag can load."""
+
+    def __init__(self, env_id: str, module: str) -> None:
+        self.env_id = env_id
+        self.module = module
+        super().__init__(
+            f"env id {env_id!r} names module {module!r}, which is not loaded; an id read from "
+            f"data resolves only against settings already registered and never imports code: "
+            f"import {module!r} first (the commands' --import {module}) if you trust it"
+        )
+
+
+def spec(env_id: str, *, allow_import: bool = True) -> EnvSpec:
     """The spec of ``env_id`` (an id, an alias, or ``"module:id"`` which imports ``module``
-    first), with a did-you-mean error for typos."""
+    first), with a did-you-mean error for typos. ``allow_import=False`` is
+    :func:`registered_spec`."""
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string, got {type(env_id).__name__}")
     module_name, sep, name = env_id.rpartition(":")
     if sep:
-        try:
-            importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ValueError(f"env id {env_id!r}: cannot import {module_name!r}: {exc}") from exc
+        if not allow_import:
+            if sys.modules.get(module_name) is None:
+                raise ModuleNotLoadedError(env_id, module_name)
+        else:
+            try:
+                importlib.import_module(module_name)
+            except ImportError as exc:
+                raise ValueError(
+                    f"env id {env_id!r}: cannot import {module_name!r}: {exc}"
+                ) from exc
         env_id = name
     key = _ALIASES.get(env_id, env_id)
     if key not in _REGISTRY:
@@ -164,6 +209,62 @@ def spec(env_id: str) -> EnvSpec:
             + (f"; aliases: {aliases}" if aliases else "")
         )
     return _REGISTRY[key]
+
+
+def registered_spec(env_id: str) -> EnvSpec:
+    """The spec of an id read from data: like :func:`spec`, but it imports nothing. A
+    ``"module:id"`` resolves only when ``module`` is loaded already (a flag or the caller
+    imported it); otherwise :class:`ModuleNotLoadedError` (module docstring).
+
+    >>> registered_spec("sokoban").id, registered_spec("envs:sokoban").id  # envs: loaded
+    ('sokoban', 'sokoban')
+    >>> registered_spec("this:sokoban")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    envs.core.registry.ModuleNotLoadedError: env id 'this:sokoban' names module 'this', ...
+    """
+    return spec(env_id, allow_import=False)
+
+
+_CONFIG_CLASSES: dict[tuple[str, str], type] = {}
+
+
+def config_class(env_id: str) -> type:
+    """The config dataclass of a registered setting (its raw env's ``config_cls``), learnt
+    from one env built with the defaults and kept. ``env_id`` is resolved by
+    :func:`registered_spec`."""
+    entry = registered_spec(env_id)
+    key = (entry.id, entry.entry_point)
+    if key not in _CONFIG_CLASSES:
+        env = entry.load()()
+        try:
+            cls = getattr(getattr(env, "unwrapped", env), "config_cls", None)
+        finally:
+            close = getattr(env, "close", None)
+            if callable(close):
+                close()
+        if not isinstance(cls, type):
+            raise ValueError(f"setting {entry.id!r} declares no config class (config_cls)")
+        _CONFIG_CLASSES[key] = cls
+    return _CONFIG_CLASSES[key]
+
+
+def check_env_config(env_id: str, data: Any, what: str = "env_config") -> dict[str, Any]:
+    """``data``, an env config read from a file or a request, checked against the setting's
+    config class (:func:`~envs.core.config.check_config_data`: only its options, of their
+    types, with valid values; never ``sandbox``, ``render_mode`` or a shared object); a copy
+    to pass to :func:`make`. ``env_id`` is resolved by :func:`registered_spec`.
+
+    >>> check_env_config("sokoban", {"height": 6, "rewards": {"lam": 0.5}})
+    {'height': 6, 'rewards': {'lam': 0.5}}
+    >>> check_env_config("sokoban", {"sandbox": "docker"})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: env_config: unknown option(s) for SokobanConfig: 'sandbox'; ...
+    """
+    from envs.core.config import check_config_data
+
+    return check_config_data(config_class(env_id), data, what)
 
 
 def make(env_id: str, **config: Any) -> Any:
