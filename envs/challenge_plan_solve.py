@@ -150,6 +150,10 @@ known reference answer or program of the question in front of it.
 
 Explicit instance: ``reset(options={"instance": {"question": ..., "kind": ..., "answer": ...,
 "task": {...}}})``; ``task`` is the plan-solve item (default: the reference item itself).
+Limits (:mod:`envs.core.explicit`): at most 1,000,000 characters of text in all, and per item
+at most 256 tests, of which 20 assert tests holding 16,000 characters of code (as in the code
+setting: the steps run and plan them all). Checking it then costs the host process a few
+milliseconds; a larger one is refused with a ``ValueError`` saying which limit it broke.
 
 Config (:class:`SageConfig`): ``num_samples`` (4), ``alpha`` (0.7), ``beta`` (0.3), ``planning``
 (True), ``plan_source`` ("pool"), ``train_difficulty`` (False), ``add_to_pool`` (True),
@@ -175,6 +179,7 @@ import numpy as np
 
 from envs.core.base import TurnBasedEnv, wrap
 from envs.core.config import EnvConfig, Mixing, RewardConfig
+from envs.core.explicit import check_size, check_tests
 from envs.core.rewards import RewardParts
 from envs.data.dataset_splits import canonical_text
 from envs.pools import (
@@ -375,6 +380,7 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
                     '[TestCase dicts] (code), ..., "task": the plan-solve item (a dict like '
                     "this one; default: the reference item)}"
                 )
+            check_tests(data.get("tests"))
             item = PoolItem.from_dict(data)
         if not self._eligible(item):
             raise ValueError(
@@ -386,6 +392,8 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         if isinstance(data, SageInstance):
             return data
         task = None
+        if isinstance(data, dict):
+            check_size(data, "the SAGE instance")
         if isinstance(data, dict) and "task" in data:
             data = dict(data)
             task = self._pool_item(data.pop("task"))

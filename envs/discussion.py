@@ -66,7 +66,9 @@ of :data:`envs.data.DATASETS` (``dataset="math_l45"``, CoMAS 4.1's MATH levels 4
 ``data_path`` (its released file; without it the hub cache); split by a hash of the question
 text; or any ``problems=[MathProblem | dict, ...]`` passed to ``envs.make``; or
 ``reset(options={"instance": {"question": ..., "answer": ...}})`` (``answer`` optional: without it
-the discussion runs the same and only accuracy is not reported).
+the discussion runs the same and only accuracy is not reported); at most 1,000,000 characters
+of text in all (:mod:`envs.core.explicit`: checking and hashing it costs the host process a
+few milliseconds; a larger one is refused).
 
 ``max_turns`` counts rounds and truncates only if set below ``num_rounds`` (its default, 1000,
 never binds): the protocol ends by itself (termination) after its last round. ``mode="single"``
@@ -97,6 +99,7 @@ import numpy as np
 
 from envs.core.base import TurnBasedEnv, wrap
 from envs.core.config import EnvConfig, RewardConfig, build_config
+from envs.core.explicit import check_size
 from envs.core.rewards import RewardParts
 from envs.data.dataset_splits import canonical_text, text_key
 from envs.data.records import MathProblem
@@ -192,6 +195,7 @@ def problem_from_dict(data: Any, *, require_answer: bool = False) -> MathProblem
                 'an instance is {"question": str, "answer": str} (answer optional here) '
                 f"or a MathProblem; got {type(data).__name__}"
             )
+        check_size(data, "the instance")
         answer = data.get("answer", "")
         if answer is None:
             answer = ""

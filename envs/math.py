@@ -75,7 +75,8 @@ of the ``generators``, chosen and seeded per instance: GSM8K-style ``gsm_symboli
 in the released format; without it the hub cache), ``data_split`` and ``data_options``. Splits
 are by the question's content hash. Explicit instance: ``reset(options={"instance":
 {"question": ..., "answer": ...}})``, optionally with ``answer_format``, ``choices`` and
-``aliases``.
+``aliases``; at most 1,000,000 characters of text in all (:mod:`envs.core.explicit`: checking
+and hashing it then costs the host process a few milliseconds; a larger one is refused).
 
 Questions that are not math (``answer_format`` other than ``"math"``: multiple choice, short
 answers, BBH, yes/no) are graded by :func:`verifiers.answer_formats.check_answer` instead of the
@@ -108,6 +109,7 @@ import numpy as np
 
 from envs.core.base import wrap
 from envs.core.config import RewardConfig
+from envs.core.explicit import check_size
 from envs.core.program import ProblemPool, ProgramConfig, ProgramEnv, fence, indent, verdict
 from envs.core.rewards import RewardParts
 from envs.data.catalog import dataset_names, load_dataset
@@ -267,6 +269,7 @@ class raw_env(ProgramEnv):
             return data
         if not isinstance(data, dict) or not {"question", "answer"} <= set(data):
             raise ValueError('a math instance is {"question": str, "answer": str | number}')
+        check_size(data, "the math instance")
         extra = set(data) - {"question", "answer", "id", "solution", *_FORMAT_KEYS}
         if extra:
             raise ValueError(f"unknown math instance keys {sorted(extra)}")

@@ -21,7 +21,10 @@ Instances: a ``height`` x ``width`` grid (default 10 x 10) with walls drawn with
 and at least ``min_distance`` shortest-path steps apart. The shortest path length is recorded in
 ``instance.shortest``. Explicit instance:
 ``reset(options={"instance": {"grid": ["..#", "...", "#.."], "start": [0, 0], "goal": [2, 2]}})``
-(``#`` wall, ``.`` free, any size, goal must be reachable).
+(``#`` wall, ``.`` free, goal must be reachable). Its sides have the generator's limit, 200
+cells (any smaller size is fine), so its check (one breadth-first search over at most 40,000
+cells) costs the host process about 0.02 s and 1 MB; a larger grid is refused before its rows
+are read.
 
 Rewards (``r = lam * team + (1 - lam) * mask * local``, ``lam = 0.50``; d = Manhattan distance
 to the goal, d0 = max(1, initial distance)):
@@ -257,6 +260,8 @@ class raw_env(ToolPlannerEnv):
                 'a Plan-Path instance is {"grid": [str], "start": [r, c], "goal": [r, c]}'
             )
         grid = data["grid"]
+        if isinstance(grid, (list, tuple)) and len(grid) > _MAX_SIDE:  # before walking the rows
+            raise ValueError(f"grid sides must be at most {_MAX_SIDE}")
         if (
             not isinstance(grid, (list, tuple))
             or not grid
@@ -265,7 +270,7 @@ class raw_env(ToolPlannerEnv):
             or not grid[0]
         ):
             raise ValueError("grid must be a non-empty list of equal-length strings")
-        if len(grid) > _MAX_SIDE or len(grid[0]) > _MAX_SIDE:
+        if len(grid[0]) > _MAX_SIDE:
             raise ValueError(f"grid sides must be at most {_MAX_SIDE}")
         bad = set("".join(grid)) - {"#", "."}
         if bad:

@@ -130,7 +130,10 @@ unknown; the solver answers with the known reference (or says it does not know).
 
 Explicit instance: ``reset(options={"instance": {"question": ..., "answer": ..., "use_reference":
 bool, "solve": {...}}})``; ``solve`` is the solver phase's pool item (default: the reference
-item itself).
+item itself). Limits (:mod:`envs.core.explicit`): at most 1,000,000 characters of text in all,
+and per item at most 256 tests, of which 20 assert tests holding 16,000 characters of code (as
+in the code setting: the steps run and plan them all). Checking it then costs the host process
+a few milliseconds; a larger one is refused with a ``ValueError`` saying which limit it broke.
 
 Config (:class:`MaeConfig`): ``num_answers`` (5), ``reference_prob`` (0.5),
 ``quality_threshold`` (0.7), ``solve_filtered`` (False), ``solver_phase`` (True),
@@ -168,6 +171,7 @@ import numpy as np
 
 from envs.core.base import TurnBasedEnv, wrap
 from envs.core.config import EnvConfig, Mixing, RewardConfig
+from envs.core.explicit import check_size, check_tests
 from envs.core.rewards import RewardParts
 from envs.core.splits import stable_hash
 from envs.data.dataset_splits import canonical_text
@@ -364,6 +368,10 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
                 "phase's pool item (a dict like this one without use_reference; default: the "
                 "reference item)}"
             )
+        check_size(data, "the MAE instance")
+        check_tests(data.get("tests"))
+        if isinstance(data.get("solve"), dict):
+            check_tests(data["solve"].get("tests"))
         d = dict(data)
         use_reference = d.pop("use_reference", True)
         if not isinstance(use_reference, bool):

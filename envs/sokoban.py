@@ -39,10 +39,16 @@ sample of it.
 
 Explicit instance: ``reset(options={"instance": {"map": ["#####", "#@$.#", "#####"]}})`` in XSB
 (``#`` wall, space floor, ``.`` goal, ``$`` box, ``*`` box on goal, ``@`` player, ``+`` player on
-goal; rows are right-padded with spaces; up to 40 x 40). It must have one player, as many boxes
-as goals, be enclosed by walls and be solvable (``ValueError`` otherwise). When the solver's
-budget runs out first the level is accepted with ``optimal_moves = None`` (unknown), and the
-planner oracle then answers ``[]`` for positions it cannot solve within the budget.
+goal; rows are right-padded with spaces). It must have one player, as many boxes as goals, be
+enclosed by walls and be solvable (``ValueError`` otherwise), and it has the generator's limits:
+at most 16 x 16 cells and 4 boxes. Its check costs the host process little whatever the level:
+the exact solver stores up to 50,000 states in the host process and, when that is not enough,
+redoes the search with the full ``solver_max_nodes`` in a bounded worker process
+(:func:`verifiers.sokoban.solve_bounded`; its answer is the one the solver gives with that
+budget). A level whose search runs out of ``solver_max_nodes`` (or overruns the worker's
+deadline or memory) is refused as too hard to verify: its solvability and
+``instance.optimal_moves`` would be unknown. During an episode the planner oracle answers ``[]``
+for positions it cannot solve within the budget.
 
 Rewards (``r = lam * team + (1 - lam) * mask * local``, ``lam = 0.40``; B = number of boxes;
 psi = -(sum over boxes of the Manhattan distance to the nearest goal)):
@@ -113,6 +119,7 @@ from verifiers.sokoban import (
     dead_squares,
     play,
     solve,
+    solve_bounded,
 )
 
 __all__ = [
@@ -151,7 +158,7 @@ class SokobanConfig(ToolPlannerConfig):
     wall_fraction: at most this share of the interior becomes inner walls.
     min_optimal_moves / max_optimal_moves: accepted range of the optimal solution length.
     solver_max_nodes: search budget (stored states) of the exact solver, for generation (levels
-    over budget are redrawn), explicit levels and the planner oracle.
+    over budget are redrawn), explicit levels (refused over budget) and the planner oracle.
     boxes_start_off_goals: generated levels start with every box off the goals (else at least
     one box is off)."""
 
@@ -448,17 +455,32 @@ class raw_env(ToolPlannerEnv):
                 '{"map": ["#####", "#@$.#", "#####"]}'
             )
         board = Board.from_xsb(data["map"])
+        if board.height > _MAX_SIDE or board.width > _MAX_SIDE:
+            raise ValueError(
+                f"explicit levels are limited to {_MAX_SIDE}x{_MAX_SIDE} cells (as generated "
+                f"ones), got {board.height}x{board.width}"
+            )
+        if len(board.boxes) > _MAX_BOXES:
+            raise ValueError(
+                f"explicit levels have at most {_MAX_BOXES} boxes (as generated ones), got "
+                f"{len(board.boxes)}"
+            )
         if board.solved:
             raise ValueError("the level is already solved: every box is on a goal")
         stuck = corner_deadlocks(board)
         if stuck:
             raise ValueError(f"the level starts in a corner deadlock (boxes at {stuck})")
-        sol = solve(board, max_nodes=self.config.solver_max_nodes)
+        budget = self.config.solver_max_nodes
+        sol = solve_bounded(board, max_nodes=budget)
         if sol.status == "unsolvable":
             raise ValueError("the level has no solution")
+        if sol.moves is None:  # never accepted unverified: solvability and optimum unknown
+            why = f" ({sol.reason})" if sol.reason else ""
+            raise ValueError(
+                f"the level is too hard to verify within {budget:,} solver nodes{why}; "
+                "send a smaller level"
+            )
         rows = tuple(board.to_xsb())
-        if sol.moves is None:  # budget ran out: accepted with the optimum unknown
-            return SokobanInstance(rows, None, None, None)
         return SokobanInstance(rows, len(sol.moves), sol.moves, play(board, sol.moves).pushes)
 
     def _initial_state(self, instance: SokobanInstance) -> _State:

@@ -89,7 +89,9 @@ Instances: reasoning-gym math by default (``dataset``, ``dataset_size``, ``datas
 generator's ``dataset_options``, e.g. ``{"max_terms": 2}`` for ``basic_arithmetic``), or a
 math set of :data:`envs.data.DATASETS` read from ``data_path`` (e.g. ``dataset="aime25"``), split by
 a hash of the question; ``problems=[...]`` to ``envs.make``; or
-``reset(options={"instance": {"question": ..., "answer": ...}})`` (the answer is required).
+``reset(options={"instance": {"question": ..., "answer": ...}})`` (the answer is required; at
+most 1,000,000 characters of text in all, :mod:`envs.core.explicit`: checking and hashing it
+costs the host process a few milliseconds, and a larger one is refused).
 ``max_turns`` counts correction cycles and truncates only if set low (default 1000).
 ``mode="single"`` does not exist: the setting is multi-agent by construction.
 

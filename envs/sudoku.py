@@ -40,6 +40,12 @@ the generator stream depends on the split, so ``seed=s`` gives unrelated puzzles
 splits. Explicit instance: ``reset(options={"instance": {"puzzle": [[...]]}})`` with 0 for
 blanks (a square 4x4, 6x6 or 9x9 grid whose givens break no rule and that has exactly one
 solution; anything else raises ``ValueError`` saying why). Its size may differ from ``size``.
+Its check costs the host process little whatever the puzzle: the uniqueness search tries up to
+20,000 branches in the host process and, when that is not enough, up to 500,000 in a bounded
+worker process (:func:`verifiers.sudoku.check_unique_bounded`; every puzzle people solve needs
+far fewer). A puzzle still undecided after that (only a crafted one, e.g. without a solution
+but with a deep search to show it), or whose check overruns the worker's deadline, is refused:
+"too hard to verify".
 
 Rewards (``r = lam * team + (1 - lam) * mask * local``, ``lam = 0.60``; G_k is the grid after
 the step, G_{k-1} before it; for the tool's local scores, G_k is the grid its proposal would
@@ -99,16 +105,16 @@ from envs.core.toolplanner import Sim, ToolPlannerConfig, ToolPlannerEnv
 from verifiers.extract import Extraction
 from verifiers.sudoku import (
     SIZES,
+    WORKER_NODES,
     Proposal,
     box_shape,
+    check_unique_bounded,
     conflicts,
-    count_solutions,
     default_blanks,
     generate_puzzle,
     max_blanks,
     parse_proposal,
     relabel,
-    solve,
     validate_grid_shape,
 )
 
@@ -334,14 +340,19 @@ class raw_env(ToolPlannerEnv):
             raise ValueError(f"the puzzle's givens break the rules: {unit} {idx} has {digit} twice")
         if all(all(row) for row in puzzle):
             raise ValueError("the puzzle has no blank cell (0) to fill")
-        count = count_solutions(puzzle, limit=2)
-        if count == 0:
+        check = check_unique_bounded(puzzle)
+        if check.status == "none":
             raise ValueError("the puzzle has no solution")
-        if count > 1:
+        if check.status == "several":
             raise ValueError("the puzzle has 2+ solutions; a Sudoku must have exactly one")
-        solution = solve(puzzle)
-        assert solution is not None
-        if data.get("solution") is not None and _freeze(data["solution"]) != _freeze(solution):
+        if check.status != "unique" or check.solution is None:
+            why = f" ({check.reason})" if check.reason else ""
+            raise ValueError(
+                f"the puzzle is too hard to verify within {WORKER_NODES:,} search nodes{why}; "
+                "send one with more givens"
+            )
+        solution = check.solution
+        if data.get("solution") is not None and not _same_grid(data["solution"], solution):
             raise ValueError("the given solution is not the puzzle's unique solution")
         return SudokuInstance(_freeze(puzzle), _freeze(solution))
 
@@ -521,6 +532,21 @@ class raw_env(ToolPlannerEnv):
 
 def _freeze(grid: Any) -> Grid:
     return tuple(tuple(int(v) for v in row) for row in grid)
+
+
+def _same_grid(given: Any, grid: list[list[int]]) -> bool:
+    """Whether ``given`` (from outside: any shape) is ``grid``, looking at no more of it than
+    ``grid`` has."""
+    n = len(grid)
+    rows = (list, tuple, np.ndarray)
+    if not isinstance(given, rows) or len(given) != n:
+        return False
+    if not all(isinstance(row, rows) and len(row) == n for row in given):
+        return False
+    try:
+        return _freeze(given) == _freeze(grid)
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 def _blanks(grid: Grid) -> int:

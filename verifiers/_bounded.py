@@ -1,14 +1,17 @@
 """Host-side checks that may be expensive, run out of the host process with limits.
 
 Planning and deciding a test (:mod:`verifiers.assert_plans`) and compiling a long program
-(:mod:`verifiers.source_checks`) evaluate model-written input on the host. The cheap common case
-stays in-process under a small budget (``INLINE_STEPS`` / ``INLINE_WORK`` of
-:mod:`verifiers.host_eval`, ``INLINE_COMPILE_CHARS``); whatever goes past it is redone here, in
-a worker process (``verifiers/_bounded_worker.py``) with a memory limit (``WORKER_MB``) and a
-wall-clock deadline per request (``DEADLINE_S``; the worker is killed and replaced when it
-overruns, and the request's answer is an error). So the host process spends a bounded, small
-amount of CPU and memory on any input, and one hostile test never holds the host's GIL for
-long: other threads (a server's other sessions) keep running while a worker computes.
+(:mod:`verifiers.source_checks`) evaluate model-written input on the host, and checking an
+explicit puzzle a client sent (:func:`verifiers.sokoban.solve_bounded`,
+:func:`verifiers.sudoku.check_unique_bounded`) searches it. The cheap common case stays
+in-process under a small budget (``INLINE_STEPS`` / ``INLINE_WORK`` of
+:mod:`verifiers.host_eval`, ``INLINE_COMPILE_CHARS``, the puzzles' ``INLINE_NODES``); whatever
+goes past it is redone here, in a worker process (``verifiers/_bounded_worker.py``) with a
+memory limit (``WORKER_MB``) and a wall-clock deadline per request (``DEADLINE_S``; the worker
+is killed and replaced when it overruns, and the request's answer is an error). So the host
+process spends a bounded, small amount of CPU and memory on any input, and one hostile test
+never holds the host's GIL for long: other threads (a server's other sessions) keep running
+while a worker computes.
 
 Workers are started lazily, shared by every thread (a caller checks one out), talk JSON lines
 over pipes with a deadline on every write and read, and die with this process (their stdin

@@ -44,11 +44,27 @@ def _parse_asserts(code: str, entry_point: str, max_tests: int) -> list:
     return [[[t.code, t.name] for t in tests], problem]
 
 
+def _sokoban_solve(rows: list[str], max_nodes: int) -> list:
+    from verifiers.sokoban import Board, solve
+
+    sol = solve(Board.from_xsb(rows), max_nodes=int(max_nodes))
+    return [sol.status, sol.moves, sol.nodes]
+
+
+def _sudoku_unique(puzzle: list[list[int]], max_nodes: int) -> list:
+    from verifiers.sudoku import check_unique
+
+    out = check_unique(puzzle, max_nodes=int(max_nodes))
+    return [out.status, out.solution, out.nodes]
+
+
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "compile": _compile,
     "plan": _plan,
     "verdict": _verdict,
     "parse_asserts": _parse_asserts,
+    "sokoban_solve": _sokoban_solve,
+    "sudoku_unique": _sudoku_unique,
 }
 
 

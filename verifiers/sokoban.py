@@ -12,7 +12,9 @@ off the map, and so is a step into a wall or off the map.
   the static deadlock the AT-GRPO Sokoban planner reward checks.
 - :func:`dead_squares` lists the floor cells from which no goal can ever be reached by pushing.
 - :func:`solve` finds a solution with the fewest moves (pushes count as moves) by breadth-first
-  search over (player cell, box set) with dead squares pruned, under a node budget.
+  search over (player cell, box set) with dead squares pruned, under a node budget;
+  :func:`solve_bounded` runs it for input from outside (an explicit level): a small budget in
+  this process, the rest in a bounded worker process (:mod:`verifiers._bounded`).
 
 >>> b = Board.from_xsb(["#####", "#@$.#", "#####"])
 >>> solve(b).moves
@@ -37,6 +39,7 @@ __all__ = [
     "dead_squares",
     "play",
     "solve",
+    "solve_bounded",
 ]
 
 Pos = tuple[int, int]
@@ -44,6 +47,9 @@ MOVES: dict[str, Pos] = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 _DIR_OF = {v: k for k, v in MOVES.items()}
 _XSB = set("# .$*@+")
 MAX_SIDE = 40
+INLINE_NODES = 50_000
+"""States :func:`solve_bounded` stores in the calling process (about 0.05 s of CPU and 5 MB);
+a search that needs more is redone in a worker process."""
 
 
 @dataclass(frozen=True)
@@ -75,13 +81,15 @@ class Board:
         """
         if isinstance(rows, str) or not isinstance(rows, Sequence):
             raise ValueError("a Sokoban map is a list of strings (one per row)")
+        if len(rows) > MAX_SIDE:  # (before anything walks the rows)
+            raise ValueError(f"maps are limited to {MAX_SIDE}x{MAX_SIDE} cells")
         if not rows or not all(isinstance(r, str) for r in rows):
             raise ValueError("a Sokoban map is a non-empty list of strings (one per row)")
         rows = [r.rstrip("\n") for r in rows]
         height, width = len(rows), max(len(r) for r in rows)
         if width == 0:
             raise ValueError("the map has only empty rows")
-        if height > MAX_SIDE or width > MAX_SIDE:
+        if width > MAX_SIDE:
             raise ValueError(f"maps are limited to {MAX_SIDE}x{MAX_SIDE} cells")
         walls, goals, boxes, players = set(), set(), set(), []
         for r, row in enumerate(rows):
@@ -269,26 +277,38 @@ class Solution:
     """The outcome of :func:`solve`.
 
     status: ``"solved"`` (``moves`` is a shortest solution), ``"unsolvable"`` (the whole state
-    space was searched) or ``"budget"`` (``max_nodes`` states were stored without an answer).
+    space was searched) or ``"budget"`` (``max_nodes`` states were stored without an answer;
+    from :func:`solve_bounded` also a worker that overran its deadline or memory, with
+    ``reason`` saying so).
     """
 
     status: str
     moves: str | None = None
     nodes: int = 0
+    reason: str = ""
 
     @property
     def length(self) -> int | None:
         return None if self.moves is None else len(self.moves)
 
 
-def solve(board: Board, max_nodes: int = 1_000_000, max_depth: int | None = None) -> Solution:
+def solve(
+    board: Board,
+    max_nodes: int = 1_000_000,
+    max_depth: int | None = None,
+    *,
+    exact_budget: bool = False,
+) -> Solution:
     """A solution with the fewest moves, by breadth-first search over (player, boxes).
 
     Boxes never enter dead squares (see :func:`dead_squares`) nor complete a 2x2 block of
     walls and boxes that holds a box off its goal (such boxes are frozen forever); states are
     packed into one int (box bitmask over the player's area, then the player's cell). ``max_depth`` bounds the search
     (a known upper bound, e.g. from a generator's reverse play); no solution within it reads as
-    ``"unsolvable"``.
+    ``"unsolvable"``. The budget is checked after each breadth-first layer, which may store up
+    to about four times the previous layer's states beyond it; ``exact_budget=True`` stops as
+    soon as more than ``max_nodes`` states are stored (a bound on time and memory). Whenever
+    both find an answer ("solved" or "unsolvable") it is the same one.
 
     >>> solve(Board.from_xsb(["#######", "#@ $ .#", "#######"])).moves
     'RRR'
@@ -367,6 +387,8 @@ def solve(board: Board, max_nodes: int = 1_000_000, max_depth: int | None = None
                 nxt.append(nk)
             if goal_key >= 0:
                 break
+            if exact_budget and len(parent) > max_nodes:
+                return Solution("budget", None, len(parent))
         if len(parent) > max_nodes and goal_key < 0:
             return Solution("budget", None, len(parent))
         frontier = nxt
@@ -380,3 +402,33 @@ def solve(board: Board, max_nodes: int = 1_000_000, max_depth: int | None = None
     path.reverse()
     moves = "".join(_DIR_OF[(b[0] - a[0], b[1] - a[1])] for a, b in itertools.pairwise(path))
     return Solution("solved", moves, len(parent))
+
+
+def solve_bounded(board: Board, max_nodes: int) -> Solution:
+    """:func:`solve` for a level from outside (an explicit instance), at a bounded cost to this
+    process: up to :data:`INLINE_NODES` states here (``exact_budget``), and when that is not
+    enough, the search with ``max_nodes`` in a worker process of :mod:`verifiers._bounded`
+    (memory limit, deadline: one that overruns them reads as ``"budget"`` with the ``reason``).
+    The answer is the one ``solve(board, max_nodes)`` gives (unless the worker overran); the
+    worker's solution is replayed here before it is believed.
+
+    >>> solve_bounded(Board.from_xsb(["#######", "#@ $ .#", "#######"]), 1000).moves
+    'RRR'
+    """
+    here = solve(board, max_nodes=min(max_nodes, INLINE_NODES), exact_budget=True)
+    if here.status != "budget":
+        return here
+    from verifiers import _bounded
+
+    try:
+        status, moves, nodes = _bounded.call("sokoban_solve", board.to_xsb(), max_nodes)
+    except _bounded.BoundedError as exc:
+        return Solution("budget", None, here.nodes, str(exc))
+    if status == "solved":
+        ok = isinstance(moves, str) and set(moves) <= set(MOVES)
+        if not (ok and play(board, moves).solved):
+            return Solution("budget", None, here.nodes, "the checking process answered nonsense")
+    elif status not in ("unsolvable", "budget"):
+        return Solution("budget", None, here.nodes, "the checking process answered nonsense")
+    count = nodes if isinstance(nodes, int) else 0
+    return Solution(status, moves if status == "solved" else None, count)

@@ -6,7 +6,10 @@ ints and a cell's candidates are a bitmask (bit ``d - 1`` set means digit ``d`` 
 
 The solver propagates naked singles after every assignment and branches on the cell with the
 fewest candidates; :func:`count_solutions` stops as soon as it has seen ``limit`` solutions, so
-``count_solutions(p) == 1`` proves that ``p`` has exactly one solution.
+``count_solutions(p) == 1`` proves that ``p`` has exactly one solution. A crafted 9x9 puzzle
+can make that search long (a second of CPU for one without a solution), so a puzzle from
+outside goes to :func:`check_unique_bounded`: the same search under a node budget, a small one
+in this process and the rest in a bounded worker process (:mod:`verifiers._bounded`).
 
 :func:`generate_puzzle` draws a full grid and then blanks cells in a random order, keeping a
 blank only if the puzzle stays uniquely solvable, until exactly ``blanks`` cells are blank.
@@ -46,6 +49,9 @@ __all__ = [
     "max_blanks",
     "count_solutions",
     "solve",
+    "Uniqueness",
+    "check_unique",
+    "check_unique_bounded",
     "conflicts",
     "is_consistent",
     "is_solution",
@@ -185,6 +191,36 @@ def _count(cand: list[int], geo: _Geometry, limit: int, found: list[list[int]] |
     return total
 
 
+class _OutOfNodes(Exception):
+    pass
+
+
+def _count_within(
+    cand: list[int], geo: _Geometry, limit: int, found: list[list[int]], nodes: list[int]
+) -> int:
+    """:func:`_count` (same order, same solutions) that spends one of ``nodes[0]`` per branch
+    tried and raises ``_OutOfNodes`` when none is left."""
+    i = _branch_cell(cand, geo)
+    if i < 0:
+        found.append(cand)
+        return 1
+    total = 0
+    c = cand[i]
+    while c:
+        b = c & -c
+        c ^= b
+        nodes[0] -= 1
+        if nodes[0] < 0:
+            raise _OutOfNodes
+        nxt = cand[:]
+        nxt[i] = b
+        if _propagate(nxt, [i], geo.peers):
+            total += _count_within(nxt, geo, limit - total, found, nodes)
+            if total >= limit:
+                break
+    return total
+
+
 def _digits(cand: list[int]) -> list[int]:
     return [b.bit_length() for b in cand]
 
@@ -248,6 +284,91 @@ def solve(grid: Sequence[Sequence[int]]) -> list[list[int]] | None:
     found: list[list[int]] = []
     _count(cand, geo, 1, found)
     return _rows(_digits(found[0]), n) if found else None
+
+
+INLINE_NODES = 20_000
+"""Branches :func:`check_unique_bounded` tries in the calling process (under 0.1 s of CPU); a
+search that needs more is redone in a worker process."""
+WORKER_NODES = 500_000
+"""Branches the worker may try (about 2 s of CPU; the hardest puzzles people solve need
+thousands at most)."""
+
+
+@dataclass(frozen=True)
+class Uniqueness:
+    """The outcome of :func:`check_unique`: ``status`` is ``"unique"`` (``solution`` is the
+    only one), ``"none"``, ``"several"`` or ``"budget"`` (``nodes`` branches were tried without
+    an answer; from :func:`check_unique_bounded` also a worker that overran its deadline or
+    memory, with ``reason`` saying so)."""
+
+    status: str
+    solution: list[list[int]] | None = None
+    nodes: int = 0
+    reason: str = ""
+
+
+def check_unique(grid: Sequence[Sequence[int]], max_nodes: int = WORKER_NODES) -> Uniqueness:
+    """Whether ``grid`` has exactly one solution, and which (the one :func:`solve` gives), in
+    one search that tries at most ``max_nodes`` branches.
+
+    >>> check_unique([[0, 0, 3, 1], [0, 0, 4, 0], [0, 1, 0, 3], [0, 0, 1, 0]]).status
+    'unique'
+    >>> check_unique([[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [1, 2, 3, 4]]).status
+    'several'
+    >>> check_unique([[0] * 9 for _ in range(9)], max_nodes=10).status
+    'budget'
+    """
+    n = validate_grid_shape(grid)
+    geo = _geometry(n)
+    cand = _initial(_flat(grid), geo)
+    if cand is None:
+        return Uniqueness("none")
+    found: list[list[int]] = []
+    nodes = [int(max_nodes)]
+    try:
+        count = _count_within(cand, geo, 2, found, nodes)
+    except _OutOfNodes:
+        return Uniqueness("budget", None, int(max_nodes))
+    used = int(max_nodes) - nodes[0]
+    if count == 0:
+        return Uniqueness("none", None, used)
+    if count > 1:
+        return Uniqueness("several", None, used)
+    return Uniqueness("unique", _rows(_digits(found[0]), n), used)
+
+
+def check_unique_bounded(grid: Sequence[Sequence[int]]) -> Uniqueness:
+    """:func:`check_unique` for a puzzle from outside (an explicit instance), at a bounded cost
+    to this process: :data:`INLINE_NODES` branches here, then :data:`WORKER_NODES` in a worker
+    process of :mod:`verifiers._bounded` (memory limit, deadline: one that overruns them reads
+    as ``"budget"`` with the ``reason``). A solution from the worker is checked here before it
+    is believed.
+
+    >>> check_unique_bounded([[0, 0, 3, 1], [0, 0, 4, 0], [0, 1, 0, 3], [0, 0, 1, 0]]).solution
+    [[2, 4, 3, 1], [1, 3, 4, 2], [4, 1, 2, 3], [3, 2, 1, 4]]
+    """
+    here = check_unique(grid, max_nodes=INLINE_NODES)
+    if here.status != "budget":
+        return here
+    from verifiers import _bounded
+
+    puzzle = [[int(v) for v in row] for row in grid]
+    try:
+        status, solution, nodes = _bounded.call("sudoku_unique", puzzle, WORKER_NODES)
+    except _bounded.BoundedError as exc:
+        return Uniqueness("budget", None, here.nodes, str(exc))
+    if status == "unique":
+        try:
+            validate_grid_shape(solution, allow_blank=False)
+            ok = is_solution(puzzle, solution)
+        except (ValueError, TypeError):
+            ok = False
+        if not ok:
+            return Uniqueness("budget", None, here.nodes, "the checking process answered nonsense")
+        return Uniqueness("unique", solution, nodes if isinstance(nodes, int) else 0)
+    if status not in ("none", "several", "budget"):
+        return Uniqueness("budget", None, here.nodes, "the checking process answered nonsense")
+    return Uniqueness(status, None, nodes if isinstance(nodes, int) else 0)
 
 
 def conflicts(grid: Sequence[Sequence[int]]) -> list[tuple[str, int, int]]:

@@ -103,7 +103,13 @@ Explicit instance: ``reset(options={"instance": {"prompt": ..., "tests": [...], 
 "stdin"|"function", "entry_point": ..., "solution": ...}})``; a test is a
 :class:`~verifiers.code_tests.TestCase`, its dict, ``{"input": ..., "output": ...}`` (stdin) or
 a string of assert code (function); ``solution`` (the golden program) is optional and, when
-given, must pass every test (checked at reset).
+given, must pass every test (checked at reset). Limits (:mod:`envs.core.explicit`), each
+refused with a ``ValueError`` saying which: at most 1,000,000 characters of text in all; 256
+tests (and 256 public tests), of which at most 20 assert tests holding 16,000 characters of
+code (the host plans each assert test; several ``assert`` statements may share one test); a
+``starter_code`` of at most 16,000 characters (the host parses it). A reset at those limits,
+the golden program's run in the sandbox included, costs the host process at most about 0.2 s
+of CPU and 20 MB.
 
 Reward audit (conditions the rewarded policy controls):
 

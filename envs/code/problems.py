@@ -7,11 +7,12 @@ import ast
 import functools
 from typing import Any
 
+from envs.core.explicit import check_size, check_tests
 from envs.core.program import ProblemPool
 from envs.data.records import CodeProblem
 from verifiers.code_tests import TestCase
 from verifiers.extract import clip_text
-from verifiers.source_checks import quiet_parse
+from verifiers.source_checks import INLINE_COMPILE_CHARS, quiet_parse
 
 __all__ = [
     "DATASETS",
@@ -122,6 +123,15 @@ def problem_from_dict(data: Any) -> CodeProblem:
     extra = set(data) - known
     if extra:
         raise ValueError(f"unknown code instance keys {sorted(extra)}; known: {sorted(known)}")
+    check_size(data, "the code instance")
+    for key in ("tests", "public_tests"):
+        check_tests(data.get(key), key.replace("_", " "))
+    starter = data.get("starter_code", "")
+    if isinstance(starter, str) and len(starter) > INLINE_COMPILE_CHARS:
+        raise ValueError(
+            f"'starter_code' is {len(starter):,} characters; an explicit instance's is at most "
+            f"{INLINE_COMPILE_CHARS:,} (the host parses it)"
+        )
     prompt = data.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("a code instance needs a non-empty 'prompt'")

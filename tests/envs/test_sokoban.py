@@ -315,7 +315,9 @@ def test_explicit_instance_is_solved_and_recorded():
     assert env.unwrapped.instance.optimal_moves == 1
 
 
-def test_explicit_instance_over_budget_has_unknown_optimum():
+def test_explicit_instance_over_budget_is_refused():
+    """A level the solver cannot settle within its budget would have an unknown solvability and
+    optimum: it is refused, saying so (it used to be accepted with ``optimal_moves = None``)."""
     big = ["############"] + ["#          #"] * 10 + ["############"]
     rows = [list(r) for r in big]
     for r, c in ((2, 2), (2, 5), (3, 8)):
@@ -324,11 +326,19 @@ def test_explicit_instance_over_budget_has_unknown_optimum():
         rows[r][c] = "."
     rows[5][5] = "@"
     env = envs.make("sokoban", mode="single", solver_max_nodes=1000)
-    env.reset(options={"instance": {"map": ["".join(r) for r in rows]}})
-    inst = env.unwrapped.instance
-    assert inst.optimal_moves is None and inst.solution is None
-    env.step(env.unwrapped.oracle("planner"))  # the oracle gives up politely
-    assert _parts(env, "planner")["components"]["fmt"] == 1.0
+    with pytest.raises(ValueError, match="too hard to verify within 1,000 solver nodes"):
+        env.reset(options={"instance": {"map": ["".join(r) for r in rows]}})
+
+
+def test_explicit_instance_limits_are_the_generators():
+    """16 x 16 cells and 4 boxes at most, as generated levels (the map parser's own limit is
+    40 x 40)."""
+    wide = ["#" * 17, "#@$" + " " * 12 + ".#", "#" * 17]
+    with pytest.raises(ValueError, match="limited to 16x16 cells"):
+        envs.make("sokoban").reset(options={"instance": {"map": wide}})
+    five = ["#" * 13, "#@" + "$ " * 5 + " #", "#" + " " * 11 + "#", "#" + ". " * 5 + " #", "#" * 13]
+    with pytest.raises(ValueError, match="at most 4 boxes"):
+        envs.make("sokoban").reset(options={"instance": {"map": five}})
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,16 @@
 """No completion, up to an env's size limit, makes ``env.step`` raise, spend more than 0.5 s of
 the host process's CPU time or raise its peak RSS by 64 MB (issue 24's targets; what is
-expensive runs in the sandbox or in a bounded worker process); and each host-side parser and
-grader has a bound, tested."""
+expensive runs in the sandbox or in a bounded worker process); no explicit instance a client
+sends makes ``env.reset`` do so either (it is accepted or refused with a ``ValueError``); and
+each host-side parser and grader has a bound, tested."""
 
 from __future__ import annotations
 
+import random
 import resource
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -121,6 +125,212 @@ def test_no_completion_raises_or_stalls_the_host(setting, sb):
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
     assert worst[0] < CPU_S, worst
     assert grown_mb < RSS_MB, grown_mb
+
+
+# ---------------------------------------------------------------- explicit instances at reset
+
+
+def _open_room(side: int, boxes: int, seed: int) -> list[str]:
+    """A walled ``side`` x ``side`` room, empty inside, with ``boxes`` boxes, as many goals and
+    the player at random cells away from the walls: the breadth-first solver's worst case
+    (every box can go anywhere)."""
+    rng = random.Random(seed)
+    cells = [(r, c) for r in range(2, side - 2) for c in range(2, side - 2)]
+    pick = rng.sample(cells, 2 * boxes + 1)
+    rows = [list("#" * side)] + [list("#" + " " * (side - 2) + "#") for _ in range(side - 2)]
+    rows.append(list("#" * side))
+    for i, (r, c) in enumerate(pick):
+        rows[r][c] = "$" if i < boxes else "." if i < 2 * boxes else "@"
+    return ["".join(r) for r in rows]
+
+
+def _maze(side: int) -> dict[str, Any]:
+    """A ``side`` x ``side`` serpentine corridor: the longest breadth-first search the grid
+    allows, start and goal at its two ends."""
+    grid = []
+    for r in range(side):
+        if r % 2 == 0:
+            grid.append("." * side)
+        else:
+            gap = side - 1 if r % 4 == 1 else 0
+            grid.append("".join("." if c == gap else "#" for c in range(side)))
+    return {"grid": grid, "start": [0, 0], "goal": [side - 1 if side % 2 else side - 2, 0]}
+
+
+#: a 9x9 puzzle without a solution whose proof costs the counting solver about 290,000 branches
+#: (about a second of CPU): one given of a hard puzzle changed
+SUDOKU_NO_SOLUTION = (
+    ".......12........3..23..4....1....5..4....6..7....1..4..8..5...6.....2.1.....7..."
+)
+#: a unique 9x9 puzzle made to defeat naive backtracking (about 19,000 branches here)
+SUDOKU_HARD = "..............3.85..1.2.......5.7.....4...1...9.......5......73..2.1........4...9"
+
+
+def _sudoku(text: str) -> dict[str, Any]:
+    return {
+        "puzzle": [
+            [0 if ch == "." else int(ch) for ch in text[r * 9 : r * 9 + 9]] for r in range(9)
+        ]
+    }
+
+
+def _text(question: int, answer: int, **extra: Any) -> dict[str, Any]:
+    """A question (words) and an answer (digits) of these lengths."""
+    words = ("word " * (question // 5 + 1))[:question]
+    return {"question": words.strip() + "?", "answer": "4" * answer, **extra}
+
+
+def _assert_tests(n: int) -> dict[str, Any]:
+    """``n`` assert tests, each a literal to evaluate and a comprehension that uses up the host's
+    in-process planning budget (so it is planned again in the worker): the most host work a test
+    of this length can ask."""
+    literal = "[" + "1," * 360 + "]"
+    tests = [
+        f"assert f({i}) == len({literal}) * 0 + len([i * i for i in range(3900)])" for i in range(n)
+    ]
+    return {
+        "prompt": "Return 3900.",
+        "style": "function",
+        "entry_point": "f",
+        "solution": "def f(x):\n    return 3900\n",
+        "tests": tests,
+    }
+
+
+def _stdin_tests(n: int) -> dict[str, Any]:
+    """``n`` stdin tests of 1,900-character inputs whose golden program writes past the output
+    limit on each (the most result bytes for the host to read)."""
+    return {
+        "prompt": "Echo.",
+        "style": "stdin",
+        "solution": "import sys\nsys.stdout.write('x' * 70000)\n",
+        "tests": [{"input": f"{i} " + " " * 1900, "output": "x" * 1900} for i in range(n)],
+    }
+
+
+def _code_item(kind: str, n_tests: int) -> dict[str, Any]:
+    return {
+        "question": "Write f(x) returning x.",
+        "kind": kind,
+        "answer": "def f(x):\n    return x\n",
+        "entry_point": "f",
+        "tests": [{"kind": "stdio", "stdin": "1", "expected_stdout": "1"}] * n_tests,
+    }
+
+
+_TEXT_AT_LIMIT = _text(600_000, 390_000)
+_TEXT_OVER_LIMIT = _text(3_000_000, 1_000_000)
+
+#: per setting: the most expensive explicit instances within its limits and some beyond them
+#: (each built when measured; an instance beyond a limit may be refused, cheaply)
+RESET_CORPUS: dict[str, dict[str, Callable[[], Any]]] = {
+    "sokoban": {
+        # 40 x 40 with 7 boxes: 0.9 s of CPU and about 120 MB in the solver before the fix
+        "room_40x40_7_boxes": lambda: {"map": _open_room(40, 7, seed=5)},
+        "room_16x16_4_boxes": lambda: {"map": _open_room(16, 4, seed=1)},
+    },
+    "sudoku": {
+        "no_solution_deep_search": lambda: _sudoku(SUDOKU_NO_SOLUTION),
+        "hard_unique": lambda: _sudoku(SUDOKU_HARD),
+        "empty_9x9": lambda: {"puzzle": [[0] * 9 for _ in range(9)]},
+    },
+    "plan_path": {
+        "maze_200x200": lambda: _maze(200),
+        "two_million_rows": lambda: {"grid": ["."] * 2_000_000, "start": [0, 0], "goal": [1, 0]},
+    },
+    "code": {
+        "assert_tests_at_limits": lambda: _assert_tests(20),
+        "stdin_tests_at_limits": lambda: _stdin_tests(256),
+        "assert_tests_over_limit": lambda: _assert_tests(100),
+        "starter_code_200k": lambda: {
+            **_assert_tests(1),
+            "starter_code": "x = 1\n" * 33_000,
+        },
+    },
+    "math": {
+        "text_at_limit": lambda: _TEXT_AT_LIMIT,
+        "text_over_limit": lambda: _TEXT_OVER_LIMIT,
+        "choices_at_limit": lambda: {
+            **_text(100, 1),
+            "answer_format": "choice",
+            "choices": ["x" * 98] * 9_000,
+        },
+    },
+    "propose_solve_judge": {
+        "text_at_limit": lambda: {**_TEXT_AT_LIMIT, "kind": "math"},
+        "text_over_limit": lambda: {**_TEXT_OVER_LIMIT, "kind": "math"},
+        "code_item_at_limits": lambda: {
+            **_code_item("code", 256),
+            "solve": _code_item("code", 256),
+        },
+        "code_item_over_limit": lambda: _code_item("code", 20_000),
+    },
+    "challenge_plan_solve": {
+        "text_at_limit": lambda: {**_TEXT_AT_LIMIT, "kind": "math"},
+        "text_over_limit": lambda: {**_TEXT_OVER_LIMIT, "kind": "math"},
+        "code_item_at_limits": lambda: {**_code_item("code", 256), "task": _code_item("code", 256)},
+        "code_item_over_limit": lambda: _code_item("code", 20_000),
+    },
+    "discussion": {
+        "text_at_limit": lambda: _TEXT_AT_LIMIT,
+        "text_over_limit": lambda: _TEXT_OVER_LIMIT,
+    },
+    "solver_verifier_corrector": {
+        "text_at_limit": lambda: _TEXT_AT_LIMIT,
+        "text_over_limit": lambda: _TEXT_OVER_LIMIT,
+    },
+}
+#: a small instance of each setting: the warm-up reset (imports and caches any reset fills)
+SMALL_INSTANCE: dict[str, Any] = {
+    "sokoban": {"map": ["#####", "#@$.#", "#####"]},
+    "sudoku": {"puzzle": [[0, 0, 3, 1], [0, 0, 4, 0], [0, 1, 0, 3], [0, 0, 1, 0]]},
+    "plan_path": {"grid": ["..", ".."], "start": [0, 0], "goal": [1, 1]},
+    "code": CLIP,
+    "math": {"question": "What is 6 * 7?", "answer": "42"},
+    "propose_solve_judge": INC,
+    "challenge_plan_solve": INC,
+    "discussion": {"question": "What is 6 * 7?", "answer": "42"},
+    "solver_verifier_corrector": {"question": "What is 6 * 7?", "answer": "42"},
+}
+
+
+def _reset_env(setting: str, sb):
+    if setting in ("propose_solve_judge", "challenge_plan_solve"):
+        return envs.make(setting, sandbox=sb, pool=_pool())
+    return envs.make(setting, sandbox=sb)
+
+
+def test_reset_corpus_covers_every_setting():
+    assert sorted(RESET_CORPUS) == sorted(envs.list_envs()) == sorted(SMALL_INSTANCE)
+
+
+@pytest.mark.parametrize("setting", sorted(RESET_CORPUS))
+def test_no_explicit_instance_stalls_the_host_at_reset(setting, sb):
+    """Round 5: a client's explicit instance cost the host what it asked for at reset (a 40 x 40
+    Sokoban room with boxes: a second of CPU and about 100 MB in the exact solver; a crafted
+    Sudoku: a second; a code instance's many tests or long starter code: seconds and gigabytes).
+    Now each reset, the reset observation included, costs under 0.5 s of this process's CPU and
+    64 MB of peak RSS, or is refused with a ``ValueError`` (a 400 through the server): sizes
+    are limited (``envs.core.explicit``, the puzzles' own limits) and the puzzles' searches run
+    in the host under a small budget, past it in a bounded worker process."""
+    env = _reset_env(setting, sb)
+    env.reset(options={"instance": SMALL_INSTANCE[setting]})
+    env.observe(env.agent_selection)
+    costs = []
+    for name, build in RESET_CORPUS[setting].items():
+        instance = build()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        outcome = "accepted"
+        with cpu_cost() as spent:
+            try:
+                env.reset(options={"instance": instance})
+                env.observe(env.agent_selection)
+            except ValueError as exc:
+                outcome = f"refused: {str(exc)[:120]}"
+        grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
+        costs.append((name, round(spent.seconds, 3), round(grown_mb, 1), outcome))
+        del instance
+    assert all(cpu < CPU_S and mb < RSS_MB for _, cpu, mb, _ in costs), costs
 
 
 # ---------------------------------------------------------------- magnitude, not length
