@@ -5,7 +5,13 @@ with the host CPU the forged step cost, and the rows of planted checkpoint paylo
 
 ``--checkout DIR`` imports ``envs`` / ``sandboxes`` / ``verifiers`` / ``adapters`` from another
 source tree (e.g. an older commit exported with ``git archive``), to see what the forgeries
-earned there. ``--only 4A_,4B_`` keeps the rows whose names start so (``4E_``: the payload rows).
+earned there. ``--only 4A_,4B_`` keeps the rows whose names start so (``4E_``: the payload rows,
+``5``: the fifth round's).
+
+Fifth-round rows (issue 48): each root cause has its own test file here
+(``test_round5_*.py``); its row runs that file against the checkout (the checkout's own test
+fixtures beside it) and says how many of its tests held. Against a checkout from before the
+fixes every row reads "NO".
 
 Payload rows (root cause E): a run of the checkout's trainer (the char model, MarsRL's agent
 pipeline with segments) is checkpointed; a pickle whose ``__reduce__`` creates a file is
@@ -72,6 +78,60 @@ def main(argv: list[str] | None = None) -> None:
         for name, ran in payload_rows(attacks):
             row = (f"4E_payload_in_{name}", "trainer", "--resume", "-", f"{float(ran):.3f}")
             print("| " + " | ".join((*row, "0.000", "-", "NO" if ran else "yes")) + " |")
+    rounds5 = [r for r in ROUND5 if not only or r[0].startswith(only) or "5".startswith(only)]
+    if rounds5:
+        print("\n| root cause | attacked | tests | held | failed | skipped | defeated |")
+        print("|---|---|---|---|---|---|---|")
+        for name, attacked, held, failed, skipped in round5_rows(args.checkout, rounds5):
+            ok = "yes" if held and not failed else "NO"
+            total = held + failed + skipped
+            row = (name, attacked, str(total), str(held), str(failed), str(skipped), ok)
+            print("| " + " | ".join(row) + " |", flush=True)
+
+
+# issue 48: (row, what was attacked, the test file that holds the attack)
+ROUND5 = [
+    ("5A_data_names_code", "viewer, --resume", "test_round5_data_ids.py"),
+    ("5B_tester_sees_golden", "code tester, sandbox", "test_round5_tester_channel.py"),
+    ("5C_policy_server_unguarded", "adapters.serve", "test_round5_policy_server.py"),
+    ("5D_sessions_evicted", "serve_env", "test_round5_sessions.py"),
+    ("5E_reset_cost", "reset, serve_env", "test_round5_reset_cost.py"),
+]
+
+
+def round5_rows(
+    checkout: str, rows: list[tuple[str, str, str]]
+) -> list[tuple[str, str, int, int, int]]:
+    """Run each fifth-round test file against ``checkout``: ``(row, attacked, held, failed,
+    skipped)``. The file goes beside a copy of the checkout's own ``tests`` package (its
+    fixtures), in a process that imports the checkout's packages."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+    import xml.etree.ElementTree as ET
+
+    here = Path(__file__).resolve().parent
+    out = []
+    with tempfile.TemporaryDirectory(prefix="redteam-round5-") as tmp:
+        shutil.copytree(Path(checkout) / "tests", Path(tmp) / "tests")
+        env = {**os.environ, "PYTHONPATH": str(Path(checkout).resolve())}
+        for name, attacked, test_file in rows:
+            shutil.copy(here / test_file, Path(tmp) / "tests" / "redteam" / test_file)
+            xml = Path(tmp) / f"{name}.xml"
+            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
+                   "addopts=", "-o", "markers=slow serial docker gpu", f"--junitxml={xml}",
+                   f"tests/redteam/{test_file}"]  # fmt: skip
+            subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, timeout=1800)
+            if not xml.exists():
+                out.append((name, attacked, 0, 1, 0))
+                continue
+            suite = ET.parse(xml).getroot()
+            suite = suite if suite.tag == "testsuite" else suite[0]
+            total, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
+            failed = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+            out.append((name, attacked, total - failed - skipped, failed, skipped))
+    return out
 
 
 def _clear_caches() -> None:
