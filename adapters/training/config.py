@@ -26,11 +26,15 @@ it still loads, with a note). A YAML file written by a run is by section
 (``update: {lr: ...}``). Flags override the file key by key; unknown keys are an error that names
 the closest valid key.
 
-Auto knobs (``None`` until resolved) are filled once by :meth:`TrainConfig.resolved`: from the
-user, then the setting and its recipe (:mod:`adapters.training.recipes`), then the knob's own
-declared default (its CPU value without a GPU). It records where each value came from
-(``sources``, keyed by knob name, shown by ``--print-config`` and written as comments into
-``config.yaml``) and returns a config whose sections every consumer reads as they are.
+Auto knobs (``None`` until resolved) are filled once by :meth:`TrainConfig.resolved`, which lays
+an ordered list of layers (:func:`layers`), each knob -> ``(value, source)``, over the config, the
+lowest first: the knob's own declared default (its CPU value without a GPU), the recipe
+(:mod:`adapters.training.recipes`), the setting's values, without a GPU the recipe's CPU
+scale-down and the setting's CPU values, and the user's. The knobs that follow others
+(:data:`DERIVED`: ``lora_alpha`` = 2 x rank, ``sampling`` the algorithm's) are computed after
+them. It records where each value came from (``sources``, keyed by knob name, shown by
+``--print-config`` and written as comments into ``config.yaml``) and returns a config whose
+sections every consumer reads as they are.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import functools
 import types
 import typing
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -70,10 +75,12 @@ __all__ = [
     "BACKENDS",
     "SECTIONS",
     "ConfigError",
+    "Layer",
     "TrainConfig",
     "UpdateConfig",
     "config_from_dict",
     "knob_types",
+    "layers",
     "load_yaml",
 ]
 
@@ -88,14 +95,12 @@ SECTIONS: dict[str, type[Section]] = {
     "compute": ComputeConfig,
 }
 
-# auto knobs whose default follows another knob: sampling (the algorithm's), lora_alpha (2 x rank)
-_DERIVED = ("sampling", "lora_alpha")
-# dict knobs merged key by key over the recipe's value, and their source when neither sets one
-_NO_MERGE = {
+# mapping knobs that the user's value extends rather than replaces: the user's keys go over the
+# resolved mapping's (role_sampling role by role); each with its source when no layer sets one
+MERGED_KNOBS: dict[str, str] = {
     "chat_template_kwargs": "suite default",
     "role_sampling": "suite default: the same sampling for every role",
 }
-MERGED_KNOBS = tuple(_NO_MERGE)
 
 
 @dataclass(frozen=True, init=False)
@@ -232,11 +237,11 @@ class TrainConfig(Section):
         return self.unset() + [n for s in SECTIONS for n in getattr(self, s).unset()]
 
     def resolved(self, cuda: bool | None = None) -> TrainConfig:
-        """A copy with every auto knob filled in from the recipe, the setting and the device.
+        """A copy with every auto knob filled in from the layers (:func:`layers`) and the
+        derived knobs computed (:data:`DERIVED`).
 
         ``sources`` of the copy says where each value came from: ``"user"``, the recipe's
-        paper section, its CPU scale-down, or a suite default (see
-        :mod:`adapters.training.recipes`)."""
+        paper section, its CPU scale-down, the setting, or a suite default."""
         if self.sources:  # already resolved (e.g. loaded from a run directory)
             if self.unresolved():
                 if self.schedule.pipeline is None:  # a run directory older than the knob
@@ -310,119 +315,165 @@ class TrainConfig(Section):
         return config_from_dict({**self.flat(), "sources": dict(self.sources), **changes})
 
 
-def _resolve(raw: TrainConfig, cuda: bool) -> TrainConfig:
-    """:meth:`TrainConfig.resolved` for an unresolved config (the order is in
-    :mod:`adapters.training.recipes`)."""
-    recipe = raw.recipe_obj()
-    src: dict[str, str] = {}
-    values = raw.flat()
-    values["recipe"] = recipe.name
+# ---------------------------------------------------------------------------------------------
+# resolution: an ordered list of layers, then the derived knobs
 
+
+@dataclass(frozen=True)
+class Layer:
+    """One level of a run's configuration: knob -> ``(value, source)``. A later layer overrides an
+    earlier one knob by knob; a layer that ``merges`` (the user's) puts a merged knob's mapping over
+    the one below key by key (:data:`MERGED_KNOBS`). A setting's option is the knob
+    ``env_config.KEY``."""
+
+    name: str
+    values: Mapping[str, recipes.Sourced]
+    merges: bool = False
+
+
+def layers(raw: TrainConfig, cuda: bool) -> list[Layer]:
+    """The layers that resolve ``raw``, lowest first: each auto knob's declared default, the
+    recipe, the setting's values under any recipe, without CUDA the recipe's CPU scale-down and
+    the setting's CPU values, and the user's."""
     import envs
 
-    setting = envs.spec(raw.env)
-    per_setting = setting.train_values
-    # the CPU values a setting tunes for the embedded model (its cold start, ...)
-    embedded = str(raw.policy.model).lower() in recipes.EMBEDDED_MODELS
-    cpu_setting = setting.cpu_train_values if embedded and not cuda else {}
+    recipe, setting = raw.recipe_obj(), envs.spec(raw.env)
+    of_recipe, of_setting = f"recipe {recipe.name}", f"setting {setting.id}"
+    cpu_setting: dict[str, recipes.Sourced] = {}
+    if not cuda:  # the setting's CPU sizes, and its values for the embedded model (a cold start)
+        cpu_setting = {f"env_config.{k}": v for k, v in setting.cpu_train_options.items()}
+        if str(raw.policy.model).lower() in recipes.EMBEDDED_MODELS:
+            cpu_setting |= _attributed(of_setting, setting.cpu_train_values)
+    return [
+        Layer("knob default", _declared_defaults(cuda)),
+        Layer("recipe", _attributed(of_recipe, recipe.values)),
+        Layer("setting", _attributed(of_setting, setting.train_values)),
+        Layer("recipe CPU scale-down", {} if cuda else _attributed(of_recipe, recipe.cpu)),
+        Layer("setting CPU values", cpu_setting),
+        Layer("user", _user_values(raw), merges=True),
+    ]
 
-    def pick(name: str) -> tuple[Any, str] | None:
-        if name in cpu_setting:
-            value, why = cpu_setting[name]
-            return value, f"setting {setting.id}: {why}"
-        if not cuda and name in recipe.cpu:
-            value, why = recipe.cpu[name]
-            return value, f"recipe {recipe.name}: {why}"
-        if name in per_setting:
-            value, why = per_setting[name]
-            return value, f"setting {setting.id}: {why}"
-        if name in recipe.values:
-            value, why = recipe.values[name]
-            return value, f"recipe {recipe.name}: {why}"
-        return None
 
-    if values["algorithm"] is not None and values["sampling"] is None:  # the user's algorithm
-        values["sampling"] = ESTIMATORS[values["algorithm"]].sampling
-        src["sampling"] = f"follows algorithm {values['algorithm']}"
-    owner: dict[str, type[Section]] = {"": TrainConfig, **SECTIONS}
-    for cls in owner.values():
-        for name in cls.auto_knobs():
-            if name in src:
-                continue
-            if values[name] is not None:
-                src[name] = "user"
-                continue
-            got = pick(name)
-            if got is None and name not in _DERIVED:  # the knob's declared default
-                got = cls.default_for(name, cuda=cuda)
-            if got is not None:
-                values[name] = copy.deepcopy(got[0])
-                src[name] = got[1]
-    if 0 in (raw.schedule.segment_tokens, raw.schedule.max_segments):  # one given as 0: off
+@functools.cache
+def _auto_knobs() -> tuple[str, ...]:
+    """Every auto knob: the top-level ones, then each section's."""
+    return tuple(name for name, f in knob_fields().items() if f.metadata.get("auto"))
+
+
+def _attributed(owner: str, values: Mapping[str, recipes.Sourced]) -> dict[str, recipes.Sourced]:
+    """A recipe's or a setting's values with ``owner`` ahead of each source. They set auto and
+    merged knobs only: any other knob keeps the value the user gave or its default."""
+    stray = [name for name in values if name not in (*_auto_knobs(), *MERGED_KNOBS)]
+    if stray:
+        raise ConfigError(
+            f"{owner} sets {stray}: a recipe or setting sets auto and merged knobs only"
+        )
+    return {name: (value, f"{owner}: {why}") for name, (value, why) in values.items()}
+
+
+def _declared_defaults(cuda: bool) -> dict[str, recipes.Sourced]:
+    """The knob-default layer: each auto knob's declared default (its CPU value without CUDA)
+    but a derived knob's, and a merged knob's empty mapping."""
+    out = {n: _owner(n).default_for(n, cuda=cuda) for n in _auto_knobs() if n not in DERIVED}
+    return out | {name: ({}, why) for name, why in MERGED_KNOBS.items()}
+
+
+def _user_values(raw: TrainConfig) -> dict[str, recipes.Sourced]:
+    """The user's layer: every auto knob set, a merged knob or ``role_policies`` not empty, every
+    setting option. Two choices reach further: the user's algorithm brings its own sampling, and
+    a segment knob given as 0 turns both off."""
+    given = raw.flat()
+    out = {name: (given[name], "user") for name in _auto_knobs() if given[name] is not None}
+    out |= {name: (given[name], "user") for name in (*MERGED_KNOBS, "role_policies") if given[name]}
+    out |= {f"env_config.{k}": (v, "user") for k, v in raw.env_config.items()}
+    if "algorithm" in out and "sampling" not in out:
+        algorithm = given["algorithm"]
+        out["sampling"] = (ESTIMATORS[algorithm].sampling, f"follows algorithm {algorithm}")
+    if 0 in (given["segment_tokens"], given["max_segments"]):
+        out["segment_tokens"] = out["max_segments"] = (0, "user (0: off)")
+    return out
+
+
+def _stack(ordered: list[Layer], values: dict[str, Any]) -> dict[str, str]:
+    """Lay the layers over ``values`` in order; the source of each value they set."""
+    sources: dict[str, str] = {}
+    for layer in ordered:
+        for name, (value, why) in layer.values.items():
+            if layer.merges and name in MERGED_KNOBS:
+                value = _merged(name, values[name], value)
+            values[name], sources[name] = copy.deepcopy(value), why
+    return sources
+
+
+def _merged(name: str, below: dict[str, Any], above: dict[str, Any]) -> dict[str, Any]:
+    if name == "role_sampling":  # role by role
+        return {r: {**below.get(r, {}), **above.get(r, {})} for r in {**below, **above}}
+    return {**below, **above}
+
+
+def _segments_need_the_agent_pipeline(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """Segment rollouts run inside the agent pipeline: without it both segment knobs are off,
+    whichever layer set them, unless the user did (then the schedule section refuses them)."""
+    if values["pipeline"] == "none" and sources.get("segment_tokens") != "user":
         values["segment_tokens"] = values["max_segments"] = 0
-        src["segment_tokens"] = src["max_segments"] = "user (0: off)"
-    if values["pipeline"] == "none" and src.get("segment_tokens") != "user":
-        values["segment_tokens"] = values["max_segments"] = 0  # segments need the agent pipeline
-        src["segment_tokens"] = src["max_segments"] = "off without --pipeline agent"
-    if values["sampling"] is None:
-        values["sampling"] = ESTIMATORS[values["algorithm"] or "at-grpo"].sampling
-        src["sampling"] = f"follows algorithm {values['algorithm'] or 'at-grpo'}"
-    if values["lora_alpha"] is None:
-        values["lora_alpha"] = float(2 * (values["lora_rank"] or 0))
-        src["lora_alpha"] = "2 x lora_rank"
-    for name in MERGED_KNOBS:  # the recipe's keys, then the user's on top
-        got = pick(name)
-        user = values[name]
-        base = copy.deepcopy(got[0]) if got is not None else {}
-        if name == "role_sampling":
-            merged = {r: {**base.get(r, {}), **user.get(r, {})} for r in {*base, *user}}
-        else:
-            merged = {**base, **user}
-        values[name] = merged
-        src[name] = "user" if user else (got[1] if got is not None else _NO_MERGE[name])
-    env_config = values["env_config"]
-    for key in env_config:
-        src[f"env_config.{key}"] = "user"
-    if not cuda:  # the setting's own CPU sizes
-        for key, (value, why) in recipes.cpu_instance_options(raw.env).items():
-            if key not in env_config:
-                env_config[key] = value
-                src[f"env_config.{key}"] = why
-    if values["role_policies"]:
-        src["role_policies"] = "user"
-    lora = (values["lora_rank"] or 0) > 0
-    if values["dtype"] == "auto":
-        values["dtype"] = "bfloat16" if (cuda and lora) else "float32"
-        src["dtype"] = "bfloat16 for LoRA on CUDA, else float32"
-    if values["update_precision"] == "auto":
-        from adapters.policies.models import native_bf16
+        sources["segment_tokens"] = sources["max_segments"] = "off without --pipeline agent"
 
-        fast = not cuda and values["dtype"] == "float32" and native_bf16("cpu")
-        values["update_precision"] = "bfloat16" if fast else "float32"
-        src["update_precision"] = (
-            "bfloat16 autocast on a CPU with native bfloat16 (about 2x the float32 update)"
-            if fast
-            else "the model's dtype"
+
+def _dtype(v: dict[str, Any], cuda: bool) -> recipes.Sourced:
+    lora = v["lora_rank"] > 0
+    return "bfloat16" if cuda and lora else "float32", "bfloat16 for LoRA on CUDA, else float32"
+
+
+def _update_precision(v: dict[str, Any], cuda: bool) -> recipes.Sourced:
+    from adapters.policies.models import native_bf16
+
+    if not cuda and v["dtype"] == "float32" and native_bf16("cpu"):
+        return "bfloat16", (
+            "bfloat16 autocast on a CPU with native bfloat16 "
+            "(docs/scaling.md#generation-and-update-speed-on-a-cpu)"
         )
-    if values["old_logprobs"] == "auto":
-        copy_samples = (
-            values["backend"] == "transformers" and values["generation_model"] == "merged"
-        )
-        exact = (
-            values["dtype"] == "float32"
-            and values["update_precision"] == "float32"
-            and not copy_samples
-        )
-        single = one_step_update(
-            values["ppo_epochs"], values["ppo_minibatches"], values["minibatch_size"]
-        )
-        forward = single and not reads_logprobs(values["algorithm"], values["kl_reward_coef"])
-        values["old_logprobs"] = "rollout" if exact else "forward" if forward else "recompute"
-        src["old_logprobs"] = (
-            "the sampler's in float32; in lower precision or when a merged generation copy "
-            "samples, the training model's: from the update's own forward when it is one "
-            "optimizer step, else a pass before it"
-        )
+    return "float32", "the model's dtype"
+
+
+def _old_logprobs(v: dict[str, Any], cuda: bool) -> recipes.Sourced:
+    copy_samples = v["backend"] == "transformers" and v["generation_model"] == "merged"
+    exact = v["dtype"] == "float32" and v["update_precision"] == "float32" and not copy_samples
+    single = one_step_update(v["ppo_epochs"], v["ppo_minibatches"], v["minibatch_size"])
+    forward = single and not reads_logprobs(v["algorithm"], v["kl_reward_coef"])
+    return "rollout" if exact else "forward" if forward else "recompute", (
+        "the sampler's in float32; in lower precision or when a merged generation copy samples, "
+        "the training model's: from the update's own forward when it is one optimizer step, "
+        "else a pass before it"
+    )
+
+
+# knobs that follow others when no layer sets them (None, or "auto"), computed in this order
+# after the layers: knob -> its rule (the resolved values, cuda) -> (value, source)
+DERIVED: dict[str, Callable[[dict[str, Any], bool], recipes.Sourced]] = {
+    "sampling": lambda v, cuda: (
+        ESTIMATORS[v["algorithm"]].sampling,
+        f"follows algorithm {v['algorithm']}",
+    ),
+    "lora_alpha": lambda v, cuda: (float(2 * v["lora_rank"]), "2 x lora_rank"),
+    "dtype": _dtype,
+    "update_precision": _update_precision,
+    "old_logprobs": _old_logprobs,
+}
+
+
+def _derive(values: dict[str, Any], sources: dict[str, str], cuda: bool) -> None:
+    """Fill the derived knobs (:data:`DERIVED`) and gather the setting's options into
+    ``env_config`` (the user's first, in their order)."""
+    _segments_need_the_agent_pipeline(values, sources)
+    for name, rule in DERIVED.items():
+        if values[name] is None or values[name] == "auto":
+            values[name], sources[name] = rule(values, cuda)
+    options = [k for k in values if k.startswith("env_config.")]
+    values["env_config"] |= {k.removeprefix("env_config."): values.pop(k) for k in options}
+
+
+def _check(values: dict[str, Any], cuda: bool) -> None:
+    """What no section can check alone: the estimator's KL reward, the decode mode's device."""
     reason = ESTIMATORS[values["algorithm"]].kl_reward_error
     if reason and values["kl_reward_coef"] > 0:
         raise ConfigError(reason)
@@ -430,7 +481,15 @@ def _resolve(raw: TrainConfig, cuda: bool) -> TrainConfig:
         check_mode(values["compile_decode"], cuda)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    out = TrainConfig(**values, sources=src)
+
+
+def _resolve(raw: TrainConfig, cuda: bool) -> TrainConfig:
+    """:meth:`TrainConfig.resolved` for an unresolved config: the layers, then the derived knobs."""
+    values = {**raw.flat(), "recipe": raw.recipe_obj().name}
+    sources = _stack(layers(raw, cuda), values)
+    _derive(values, sources, cuda)
+    _check(values, cuda)
+    out = TrainConfig(**values, sources=sources)
     if out.unresolved():  # pragma: no cover - every auto knob declares a default
         raise ConfigError(f"no recipe or suite default sets {out.unresolved()} for {raw.env!r}")
     return out
@@ -446,10 +505,14 @@ def _knob_sections() -> dict[str, str]:
     return {f.name: name for name, cls in SECTIONS.items() for f in cls.knobs()}
 
 
-def _knob_field(name: str) -> dataclasses.Field[Any]:
+def _owner(name: str) -> type[Section]:
+    """The section that declares knob ``name`` (``TrainConfig`` for a top-level knob)."""
     section = _knob_sections().get(name)
-    cls = SECTIONS[section] if section else TrainConfig
-    return next(f for f in fields(cls) if f.name == name)  # type: ignore[arg-type]
+    return SECTIONS[section] if section else TrainConfig
+
+
+def _knob_field(name: str) -> dataclasses.Field[Any]:
+    return next(f for f in fields(_owner(name)) if f.name == name)  # type: ignore[arg-type]
 
 
 def knob_fields() -> dict[str, dataclasses.Field[Any]]:

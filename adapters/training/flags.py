@@ -74,11 +74,8 @@ def parse_mapping_items(items: list[str], flag: str) -> dict[str, Any]:
     return out
 
 
-_NOT_FLAGS = {"sources"}
-_MAPPING_FLAGS = {
-    "env_config",
-    "chat_template_kwargs",
-}  # repeatable KEY=VALUE  # filled by TrainConfig.resolved(), not a setting
+_NOT_FLAGS = {"sources"}  # filled by TrainConfig.resolved(), not a setting
+_MAPPING_FLAGS = {"env_config", "chat_template_kwargs"}  # repeatable KEY=VALUE
 _SHORTCUTS = {
     "mode": "env_config.mode",
     "max_turns": "env_config.max_turns",

@@ -9,7 +9,8 @@ setting added later keeps its own values under any recipe. Every setting trains 
 its paper's recipe by default (the ``recipe`` of its spec, :mod:`envs.core.registry`; AT-GRPO's
 when it names none); ``--recipe NAME`` picks another one.
 :meth:`TrainConfig.resolved() <adapters.training.config.TrainConfig.resolved>` fills each field
-the user left unset (``None``) from, in order:
+the user left unset (``None``) from the first of these that sets it (the layers of
+:func:`adapters.training.config.layers`, here from the top):
 
 1. the setting's own CPU values for the embedded model (its spec's ``cpu_train_values``, only
    without CUDA: the grid settings' cold start and sizes),
@@ -22,7 +23,9 @@ the user left unset (``None``) from, in order:
    declare a smaller CPU value),
 
 and records where each value came from (``TrainConfig.sources``; ``config.yaml`` in the run
-directory carries it as a comment on every line). Values the user sets always win.
+directory carries it as a comment on every line). Values the user sets always win; a recipe or
+setting sets only auto knobs and the merged mappings (``chat_template_kwargs``,
+``role_sampling``), which the user's keys extend.
 
 The CPU scale-down keeps each paper's *protocol* (algorithm, sampling, keep rule, horizon, the
 number of rounds or agent steps, reward) and shrinks its *size* so that a run fits a 2-core
@@ -53,7 +56,6 @@ from adapters.training.sections import UpdateConfig
 __all__ = [
     "RECIPES",
     "Recipe",
-    "cpu_instance_options",
     "describe_recipes",
     "recipe_for",
 ]
@@ -353,14 +355,6 @@ def recipe_for(env_id: str) -> Recipe:
             f"setting {entry.id!r} names an unknown recipe {name!r}; recipes: {', '.join(RECIPES)}"
         )
     return RECIPES[name]
-
-
-def cpu_instance_options(env_id: str) -> Mapping[str, Sourced]:
-    """The env options a CPU run of a setting changes, with their sources (whatever the recipe:
-    its spec's ``cpu_train_options``)."""
-    import envs
-
-    return envs.spec(env_id).cpu_train_options
 
 
 def describe_recipes() -> str:
