@@ -16,7 +16,6 @@ refuses a module that is not loaded yet, and a config read from data through
 
 from typing import Any
 
-from envs.core.gymnasium_ids import register_gymnasium_ids
 from envs.core.registry import (
     MODES,
     EnvSpec,
@@ -27,6 +26,7 @@ from envs.core.registry import (
     make_raw,
     register,
     registered_spec,
+    roles_of,
     spec,
 )
 
@@ -40,6 +40,7 @@ __all__ = [
     "make_raw",
     "register",
     "registered_spec",
+    "roles_of",
     "spec",
 ]
 
@@ -110,6 +111,7 @@ _LONG_PROMPTS = {
 register(
     "sudoku",
     "envs.sudoku:env",
+    roles=("tool", "planner"),
     description="Sudoku, tool + planner (AT-GRPO)",
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
@@ -122,6 +124,7 @@ register(
 register(
     "sokoban",
     "envs.sokoban:env",
+    roles=("tool", "planner"),
     description="Sokoban, tool + planner (AT-GRPO)",
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
@@ -135,6 +138,7 @@ register(
 register(
     "plan_path",
     "envs.plan_path:env",
+    roles=("tool", "planner"),
     description="grid path planning, tool + planner (AT-GRPO)",
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
@@ -148,10 +152,12 @@ register(
 register(
     "code",
     "envs.code:env",
+    roles=("coder", "tester"),
     description="code generation, coder + tester (AT-GRPO)",
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
     team_reward=True,
+    answer_kind="program",
     train_values=_LONG_PROMPTS,
     problem_loader="envs.code:load_code_problems",
     cpu_note=(
@@ -189,6 +195,7 @@ _SMALL_ARITHMETIC = {"generators": ["basic_arithmetic"], "generator_options": _a
 register(
     "math",
     "envs.math:env",
+    roles=("reasoner", "tool"),
     description="math QA, reasoner + tool (AT-GRPO)",
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
@@ -215,6 +222,7 @@ _UNMEASURED_NOTE = (
 register(
     "propose_solve_judge",
     "envs.propose_solve_judge:env",
+    roles=("proposer", "solver", "judge"),
     aliases=("mae",),
     description="proposer + solver + judge (Multi-Agent Evolve)",
     recipe="mae",
@@ -225,6 +233,7 @@ register(
 register(
     "challenge_plan_solve",
     "envs.challenge_plan_solve:env",
+    roles=("challenger", "planner", "solver", "critic"),
     aliases=("sage",),
     description="challenger + planner + solver + critic (SAGE)",
     recipe="sage",
@@ -235,6 +244,7 @@ register(
 register(
     "discussion",
     "envs.discussion:env",
+    roles=("agent_0", "agent_1", "agent_2", "agent_3"),  # num_agents = 4 by default
     aliases=("comas",),
     description="multi-agent discussion: solve, evaluate, score (CoMAS)",
     recipe="comas",
@@ -245,6 +255,7 @@ register(
 register(
     "solver_verifier_corrector",
     "envs.solver_verifier_corrector:env",
+    roles=("solver", "verifier", "corrector"),
     aliases=("marsrl",),
     description="solver + verifier + corrector (MarsRL)",
     recipe="marsrl",
@@ -259,4 +270,3 @@ register(
         "two-term arithmetic (+, -, x; one digit), so that a solution fits and is sometimes right",
     ),
 )
-register_gymnasium_ids()  # gymnasium.make('mas_rl_envs/<Setting>-<role>-v0')

@@ -180,6 +180,7 @@ import numpy as np
 from envs.core.base import TurnBasedEnv, wrap
 from envs.core.config import EnvConfig, Mixing, RewardConfig
 from envs.core.explicit import check_size, check_tests
+from envs.core.registry import roles_of
 from envs.core.rewards import RewardParts
 from envs.data.dataset_splits import canonical_text
 from envs.pools import (
@@ -336,7 +337,7 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         "name": "challenge_plan_solve_v0",
         "is_parallelizable": False,
     }
-    AGENTS = ("challenger", "planner", "solver", "critic")
+    AGENTS = roles_of("challenge_plan_solve")
     config_cls = SageConfig
     config: SageConfig
 

@@ -111,6 +111,7 @@ from envs.core.base import wrap
 from envs.core.config import RewardConfig
 from envs.core.explicit import check_size
 from envs.core.program import ProblemPool, ProgramConfig, ProgramEnv, fence, indent, verdict
+from envs.core.registry import roles_of
 from envs.core.rewards import RewardParts
 from envs.data.catalog import dataset_names, load_dataset
 from envs.data.dataset_splits import canonical_text
@@ -238,7 +239,7 @@ class raw_env(ProgramEnv):
         "name": "math_v0",
         "is_parallelizable": False,
     }
-    AGENTS: ClassVar[tuple[str, ...]] = ("reasoner", "tool")
+    AGENTS = roles_of("math")
     SINGLE_AGENTS: ClassVar[tuple[str, ...]] = ("reasoner",)
     config_cls = MathConfig
     config: MathConfig

@@ -70,6 +70,7 @@ import numpy as np
 
 from envs.core.base import wrap
 from envs.core.config import RewardConfig
+from envs.core.registry import roles_of
 from envs.core.render import Cell, CellGrid
 from envs.core.toolplanner import Sim, ToolPlannerConfig, ToolPlannerEnv
 from verifiers.extract import Extraction, parse_move_list
@@ -217,6 +218,8 @@ print("[" + ",".join(solve(\"\"\"MAP\"\"\")) + "]")"""
 
 class raw_env(ToolPlannerEnv):
     """Plan-Path environment (see the module docstring)."""
+
+    AGENTS = roles_of("plan_path")
 
     metadata: ClassVar[dict[str, Any]] = {
         "render_modes": ["human", "ansi", "rgb_array"],

@@ -172,6 +172,7 @@ import numpy as np
 from envs.core.base import TurnBasedEnv, wrap
 from envs.core.config import EnvConfig, Mixing, RewardConfig
 from envs.core.explicit import check_size, check_tests
+from envs.core.registry import roles_of
 from envs.core.rewards import RewardParts
 from envs.core.splits import stable_hash
 from envs.data.dataset_splits import canonical_text
@@ -329,7 +330,7 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
         "name": "propose_solve_judge_v0",
         "is_parallelizable": False,
     }
-    AGENTS = ("proposer", "solver", "judge")
+    AGENTS = roles_of("propose_solve_judge")
     config_cls = MaeConfig
     config: MaeConfig
 

@@ -108,6 +108,7 @@ import numpy as np
 
 from envs.core.base import wrap
 from envs.core.config import RewardConfig
+from envs.core.registry import roles_of
 from envs.core.render import Cell, CellGrid
 from envs.core.splits import split_of, stable_hash
 from envs.core.toolplanner import Sim, ToolPlannerConfig, ToolPlannerEnv
@@ -391,6 +392,8 @@ print("[" + ",".join(solve(\"\"\"MAP\"\"\")) + "]")"""
 
 class raw_env(ToolPlannerEnv):
     """Sokoban environment (see the module docstring)."""
+
+    AGENTS = roles_of("sokoban")
 
     metadata: ClassVar[dict[str, Any]] = {
         "render_modes": ["human", "ansi", "rgb_array"],

@@ -116,6 +116,7 @@ from typing import Any, ClassVar, Literal
 
 from envs.core.base import TurnBasedEnv, wrap
 from envs.core.config import EnvConfig, RewardConfig
+from envs.core.registry import roles_of
 from envs.core.rewards import RewardParts
 from envs.data.records import MathProblem
 from envs.discussion import QuestionPoolInstances, problem_from_dict, split_problems
@@ -350,7 +351,7 @@ class raw_env(QuestionPoolInstances, TurnBasedEnv):
         "name": "solver_verifier_corrector_v0",
         "is_parallelizable": False,
     }
-    AGENTS = ("solver", "verifier", "corrector")
+    AGENTS = roles_of("solver_verifier_corrector")
     config_cls = SolverVerifierCorrectorConfig
     config: SolverVerifierCorrectorConfig
     _shared_attrs = ("_pool",)

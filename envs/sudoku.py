@@ -99,6 +99,7 @@ import numpy as np
 
 from envs.core.base import wrap
 from envs.core.config import RewardConfig
+from envs.core.registry import roles_of
 from envs.core.render import Cell, CellGrid
 from envs.core.splits import check_split, split_of
 from envs.core.toolplanner import Sim, ToolPlannerConfig, ToolPlannerEnv
@@ -282,6 +283,8 @@ print(json.dumps([out[r * N:(r + 1) * N] for r in range(N)]))"""
 
 class raw_env(ToolPlannerEnv):
     """Sudoku environment (see the module docstring)."""
+
+    AGENTS = roles_of("sudoku")
 
     metadata: ClassVar[dict[str, Any]] = {
         "render_modes": ["human", "ansi", "rgb_array"],

@@ -250,6 +250,44 @@ def test_lower_packages_do_not_import_heavy_libraries():
     assert offenders == []
 
 
+def setting_id_comparisons(root: Path, ids: Iterable[str]) -> list[str]:
+    """Comparisons in ``root``'s Python files with a string literal that is one of ``ids``
+    (``env == "code"``, ``setting in ("math", "mae")``): code keyed by a setting id."""
+    ids = set(ids)
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            for item in [
+                *operands,
+                *(
+                    e
+                    for o in operands
+                    if isinstance(o, ast.Tuple | ast.List | ast.Set)
+                    for e in o.elts
+                ),
+            ]:
+                if isinstance(item, ast.Constant) and item.value in ids:
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno}: {item.value}")
+    return found
+
+
+def test_adapters_compare_no_setting_id(tmp_path):
+    """Nothing in ``adapters/`` is keyed by a setting id (docs/design.md section 2): what differs
+    between settings is a fact of their spec, so a setting added in another package needs no
+    edit there. The check finds a planted comparison."""
+    import envs
+
+    ids = envs.list_envs(include_aliases=True)
+    planted = tmp_path / "adapters"
+    planted.mkdir()
+    (planted / "m.py").write_text('def f(env_id):\n    return env_id != "code"\n')
+    assert setting_id_comparisons(planted, ids) == ["adapters/m.py:2: code"]
+    assert setting_id_comparisons(ROOT / "adapters", ids) == []
+
+
 def test_public_entry_points():
     """The paths users import: the commands and the rollout engine at the package's top."""
     import importlib

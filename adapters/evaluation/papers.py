@@ -300,6 +300,7 @@ def plan_paper_suite(
     """The benchmarks whose files are in ``data_dir`` (or that ship with a package, like
     HumanEval; without ``data_dir``: all, from the hub cache), and the names of those skipped
     because their files are absent."""
+    import envs
     from envs.data.catalog import dataset_info, find_data_file
 
     benches, skipped = [], []
@@ -308,7 +309,10 @@ def plan_paper_suite(
         if data_dir is not None and path is None and not dataset_info(dataset).offline:
             skipped.append(dataset)
             continue
-        setting = "code" if dataset_info(dataset).setting == "code" else suite.math_setting
+        # programs are decided by the setting that runs their tests; answers by the suite's own
+        played_by = dataset_info(dataset).setting
+        is_program = envs.spec(played_by).answer_kind == "program"
+        setting = played_by if is_program else suite.math_setting
         benches.append(
             Benchmark(
                 dataset,

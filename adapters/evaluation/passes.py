@@ -502,6 +502,7 @@ def run_passes(
 ) -> dict[str, Any]:
     """Play every missing chunk of every benchmark and policy into ``out``, then write
     ``results.json``, ``report.md`` and ``charts/passes.png``; returns the results."""
+    import envs
 
     root = Path(out)
     (root / "units").mkdir(parents=True, exist_ok=True)
@@ -539,7 +540,7 @@ def run_passes(
                 "policy": spec,
                 **score_records(records, args.samples, args.ks),
             }
-            if args.judge and bench.env_id != "code":
+            if args.judge and envs.spec(bench.env_id).answer_kind == "text":
                 from adapters.evaluation.judge import judge_records, judge_summary
 
                 if args.judge not in built:

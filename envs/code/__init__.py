@@ -170,6 +170,7 @@ from envs.code.testing import (
 )
 from envs.core.base import wrap
 from envs.core.program import ProblemPool, ProgramEnv
+from envs.core.registry import roles_of
 from envs.core.rewards import RewardParts
 from envs.data.dataset_splits import canonical_text
 from envs.data.records import CodeProblem
@@ -200,7 +201,7 @@ class raw_env(ProgramEnv):
         "name": "code_v0",
         "is_parallelizable": False,
     }
-    AGENTS: ClassVar[tuple[str, ...]] = ("coder", "tester")
+    AGENTS = roles_of("code")
     SINGLE_AGENTS: ClassVar[tuple[str, ...]] = ("coder",)
     config_cls = CodeConfig
     config: CodeConfig

@@ -6,6 +6,7 @@ or a server must know without building an env::
     register(
         "sokoban",
         "envs.sokoban:env",
+        roles=("tool", "planner"),
         modes=("multi", "single"),
         recipe="at-grpo",
         cpu_options={"height": 6, "width": 6, "num_boxes": 1},
@@ -13,6 +14,9 @@ or a server must know without building an env::
     )
 
 * ``entry_point`` - ``"module:callable"`` returning a wrapped AEC env, imported on ``make``;
+* ``roles`` - the agents in turn order under the default config (multi-agent mode), declared
+  here once: the setting's class takes them from its spec (:func:`roles_of`), and each role gets
+  a Gymnasium id when the setting is registered (:mod:`envs.core.gymnasium_ids`);
 * ``modes`` - the modes the setting supports (``"multi"``, and ``"single"`` where its paper
   compares one agent against the team; the class's ``SINGLE_AGENTS`` says which role acts then);
 * ``recipe`` - the name of its paper's training recipe (:mod:`adapters.training.recipes`), the
@@ -30,6 +34,8 @@ or a server must know without building an env::
   the env's ``award_lookahead()`` may lower it for a configuration;
 * ``team_reward`` - whether the setting has a team reward at all (its ``rewards.mixing`` can
   still turn it off for one configuration);
+* ``answer_kind`` - what its benchmark answers are: ``"text"`` (a final answer, which an LLM
+  judge can compare with a reference) or ``"program"`` (decided by running tests);
 * ``problem_loader`` - ``"module:callable"`` with the signature of
   ``(dataset, data_path, data_split, options) -> problems`` that loads a benchmark's problems
   for the setting (the paper evaluations; ``""``: the dataset registry's records);
@@ -80,6 +86,7 @@ __all__ = [
     "make_raw",
     "register",
     "registered_spec",
+    "roles_of",
     "spec",
 ]
 
@@ -92,6 +99,7 @@ class EnvSpec:
 
     id: str
     entry_point: str  # "module:callable" returning a wrapped AEC env
+    roles: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     description: str = ""
     modes: tuple[str, ...] = ("multi",)
@@ -102,6 +110,7 @@ class EnvSpec:
     delayed_rewards: bool = False
     award_lookahead: int = 0
     team_reward: bool = False
+    answer_kind: str = "text"
     problem_loader: str = ""
     evaluation_options: str = ""
     train_values: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
@@ -113,6 +122,8 @@ class EnvSpec:
             raise ValueError(f"{self.id}: modes must be a non-empty subset of {MODES}, got {bad}")
         if self.award_lookahead < 0:
             raise ValueError(f"{self.id}: award_lookahead must be >= 0")
+        if self.answer_kind not in ("text", "program"):
+            raise ValueError(f"{self.id}: answer_kind must be 'text' or 'program'")
         object.__setattr__(self, "cpu_options", MappingProxyType(dict(self.cpu_options)))
         for name in ("cpu_train_options", "train_values", "cpu_train_values"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
@@ -146,9 +157,15 @@ _REGISTRY: dict[str, EnvSpec] = {}
 _ALIASES: dict[str, str] = {}
 
 
-def register(id: str, entry_point: str, aliases: tuple[str, ...] = (), **facts: Any) -> EnvSpec:
-    """Register a setting (``facts`` are :class:`EnvSpec` fields). Re-registering an id
-    replaces it. Returns the spec.
+def register(
+    id: str,
+    entry_point: str,
+    roles: tuple[str, ...] = (),
+    aliases: tuple[str, ...] = (),
+    **facts: Any,
+) -> EnvSpec:
+    """Register a setting (``facts`` are :class:`EnvSpec` fields) and the Gymnasium ids of its
+    ``roles``. Re-registering an id replaces it. Returns the spec.
 
     >>> s = register("_doc_toy", "envs.sokoban:env", modes=("multi", "single"))
     >>> s.recipe, spec("_doc_toy").modes
@@ -157,11 +174,24 @@ def register(id: str, entry_point: str, aliases: tuple[str, ...] = (), **facts: 
     """
     if ":" in id:
         raise ValueError(f"a setting id cannot contain ':' (it separates module and id): {id!r}")
-    entry = EnvSpec(id, entry_point, tuple(aliases), **facts)
+    entry = EnvSpec(id, entry_point, tuple(roles), tuple(aliases), **facts)
     _REGISTRY[id] = entry
     for alias in aliases:
         _ALIASES[alias] = id
+    if entry.roles:
+        from envs.core.gymnasium_ids import register_gymnasium_ids
+
+        register_gymnasium_ids(entry.id, entry.roles)
     return entry
+
+
+def roles_of(env_id: str) -> tuple[str, ...]:
+    """The roles ``env_id`` registered (its class's agents under the default config).
+
+    >>> roles_of("sokoban")
+    ('tool', 'planner')
+    """
+    return spec(env_id, allow_import=False).roles
 
 
 class ModuleNotLoadedError(ValueError):

@@ -130,7 +130,6 @@ _FAIL = Extraction(None, "")
 class ToolPlannerEnv(TurnBasedEnv):
     """Base of Sudoku, Sokoban and Plan-Path (see module docstring)."""
 
-    AGENTS: ClassVar[tuple[str, ...]] = ("tool", "planner")
     SINGLE_AGENTS: ClassVar[tuple[str, ...]] = ("planner",)
     config_cls: ClassVar[type[EnvConfig]] = ToolPlannerConfig
     config: ToolPlannerConfig

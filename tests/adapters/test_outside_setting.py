@@ -43,6 +43,14 @@ from envs.core.rewards import RewardParts
 
 _ANSWER = re.compile(r"Answer:\\s*(\\d{1,6})")
 
+envs.register(
+    "echo_toy",
+    f"{__name__}:env",
+    roles=("caller", "echo"),
+    description="caller + echo (a test setting)",
+    team_reward=True,
+)
+
 
 @dataclass(frozen=True)
 class EchoRewards(RewardConfig):
@@ -65,12 +73,20 @@ class EchoEnv(TurnBasedEnv):
         "name": "echo_toy_v0",
         "is_parallelizable": False,
     }
-    AGENTS = ("caller", "echo")
+    AGENTS = envs.roles_of("echo_toy")
     config_cls = EchoConfig
     config: EchoConfig
 
     def _generate_instance(self, rng):
         return str(int(rng.integers(10 ** (self.config.digits - 1), 10**self.config.digits)))
+
+    def _instance_from_dict(self, data):
+        if not (isinstance(data, dict) and set(data) == {"number"}):
+            raise ValueError('an echo_toy instance is {"number": "<1 to 6 digits>"}')
+        number = data["number"]
+        if not (isinstance(number, str) and 1 <= len(number) <= 6 and number.isdigit()):
+            raise ValueError('an echo_toy instance is {"number": "<1 to 6 digits>"}')
+        return number
 
     def _reset_state(self, instance):
         self.said = ""
@@ -102,10 +118,6 @@ class EchoEnv(TurnBasedEnv):
 def env(**kwargs):
     return wrap(EchoEnv(**kwargs))
 
-
-envs.register(
-    "echo_toy", f"{__name__}:env", description="caller + echo (a test setting)", team_reward=True
-)
 '''
 
 

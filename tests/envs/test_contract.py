@@ -70,6 +70,8 @@ def test_render(case):
 def test_make_resolves_and_errors(env_id):
     env = envs.make(env_id)
     assert env.unwrapped is not env
+    # the roles the setting registered (its Gymnasium ids) are its env's agents by default
+    assert tuple(env.unwrapped.possible_agents) == envs.spec(env_id).roles
     assert str(env.unwrapped) == env.unwrapped.metadata["name"]
     with pytest.raises(TypeError, match="unknown config option"):
         envs.make(env_id, definitely_not_an_option=1)

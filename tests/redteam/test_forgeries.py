@@ -14,7 +14,7 @@ SANDBOXED = [f for f in ALL if f.sandboxed]
 PURE = [f for f in ALL if not f.sandboxed]
 
 
-def test_at_least_thirty_forgeries_over_every_setting():
+def test_at_least_thirty_forgeries_over_the_sandboxed_settings():
     assert len({f.name for f in ALL}) == len(ALL) >= 30
     assert {f.setting for f in ALL} == {"code", "math", "mae", "sage", "marsrl"}
 

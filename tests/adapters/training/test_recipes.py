@@ -59,7 +59,7 @@ def test_each_setting_defaults_to_its_papers_recipe_on_cuda(env, name, value):
     assert cfg.sources[name].startswith(f"recipe {cfg.recipe}:")
 
 
-def test_every_registered_setting_has_a_recipe_and_every_recipe_cites_its_paper():
+def test_every_setting_has_a_recipe_and_every_recipe_cites_its_paper():
     for env_id in envs.list_envs():
         assert recipe_for(env_id).name == (envs.spec(env_id).recipe or "at-grpo")
     for r in RECIPES.values():
@@ -79,7 +79,7 @@ def test_sage_critic_samples_at_its_own_temperature():
     assert user.generation.role_sampling == {"critic": {"temperature": 0.1, "top_p": 0.9}}  # merged
 
 
-def test_cpu_scale_down_keeps_every_protocol():
+def test_every_setting_keeps_its_protocol_at_cpu_scale():
     """No setting's CPU default cuts its protocol (the old max_turns = 1 stopped MarsRL after
     V1 and CoMAS after one round): sizes shrink, horizons and rounds stay the paper's."""
     for env_id in envs.list_envs():
