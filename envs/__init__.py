@@ -48,19 +48,19 @@ _AT_GRPO_MODES = MODES  # AT-GRPO compares one agent with the team (§5.1)
 _GRID_NOTE = (
     "a team started from the setting's oracle (the cold start, --init) that reads unseen "
     "instances, beside the no-op, constant, oracle and open-loop references, and whether a few "
-    "AT-GRPO steps change it; docs/learning.md has the measured runs (on Sokoban the cold start "
-    "solves nearly every unseen 6 x 6 level; plan_path's six steps did not change it measurably)"
+    "AT-GRPO steps change it (measured runs: docs/learning.md#the-other-settings-on-a-cpu)"
 )
 _SOKOBAN_NOTE = (
-    "a team started from the shipped oracle cold start (--init) on 8 x 8 levels, where it fails "
-    "on about 4 levels in 10, and what six AT-GRPO steps add on unseen levels beside the "
-    "no-op, constant, oracle and open-loop references (docs/learning.md: 36 -> 57 of 64)"
+    "a team started from the shipped oracle cold start (--init) on levels larger than those it "
+    "was made on, and what the AT-GRPO steps add on unseen levels beside the no-op, constant, "
+    "oracle and open-loop references (measured: docs/learning.md#the-default-run-8-x-8-levels)"
 )
 _SUDOKU_NOTE = (
     "the pipeline end to end (rollouts, the paper's rewards, updates, a before/after evaluation "
     "on unseen instances beside the no-op, constant, oracle and open-loop references); its CPU "
     "recipe has no cold start yet, and without one the 135M model has not learned to read the "
-    "instance (docs/learning.md): a gain no larger than the open-loop row is a fixed plan"
+    "instance (docs/learning.md#the-other-settings-on-a-cpu): a gain no larger than the "
+    "open-loop row is a fixed plan"
 )
 # on a CPU, the prompts' fixed text (rules, role, format) is shortened: prefill of the text every
 # prompt shares is most of a CPU run's generation time
@@ -73,33 +73,32 @@ _COMPACT = {"prompt_style": ("compact", "CPU: compact prompts (the fixed instruc
 _CPU_GRID_TRAINING: dict[str, tuple[Any, str]] = {
     "init": (
         "cold-start:tool,planner=8",
-        "CPU: a cold start on the oracle's turns (train split): every tool turn of 48 episodes, "
-        "the planner's of 8; RL starts from a team that sometimes succeeds",
+        "CPU: a cold start on the oracle's turns (train split), so that RL starts from a team "
+        "that sometimes succeeds (docs/learning.md#the-cold-start-the-oracles-turns-as-a-first-"
+        "fine-tune)",
     ),
     "eval_episodes": (64, "CPU: 64 distinct validation instances before and after training"),
     "instances_per_step": (
         4,
-        "CPU: 4 levels per step (six 8 x 8 Sokoban steps: 15 minutes on 2 idle cores)",
+        "CPU: 4 instances per step",
     ),
-    "max_new_tokens": (320, "CPU: the oracle's search program (about 290 tokens) fits"),
+    "max_new_tokens": (320, "CPU: the oracle tool's search program fits"),
     "role_sampling": (
         {"planner": {"max_new_tokens": 64}},
         "CPU: a planner answer (#### and a move list) fits 64 tokens",
     ),
 }
-# Sokoban on a CPU: 8 x 8 levels, where the cold start (made on the default 6 x 6 levels, which it
-# nearly always solves) fails on about 4 in 10 and AT-GRPO has something to add; a smaller step
-# than the AT-GRPO CPU scale-down's, whose four PPO mini-batches at lr 1e-3 broke the tool's
-# program format in one step at this size (docs/learning.md)
-_SOKOBAN_CPU_SIDE = (8, "CPU: 8 x 8 levels, where the cold start fails on about 4 in 10")
+# Sokoban on a CPU: levels larger than the cold start's 6 x 6 (which it nearly always solves), so
+# that AT-GRPO has something to add; a smaller step than the AT-GRPO CPU scale-down's, whose four
+# PPO mini-batches broke the tool's program format in one step at this size (docs/learning.md)
+_SOKOBAN_CPU_SIDE = (8, "CPU: 8 x 8 levels, where the cold start often fails")
 _SOKOBAN_CPU_OPTIONS = {**_COMPACT, "height": _SOKOBAN_CPU_SIDE, "width": _SOKOBAN_CPU_SIDE}
 _SOKOBAN_CPU_TRAINING: dict[str, tuple[Any, str]] = {
     **_CPU_GRID_TRAINING,
     "init": (
         "shipped:sokoban-423d2cd7aff3cbd4",
-        "CPU: the shipped cold start (every tool turn of 48 oracle episodes on 6 x 6 levels, "
-        "the planner's of 8; its coldstart.json has the command); RL starts from a team that "
-        "sometimes succeeds",
+        "CPU: the shipped cold start (oracle episodes on 6 x 6 levels; its coldstart.json has the "
+        "command), so that RL starts from a team that sometimes succeeds",
     ),
     "lr": (3e-4, "CPU: a smaller step, so the tool's program format survives the first update"),
     "ppo_minibatches": (1, "CPU: one optimizer step per batch (a smaller step)"),
@@ -161,9 +160,9 @@ register(
     train_values=_LONG_PROMPTS,
     problem_loader="envs.code:load_code_problems",
     cpu_note=(
-        "the pipeline only: no HumanEval program fits the CPU run's 48 new tokens (the untrained "
-        "team earned no reward, format included: docs/learning.md); the task needs a GPU and the "
-        "paper's 4096 tokens"
+        "the pipeline only: no HumanEval program fits the CPU run's completion budget "
+        "(docs/learning.md#the-other-settings-on-a-cpu); the task needs a GPU and the paper's "
+        "completion length"
     ),
 )
 
@@ -190,7 +189,7 @@ def _cpu_sizes(options: dict[str, Any], why: str) -> dict[str, Any]:
     return {"cpu_options": options, "cpu_train_options": _cpu_train(options, why)}
 
 
-# on a CPU, math is arithmetic short enough that an answer fits the CPU run's 48 new tokens
+# on a CPU, math is arithmetic short enough that an answer fits the CPU run's completion budget
 _SMALL_ARITHMETIC = {"generators": ["basic_arithmetic"], "generator_options": _arithmetic(2)}
 register(
     "math",
@@ -203,7 +202,7 @@ register(
     award_lookahead=1,  # the reasoner's team reward comes with the tool's agreeing step
     train_values=_LONG_PROMPTS,
     cpu_note=(
-        "the reward beyond format on arithmetic that fits 48 tokens: the tool's correctness, "
+        "the reward beyond format on arithmetic that fits the CPU budget: the tool's correctness, "
         "which a short run improves on unseen problems, and the team reward, which needs the "
         "reasoner to state the tool's value and which no measured run taught (docs/learning.md). "
         "Not multi-step reasoning, whose word problems need hundreds of tokens"
@@ -217,7 +216,7 @@ register(
 _ONE_DIGIT_ARITHMETIC = {"dataset": "basic_arithmetic", "dataset_options": _arithmetic(1)}
 _UNMEASURED_NOTE = (
     "the pipeline (rollouts, the paper's rewards, updates); what the untrained team earns "
-    "beyond format at 48 new tokens on a CPU is not measured"
+    "beyond format at the CPU completion budget is not measured"
 )
 register(
     "propose_solve_judge",
@@ -262,7 +261,7 @@ register(
     evaluation_options="envs.solver_verifier_corrector:EVALUATION_CONFIG",
     cpu_note=(
         "the solver's correctness on one-digit arithmetic, which the untrained model sometimes "
-        "has; at 48 tokens the verifier and corrector rarely write a verdict, and the paper's "
+        "has; at the CPU budget the verifier and corrector rarely write a verdict, and the paper's "
         "long-reasoning gains need a GPU and far more tokens (docs/learning.md)"
     ),
     **_cpu_sizes(

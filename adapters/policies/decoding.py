@@ -1,29 +1,24 @@
 """The KV cache and the attention of CPU decoding: what a decode step costs on a CPU.
 
 A decode step of a small model on a CPU is not its matrix products. Profiled on the embedded
-135M model (bfloat16, 64 rows, ~700 cached positions, 2 cores), a step took about 0.9 s, and the
-linear layers were under a tenth of it; the rest was
+135M model, the linear layers were a small part of a step; the rest was
 
 * **the cache's growth**: transformers' ``DynamicLayer`` concatenates every new position onto
   its keys and values, copying the whole cache of every layer at every step
   (:func:`growing_layer` writes into spare capacity instead, grown geometrically); and
 * **the one-query attention**: without a padding mask (rows of equal length, e.g. the
   candidates of one prompt), transformers' ``sdpa`` hands a decode step with grouped key/value
-  heads to PyTorch's CPU kernel for grouped-query attention, which on bfloat16 inputs spent ~26
-  ms per layer; with a mask it attends each key/value head's query group as one (its
-  ``pack_gqa`` path), several times faster. :func:`decode_attention` gives a maskless decode
-  step an all-true mask: the same ``sdpa`` arithmetic, the fast path (in float32 the logits
-  agree with transformers' to 1e-5, ``tests/adapters/policies/test_decoding.py``).
+  heads to PyTorch's CPU kernel for grouped-query attention, which is slow on bfloat16 inputs;
+  with a mask it attends each key/value head's query group as one (its ``pack_gqa`` path),
+  several times faster. :func:`decode_attention` gives a maskless decode step an all-true mask:
+  the same ``sdpa`` arithmetic, the fast path (in float32 the logits agree with transformers' to
+  1e-5, ``tests/adapters/policies/test_decoding.py``).
 
 Both change only decoding: prompt prefill (several query positions) and every training forward
 run transformers' ``sdpa`` attention unchanged. ``benchmarks/generation.py`` measures them
-against transformers' defaults in the same run (its "CPU decoding" rows).
-
-The profile above is of an earlier transformers release than the one measured last (5.24, with
-torch 2.13). That release still grows ``DynamicLayer`` by concatenation and still sends a
-maskless step to the grouped-query kernel, but its step costs less: the module's gain there is
-1.0x at 16 rows and 1.4x at 64 (``docs/scaling.md``, "Generation and update speed on a
-CPU"). Re-measure before relying on either number with another release.
+against transformers' defaults in the same run (its "CPU decoding" rows); what they gain with
+the transformers release in use, and the profile, are in docs/scaling.md ("Generation and update
+speed on a CPU"). Re-measure with another release: the gain depends on it.
 """
 
 from __future__ import annotations

