@@ -67,8 +67,7 @@ template (e.g. ``enable_thinking=false``, Qwen3's no-thinking mode); ``--suite p
 a paper's evaluation with its protocol (:mod:`adapters.evaluation.papers`).
 
 This module only parses arguments; the work is done by :mod:`adapters.evaluation` (``evaluate``,
-``EvalReport``; importing them from here still works but is deprecated) and
-:mod:`adapters.evaluation.suite` (``run_suite``).
+``EvalReport``) and :mod:`adapters.evaluation.suite` (``run_suite``).
 """
 
 from __future__ import annotations
@@ -85,24 +84,7 @@ from typing import Any
 from adapters import cli
 from adapters.policies.graphs import MODES
 
-# EvalReport, evaluate, build_policies and parse_policy_spec moved to adapters.evaluation and
-# adapters.policies.specs; they stay importable from here for existing code (deprecated), loaded
-# on first use so that --help and argument errors answer before anything heavy is imported.
 __all__ = ["build_parser", "main"]
-_MOVED = {
-    "EvalReport": "adapters.evaluation",
-    "evaluate": "adapters.evaluation",
-    "build_policies": "adapters.policies.specs",
-    "parse_policy_spec": "adapters.policies.specs",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -467,7 +449,7 @@ def _main_passes(
     parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str] | None
 ) -> int:
     from adapters.evaluation import ArgumentMismatch
-    from adapters.evaluation.passes import DEFAULT_MAX_NEW_TOKENS, Benchmark, PassArgs, run_passes
+    from adapters.evaluation.passes import PAPER_MAX_NEW_TOKENS, Benchmark, PassArgs, run_passes
     from adapters.evaluation.suite import _default_factory
     from adapters.policies.specs import check_policy_specs
     from adapters.training.flags import parse_key_values
@@ -504,7 +486,7 @@ def _main_passes(
             ks=tuple(args.pass_k),
             temperature=_given(args.temperature, 0.0),
             top_p=_given(args.top_p, 1.0),
-            max_new_tokens=_given(args.max_new_tokens, DEFAULT_MAX_NEW_TOKENS),  # type: ignore[arg-type]
+            max_new_tokens=_given(args.max_new_tokens, PAPER_MAX_NEW_TOKENS),  # type: ignore[arg-type]
             seed=args.seed,
             chunk_size=args.chunk_size,
             judge=args.judge,

@@ -17,30 +17,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any
 
 from adapters import cli
 from adapters.integrations._uvicorn import add_guard_flags
 
-# the server moved to adapters.integrations.openai_server; these names stay importable from here
-# (loaded on first use, so that --help answers before anything heavy is imported)
 __all__ = ["build_parser", "main"]
-_MOVED = (
-    "BadRequest",
-    "PolicyServer",
-    "RequestLimits",
-    "make_server",
-    "parse_request",
-    "start_in_thread",
-)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        from adapters.integrations import openai_server
-
-        return getattr(openai_server, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    from adapters.integrations.openai_server import DEFAULT_MAX_N, DEFAULT_MAX_TOKENS
+    from adapters.integrations.openai_server import DEFAULT_MAX_N
+    from adapters.policies.base import MAX_NEW_TOKENS
 
     caps = parser.add_argument_group("request limits (a request over one is refused with 400)")
     caps.add_argument(
@@ -72,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     caps.add_argument(
         "--max-tokens",
         type=int,
-        default=DEFAULT_MAX_TOKENS,
+        default=MAX_NEW_TOKENS,
         help="most tokens per completion (default %(default)s: the generation section's "
         "max_new_tokens)",
     )

@@ -7,7 +7,7 @@ Layers, lowest first (docs/design.md section 1 and ``adapters/README.md``)::
 
     envs:      envs.core  <-  envs.data  <-  envs.pools  <-  envs.<setting>  <-  envs
     adapters:  policies  <-  rollout  <-  evaluation  <-  training  <-  integrations
-               <-  the command lines and deprecated aliases (adapters.train, adapters.evaluate, ...)
+               <-  the command lines (adapters.train, adapters.evaluate, ...)
 
 Every ``import`` statement counts, including the lazy ones inside functions and those under
 ``if TYPE_CHECKING`` (a lazy import is still a dependency). The checker is a pure function of a
@@ -159,7 +159,7 @@ def project_rank(module: str) -> int:
         sub = rest.split(".")[0]
         if sub in ADAPTER_LAYERS:
             return base + ADAPTER_LAYERS.index(sub)
-        return base + len(ADAPTER_LAYERS)  # command lines, deprecated aliases, the package
+        return base + len(ADAPTER_LAYERS)  # command lines, the package
     return base
 
 

@@ -23,7 +23,7 @@ each with a 95% Student-t interval over problems (:func:`~adapters.evaluation.st
 mean_interval`).
 
 **Limits and decoding.** A pass decodes at most ``max_new_tokens`` new tokens per completion
-(default :data:`DEFAULT_MAX_NEW_TOKENS` = 4,096, the smallest response limit of the five papers,
+(default :data:`PAPER_MAX_NEW_TOKENS` = 4,096, the smallest response limit of the five papers,
 AT-GRPO A.2.1 and CoMAS Appendix C; the paper suites set their paper's own,
 :mod:`adapters.evaluation.papers`), left-truncates prompts longer than ``max_prompt_tokens``
 tokens (``None``: the model's context; an HTTP server applies its own), samples with
@@ -70,7 +70,7 @@ from adapters.rollout import (
 from verifiers.extract import clip_text
 
 __all__ = [
-    "DEFAULT_MAX_NEW_TOKENS",
+    "PAPER_MAX_NEW_TOKENS",
     "Benchmark",
     "PassArgs",
     "benchmark_problems",
@@ -83,7 +83,9 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 2  # 2: decoding limits, chat template arguments, judge sampling, protocol
-DEFAULT_MAX_NEW_TOKENS = 4096
+PAPER_MAX_NEW_TOKENS = 4096
+"""A full pass's completion budget (see the module docstring); the CPU-sized evaluations and the
+trainer use the generation section's :data:`~adapters.policies.base.MAX_NEW_TOKENS`."""
 COMPLETION_CHARS = 4000
 """The last completion of each episode is kept in its record (clipped to this many characters),
 so answers can be re-graded (e.g. by an LLM judge) without playing again."""
@@ -178,7 +180,7 @@ class PassArgs:
     temperature: float = EVAL_TEMPERATURE
     top_p: float = 1.0
     top_k: int = -1
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    max_new_tokens: int = PAPER_MAX_NEW_TOKENS
     max_prompt_tokens: int | None = None
     seed: int = 0
     chunk_size: int = 16
@@ -222,7 +224,7 @@ def play_pass(
     temperature: float = EVAL_TEMPERATURE,
     top_p: float = 1.0,
     top_k: int = -1,
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    max_new_tokens: int = PAPER_MAX_NEW_TOKENS,
     seed: int = 0,
     on_episode: Callable[[Any], None] | None = None,
     role_policy: Mapping[str, str] | None = None,

@@ -63,9 +63,8 @@ import gymnasium
 from adapters.policies.base import MAX_NEW_TOKENS
 from adapters.rollout import flush_dead_steps
 
-__all__ = ["DEFAULT_MAX_NEW_TOKENS", "RoleEnv"]
+__all__ = ["RoleEnv"]
 
-DEFAULT_MAX_NEW_TOKENS = MAX_NEW_TOKENS
 _SEED_SPACE = 2**31 - 1
 
 
@@ -80,7 +79,7 @@ class RoleEnv(gymnasium.Env):  # type: ignore[type-arg]
         role: str,
         policy: Any = "oracle",
         render_mode: str | None = None,
-        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        max_new_tokens: int = MAX_NEW_TOKENS,
         **config: Any,
     ) -> None:
         import envs

@@ -72,7 +72,6 @@ from adapters.policies.knobs import declared_default
 
 __all__ = [
     "DEFAULT_MAX_N",
-    "DEFAULT_MAX_TOKENS",
     "BadRequest",
     "PolicyServer",
     "RequestLimits",
@@ -83,7 +82,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_TOKENS = MAX_NEW_TOKENS  # the cap on max_tokens, and a request's budget without one
 DEFAULT_MAX_N: int = declared_default(GenerationConfig, "gen_batch_size")  # the cap on n
 SHUTDOWN_GRACE_S = 5  # shutdown() waits this long for requests in flight
 
@@ -102,7 +100,7 @@ class RequestLimits:
     ``max_tokens`` tokens each."""
 
     max_n: int = DEFAULT_MAX_N
-    max_tokens: int = DEFAULT_MAX_TOKENS
+    max_tokens: int = MAX_NEW_TOKENS
 
     def __post_init__(self) -> None:
         for name in ("max_n", "max_tokens"):
@@ -171,7 +169,7 @@ def parse_request(
     try:
         n = int(get("n", 1))
         asked = body.get(tokens_field)
-        max_tokens = min(DEFAULT_MAX_TOKENS, limits.max_tokens) if asked is None else int(asked)
+        max_tokens = min(MAX_NEW_TOKENS, limits.max_tokens) if asked is None else int(asked)
     except (TypeError, ValueError, OverflowError) as e:
         raise BadRequest(str(e)) from None
     if n > limits.max_n:

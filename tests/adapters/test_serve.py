@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from adapters.integrations.openai_server import BadRequest, parse_request, start_in_thread
 from adapters.policies import OpenAIAPIError, OpenAIPolicy, SamplingParams, ScriptedPolicy
-from adapters.serve import BadRequest, parse_request, start_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
 
