@@ -1,35 +1,55 @@
-"""Losses as pure torch functions: the PPO clipped surrogate, KL estimators and the KL loss.
+"""The loss of one micro-batch, term by term, as pure torch functions.
 
-* :func:`ppo_clip_loss` - PPO clipped surrogate with optional asymmetric clipping
-  (``clip_eps`` low, ``clip_eps_high`` high, "clip-higher"), aggregated by token mean over the
-  valid tokens of the batch by default (:func:`aggregate_loss`); returns the loss and detached
-  statistics (clip fraction, approximate KL between old and new policy). With
-  ``old_logprobs = logprobs.detach()`` (one on-policy step) its gradient equals AT-GRPO's Eq. 3
-  policy gradient.
-* :func:`group_mean_weights` and the ``"group-mean"`` aggregation: AT-GRPO's Eq. 3,
-  ``L = -E_g[1/K sum_c log pi(a_c) A_c]``: each sample weighs ``1/K_g`` within its group and the
-  groups are averaged, so a sample's weight is ``1 / (G * K_g)`` whatever the other groups'
-  advantages are (a group whose K rewards are equal still counts in G). A sample's
+One optimizer step's objective for a policy is the sum over the step's micro-batches of
+:func:`micro_batch_loss` (each weighted by its share of the mini-batch,
+:mod:`adapters.training.update`)::
+
+    L = c * agg_{i,t}[ w_t * max(-A_t r_t, -A_t clip(r_t, 1 - eps_low, 1 + eps_high)) ]
+        + beta * KL(pi || pi_ref) - alpha * H(pi)
+
+Each term is one function here (the update around it runs the forward, cuts mini-batches,
+accumulates gradients and steps the optimizer, and adds no term of its own):
+
+* ``r_t = pi(a_t) / pi_old(a_t)`` and the clipped surrogate, :func:`ppo_clip_loss` (PPO, Schulman
+  et al. 2017, Eq. 7), with optional asymmetric clipping (``clip_eps`` low, ``clip_eps_high``
+  high: DAPO's "clip-higher"); it returns the loss and detached statistics (clip fraction,
+  approximate KL between the old and the new policy). With ``old_logprobs = logprobs.detach()``
+  (one on-policy step) its gradient is the policy gradient of AT-GRPO's Eq. 3.
+* ``agg`` and ``c``: :func:`aggregate_loss`, the token mean over the batch's valid tokens by
+  default, or AT-GRPO's Eq. 3, ``L = -E_g[1/K sum_c log pi(a_c) A_c]`` (``loss_agg="group-mean"``):
+  each sample weighs ``1/K_g`` within its group (:func:`group_weights`) and the groups are
+  averaged. A policy's groups are spread over its mini-batches, so the average is taken per
+  optimizer step: each of the ``n`` steps divides its sum by ``G / n``, ``c = n / G``
+  (:func:`group_mean_scale`), with ``n`` and ``G`` counted before zero-advantage samples are
+  skipped, so a group whose K rewards are equal still counts in G. A sample's
   ``log pi(a_c)`` enters as the token mean of its per-token surrogate (verl's
-  ``seq-mean-token-mean`` per sample), so the step does not grow with the completion length;
-  at ratio 1 (one on-policy step) the gradient is Eq. 3's with length-normalised log-probs.
-  Hand case: group A rewards [1, 0, 0, 0], group B all equal, 10-token completions: Eq. 3 weights
-  each A sample's token-mean log-prob by ``A/8``; the token mean over the informative samples
-  (``"token-mean"`` with ``skip_zero_advantage``, the earlier default) by ``A/4``. The authors'
-  code trains with verl's token mean (PettingLLMs ``pettingllms/config/ppo_trainer/base.yaml``,
-  ``actor.loss_agg_mode: token-mean``); ``loss_agg="token-mean"`` reproduces that.
-* :func:`truncated_is_weights`: the off-policy correction of asynchronous rollouts
-  (``--max-staleness``). A token sampled by a behaviour policy several versions old gets the
-  weight ``min(pi_old / pi_behav, C)`` on its clipped surrogate, where ``pi_old`` is the policy at
-  the start of this update (the PPO ratio's denominator, recomputed) and ``pi_behav`` the sampler's
+  ``seq-mean-token-mean`` per sample), so the step does not grow with the completion length; at
+  ratio 1 the gradient is Eq. 3's with length-normalised log-probs. Hand case: group A rewards
+  [1, 0, 0, 0], group B all equal, 10-token completions: Eq. 3 weights each A sample's token-mean
+  log-prob by ``A/8``; the token mean over the informative samples (``"token-mean"`` with
+  ``skip_zero_advantage``) by ``A/4``. The authors' code trains with verl's token mean
+  (PettingLLMs ``pettingllms/config/ppo_trainer/base.yaml``, ``actor.loss_agg_mode:
+  token-mean``); ``loss_agg="token-mean"`` reproduces that. :func:`group_mean_weights` is a
+  sample's weight in the whole batch, ``1 / (G K_g)``, as one number.
+* ``A_t`` with UloRL's mask (Eq. 10, MarsRL section 2.3): the well-mastered tokens of positive
+  samples get advantage 0 while the model's entropy is low
+  (:func:`~adapters.training.masking.without_mastered_positives`, with the other masks), so they
+  leave the surrogate's numerator and keep their place in its denominator.
+* ``w_t = min(pi_old / pi_behav, C)``, :func:`truncated_is_weights`: the off-policy correction of
+  asynchronous rollouts (``--max-staleness``) and segments. A token sampled by a behaviour policy
+  several versions old is weighted by it on its clipped surrogate, where ``pi_old`` is the policy
+  at the start of this update (the PPO ratio's denominator) and ``pi_behav`` the sampler's
   log-probs recorded at generation. This is verl's decoupled token-level rollout correction
   (``verl/trainer/ppo/core_algos.py``, ``compute_policy_loss_vanilla``: ``pg_losses *
   rollout_is_weights``; the weights from ``verl/trainer/ppo/rollout_corr_helper.py`` with
   ``rollout_is="token"`` and ``rollout_is_threshold``, default 2.0): the PPO ratio keeps its trust
   region around the current policy, the detached weight carries the sample back from the
   behaviour policy, truncated so that a stale token cannot dominate the batch.
-* :func:`token_kl` (k1, k2, k3 estimators) and :func:`kl_loss` (masked token mean), the KL term
-  of MarsRL's Eq. 2 and of verl's ``use_kl_loss``.
+* ``beta * KL(pi || pi_ref)``: :func:`kl_loss`, the masked token mean of :func:`token_kl` (k1, k2
+  or k3 estimators), the KL term of MarsRL's Eq. 2 and of verl's ``use_kl_loss``.
+* ``alpha * H(pi)``: :func:`entropy_bonus`, the policy's entropy aggregated as the surrogate is
+  (per sequence under Eq. 3, whose group weights belong to the surrogate alone); MAE's entropy
+  bonus (Table 3, ``entropy_coef``).
 
 Shapes: ``B`` sequences, ``T`` completion positions; ``mask`` (B, T) is 1 on valid completion
 tokens; per-token tensors are meaningful only where the mask is 1.
@@ -39,11 +59,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from adapters.training.masking import check_token_shapes, masked_mean
+from adapters.training.masking import check_token_shapes, masked_mean, without_mastered_positives
+
+if TYPE_CHECKING:  # pragma: no cover
+    from adapters.training.sections import UpdateConfig
 
 KLKind = Literal["k1", "k2", "k3"]
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "group-mean"]
@@ -51,9 +75,14 @@ LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "gr
 __all__ = [
     "KLKind",
     "LossAgg",
+    "MicroBatch",
     "aggregate_loss",
+    "entropy_bonus",
+    "group_mean_scale",
     "group_mean_weights",
+    "group_weights",
     "kl_loss",
+    "micro_batch_loss",
     "ppo_clip_loss",
     "token_kl",
     "truncated_is_weights",
@@ -101,6 +130,28 @@ def group_mean_weights(groups: Sequence[str]) -> list[float]:
     """
     sizes = Counter(groups)
     return [1.0 / (len(sizes) * sizes[g]) for g in groups]
+
+
+def group_weights(groups: Sequence[str]) -> list[float]:
+    """AT-GRPO Eq. 3's weight of a sample within its group, ``1 / K_g`` (the ``1/G`` over groups
+    is :func:`group_mean_scale`, taken per optimizer step).
+
+    >>> group_weights(["a", "a", "a", "b"])
+    [0.3333333333333333, 0.3333333333333333, 0.3333333333333333, 1.0]
+    """
+    sizes = Counter(groups)
+    return [1.0 / sizes[g] for g in groups]
+
+
+def group_mean_scale(optimizer_steps: float, groups: float) -> float:
+    """AT-GRPO Eq. 3's ``1/G`` for one of ``optimizer_steps`` steps over a batch of ``groups``
+    groups: each step's sum of ``1/K_g``-weighted terms is divided by ``G / n``, so the ``n``
+    steps together average the G groups (``groups`` at least 1).
+
+    >>> group_mean_scale(2, 8)  # two steps over 8 groups: each divides its sum by 4
+    0.25
+    """
+    return optimizer_steps / max(1.0, groups)
 
 
 def aggregate_loss(
@@ -211,3 +262,102 @@ def ppo_clip_loss(
             "ratio_max": (ratio * m).max() if m.any() else ratio.new_zeros(()),
         }
     return loss, {k: v.detach() for k, v in stats.items()}
+
+
+def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, loss_agg: LossAgg) -> torch.Tensor:
+    """The policy's entropy that the loss rewards (MAE's entropy bonus, Table 3): the per-token
+    ``entropy`` aggregated as the surrogate is, except that Eq. 3's ``"group-mean"`` takes the
+    mean over sequences of their token means (the group weights are the surrogate's alone). The
+    loss subtracts ``entropy_coef`` times it.
+
+    >>> h, m = torch.tensor([[1.0, 3.0], [5.0, 0.0]]), torch.tensor([[1, 1], [1, 0]])
+    >>> entropy_bonus(h, m, "token-mean").item(), entropy_bonus(h, m, "group-mean").item()
+    (3.0, 3.5)
+    """
+    agg: LossAgg = "seq-mean-token-mean" if loss_agg == "group-mean" else loss_agg
+    return aggregate_loss(entropy, mask, agg)
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One micro-batch's per-token tensors, ``(B, T)`` each, right-padded, and what each
+    optional term of :func:`micro_batch_loss` reads (None: the term is off)."""
+
+    logprobs: torch.Tensor  # log pi(a_t) of the policy being updated (with its gradient)
+    old_logprobs: torch.Tensor  # log pi_old(a_t): the PPO ratio's denominator
+    advantages: torch.Tensor  # (B, T), or (B,): one value per sequence
+    mask: torch.Tensor  # 1 on completion tokens
+    group_weights: torch.Tensor | None = None  # (B,) Eq. 3's 1/K_g (loss_agg "group-mean")
+    behav_logprobs: torch.Tensor | None = None  # the sampler's, when it was an older policy
+    ref_logprobs: torch.Tensor | None = None  # the reference policy's (the KL loss)
+    entropy: torch.Tensor | None = None  # the policy's per-token entropy (the entropy bonus)
+
+
+def micro_batch_loss(
+    mb: MicroBatch,
+    cfg: UpdateConfig,
+    *,
+    share: float,
+    group_scale: float = 1.0,
+    model_entropy: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of one micro-batch (the module docstring's ``L``) and its statistics.
+
+    ``cfg`` gives the coefficients (``clip_eps``, ``clip_eps_high``, ``loss_agg``,
+    ``kl_loss_coef`` and ``kl_loss_type``, ``entropy_coef``, ``mpt_mask_tau`` and
+    ``mpt_target_entropy``, ``rollout_is_cap``). ``share`` is the micro-batch's share of its
+    mini-batch (its tokens, or its sequences, over the mini-batch's), the weight with which the
+    update accumulates the returned loss; Eq. 3 is a sum over the mini-batch, so under
+    ``"group-mean"`` the surrogate is divided by it and multiplied by ``group_scale``
+    (:func:`group_mean_scale`). ``model_entropy``: the model's entropy that opens UloRL's mask
+    (read when ``mpt_mask_tau > 0``).
+
+    The statistics are plain floats: ``pg_loss``, ``loss``, ``clip_frac``, ``approx_kl``,
+    ``ratio_max``, and where their term is on ``kl_loss``, ``entropy``, ``is_weight_mean``,
+    ``mpt_masked_frac``.
+    """
+    stats: dict[str, float] = {}
+    advantages = mb.advantages
+    if cfg.mpt_mask_tau > 0:  # UloRL Eq. 10: well-mastered positive tokens leave the sum
+        advantages, dropped = without_mastered_positives(
+            advantages,
+            mb.logprobs,
+            mb.mask,
+            model_entropy=model_entropy,
+            tau=cfg.mpt_mask_tau,
+            target_entropy=cfg.mpt_target_entropy,
+        )
+        stats["mpt_masked_frac"] = float(dropped.sum() / mb.mask.sum())
+    is_weights = None
+    if mb.behav_logprobs is not None:  # sampled by an older policy: back to pi_old, truncated
+        is_weights = truncated_is_weights(
+            mb.old_logprobs, mb.behav_logprobs, mb.mask, cfg.rollout_is_cap
+        )
+        stats["is_weight_mean"] = float(masked_mean(is_weights, mb.mask))
+    loss, st = ppo_clip_loss(
+        mb.logprobs,
+        mb.old_logprobs,
+        advantages,
+        mb.mask,
+        clip_eps=cfg.clip_eps,
+        clip_eps_high=cfg.clip_eps_high,
+        loss_agg=cfg.loss_agg,
+        weights=mb.group_weights,
+        is_weights=is_weights,
+    )
+    if cfg.loss_agg == "group-mean":  # Eq. 3's sum, not a mean: the other terms keep the share
+        loss = loss * (group_scale / share)
+    stats["pg_loss"] = float(loss.detach())
+    if cfg.kl_loss_coef > 0:
+        if mb.ref_logprobs is None:
+            raise ValueError("a KL loss needs the reference log-probs (prepare_logprobs)")
+        kl = kl_loss(mb.logprobs, mb.ref_logprobs, mb.mask, cfg.kl_loss_type)
+        loss = loss + cfg.kl_loss_coef * kl
+        stats["kl_loss"] = float(kl.detach())
+    if cfg.entropy_coef > 0 and mb.entropy is not None:
+        entropy = entropy_bonus(mb.entropy, mb.mask, cfg.loss_agg)
+        loss = loss - cfg.entropy_coef * entropy
+        stats["entropy"] = float(entropy.detach())
+    stats["loss"] = float(loss.detach())
+    stats.update({k: float(st[k]) for k in ("clip_frac", "approx_kl", "ratio_max")})
+    return loss, stats

@@ -1,31 +1,34 @@
-"""The policy update: advantages for a step's samples, then PPO-clip epochs per policy.
+"""The policy update: advantages for a step's samples, then PPO epochs per policy.
 
-Advantages (``update.algorithm``): :func:`compute_advantages` calls the estimator that
-:data:`~adapters.training.advantages.ESTIMATORS` names (``at-grpo`` / ``grpo``: group advantages
-over the rollout group key, AT-GRPO Eq. 1; ``reinforce++``: token returns with the KL reward
-``kl_reward_coef``, whitened over each policy's batch, CoMAS Eqs. 9-10; ``tr-reinforce++``:
-whitening per role, one value per sample, MAE/SAGE Eq. 1; ``tr-reinforce++-token``: REINFORCE++
-returns whitened over each role's tokens). The update reads the update section
-(:class:`~adapters.training.sections.UpdateConfig`), the run seed and whether the samples may be
-off-policy.
+Where each part of the paper's update is:
 
-Loss (:func:`update_policy`): :func:`~adapters.training.losses.ppo_clip_loss` aggregated by
-``loss_agg`` (token mean by default; the AT-GRPO recipe uses ``"group-mean"``, Eq. 3: each sample
-weighs ``1/K`` in its group and the groups of the policy's batch are averaged, weights taken
-before zero-advantage samples are skipped, so equal-reward groups still count in the mean; with
-``n`` mini-batches each optimizer step divides its sum by ``G / n``, an estimate of the whole
-batch's Eq. 3 per step; G counts each rank's groups, exact when ranks hold whole groups) plus
-an optional ``kl_loss_coef`` x :func:`~adapters.training.losses.kl_loss` against the reference,
-minus an optional ``entropy_coef`` x the token-mean entropy of the policy (MAE's entropy
-bonus). With ``mpt_mask_tau > 0`` the well-mastered tokens of positive samples leave the
-policy-gradient term while the model's entropy is below ``mpt_target_entropy`` (MarsRL 2.3,
-UloRL Eq. 10; :func:`~adapters.training.masking.without_mastered_positives`): the model's
-entropy is measured once per update, the token mean over the policy's whole batch on every rank
-before the first optimizer step (one forward pass more; logged as ``model_entropy``). Each
-epoch makes ``ppo_minibatches`` optimizer steps (or steps of
-``minibatch_size`` samples). Each policy gets only its own samples (``Sample.policy_id``, AT-GRPO Eq. 2) and steps
-only its own optimizer; minibatches and micro-batches come from :mod:`adapters.training.batch`,
-log-probs from :mod:`adapters.training.logprobs`.
+* **Advantages** (AT-GRPO Eq. 1, and the other estimators): :func:`compute_advantages` calls the
+  estimator that :data:`~adapters.training.advantages.ESTIMATORS` names for
+  ``update.algorithm`` (``at-grpo`` / ``grpo``: group advantages over the rollout group key;
+  ``reinforce++``: token returns with the KL reward ``kl_reward_coef``, whitened over each
+  policy's batch, CoMAS Eqs. 9-10; ``tr-reinforce++``: whitening per role, one value per sample,
+  MAE/SAGE Eq. 1; ``tr-reinforce++-token``: REINFORCE++ returns whitened over each role's
+  tokens).
+* **One policy per agent** (AT-GRPO Eq. 2): the trainer hands :func:`update_policy` one
+  policy's own samples (``Sample.policy_id``), and it steps only that policy's optimizer.
+* **The loss** (AT-GRPO Eq. 3 and the terms around it): every term is a function of
+  :mod:`adapters.training.losses` (its page lists them with their equations), put together per
+  micro-batch by :func:`~adapters.training.losses.micro_batch_loss`. This module only feeds it:
+  :func:`_forward` runs the training forward of a micro-batch and pads the tensors the terms read
+  (:class:`~adapters.training.losses.MicroBatch`), and what a term needs of the whole batch is
+  read once before the first step: Eq. 3's ``1/K_g`` weights
+  (:func:`~adapters.training.losses.group_weights`) and ``n/G`` scale (:func:`_group_scale`), and
+  the model's entropy that opens UloRL's mask (:func:`_model_entropy`: the token mean over the
+  policy's whole batch on every rank, one forward pass more, logged as ``model_entropy``).
+* **The loop** (:func:`update_policy`): ``ppo_epochs`` epochs of ``ppo_minibatches`` optimizer
+  steps (or steps of ``minibatch_size`` samples); each step accumulates the gradients of its
+  micro-batches, each weighted by its share of the mini-batch (of its tokens under the token
+  mean, else of its sequences), then clips the gradient norm and steps. Mini-batches and
+  micro-batches come from :mod:`adapters.training.batch`, log-probs from
+  :mod:`adapters.training.logprobs`, and ``dp`` (:mod:`adapters.training.distributed`) makes it
+  one rank of a data-parallel update. The update reads the update section
+  (:class:`~adapters.training.sections.UpdateConfig`), the run seed and whether the samples may
+  be off-policy.
 
 Asynchronous rollouts (``max_staleness > 0``) and segment rollouts (``segment_tokens > 0``,
 :mod:`adapters.training.schedule`): the samples' tokens may come from policies several versions
@@ -38,10 +41,10 @@ weighted by ``min(pi_old / pi_behav, rollout_is_cap)``
 Without either nothing of this runs.
 
 Samples whose advantages are all zero (e.g. a group whose K rewards are equal) carry no policy
-gradient; with ``skip_zero_advantage`` (default) and no KL loss they are left out of the update,
-so the token mean runs over the informative samples only (like DAPO's filtering of
-zero-variance groups); Eq. 3's group mean is unchanged by the skip (its weights and counts are
-taken first).
+gradient; with ``skip_zero_advantage`` (default) and neither a KL loss nor an entropy bonus they
+are left out of the update (:func:`trained_items`), so the token mean runs over the informative
+samples only (like DAPO's filtering of zero-variance groups); Eq. 3's group mean is unchanged by
+the skip (its weights and counts are taken first).
 
 The PPO ratio's denominator (``old_logprobs``): the sampler's log-probs where they are the
 training model's (``rollout``), else the training model's: from a pass before the update
@@ -75,15 +78,13 @@ from adapters.training.logprobs import (
     completion_logprobs_and_entropy,
 )
 from adapters.training.losses import (
-    LossAgg,
-    aggregate_loss,
-    group_mean_weights,
-    kl_loss,
-    ppo_clip_loss,
+    MicroBatch,
+    group_mean_scale,
+    group_weights,
+    micro_batch_loss,
     token_kl,
-    truncated_is_weights,
 )
-from adapters.training.masking import length_mask, masked_mean, pad_rows, without_mastered_positives
+from adapters.training.masking import length_mask, pad_rows
 from adapters.training.sections import UpdateConfig
 
 __all__ = [
@@ -188,6 +189,21 @@ def update_policy(
         return _update_policy(ucfg, pm, items, step, pad_id, dp or SINGLE, seed, off_policy)
 
 
+# statistics summed over a policy's optimizer steps (each step's share-weighted micro-batch
+# values), logged as their mean per step
+_PER_STEP_MEANS = (
+    "pg_loss",
+    "kl_loss",
+    "entropy",
+    "loss",
+    "clip_frac",
+    "approx_kl",
+    "grad_norm",
+    "mpt_masked_frac",
+    "is_weight_mean",
+)
+
+
 def _update_policy(
     cfg: UpdateConfig,
     pm: Any,
@@ -198,171 +214,155 @@ def _update_policy(
     seed: int,
     off_policy: bool,
 ) -> dict[str, float]:
-    kl_coef = cfg.kl_loss_coef
-    ent_coef = cfg.entropy_coef
-    mpt_tau = cfg.mpt_mask_tau  # 0: no masking of well-mastered positive tokens
-    use_kl = kl_coef > 0
-    loss_agg: LossAgg = cfg.loss_agg
-    group_mean = loss_agg == "group-mean"
-    # Eq. 3: weights 1/K_g over the whole batch, before zero-advantage samples are skipped
-    groups = [it.sample.group for it in items]
-    n_groups = len(set(groups))
-    eq3 = {id(it): w * n_groups for it, w in zip(items, group_mean_weights(groups))}
-    all_items = len(items)
-    model_entropy = 0.0
-    if mpt_tau > 0:  # UloRL's gate reads the model's entropy over the whole batch (masking.py)
-        pm.activate()
-        pm.model.eval()
-        ent_sum, ent_count = batch_entropy(pm.model, items, cfg, pad_id)
-        model_entropy = dp.total(ent_sum) / max(1.0, dp.total(ent_count))
+    """Mini-batches, gradient accumulation over their micro-batches, one optimizer step each;
+    the loss of a micro-batch is :func:`~adapters.training.losses.micro_batch_loss`."""
     if any(it.advantages is None for it in items):
         raise ValueError("update_policy needs the items' advantages (compute_advantages)")
+    # read over the whole batch before zero-advantage samples are skipped: UloRL's gate, and
+    # Eq. 3's 1/K_g weights and 1/G scale (a group of equal rewards still counts)
+    model_entropy = _model_entropy(cfg, pm, items, pad_id, dp) if cfg.mpt_mask_tau > 0 else 0.0
+    weights = dict(zip(map(id, items), group_weights([it.sample.group for it in items])))
+    group_scale = _group_scale(cfg, items, dp) if cfg.loss_agg == "group-mean" else 1.0
     items = trained_items(cfg, items)
-    from_forward = cfg.old_logprobs == "forward"  # one step: the forward's own, detached
     stats: dict[str, float] = defaultdict(float)
     stats["samples_trained"] = float(len(items))
-    if mpt_tau > 0:
+    if cfg.mpt_mask_tau > 0:
         stats["model_entropy"] = model_entropy
-    if not dp.total(len(items)):
+    global_items = int(dp.total(len(items)))  # minibatches are cut from the global batch
+    if not global_items:
         return dict(stats)
+    size = cfg.minibatch_size or math.ceil(global_items / cfg.ppo_minibatches)
     pm.activate()
     pm.model.train(pm.dropout)
-    dev = next(pm.model.parameters()).device
-    n_updates = 0
-    weight_sum = 0.0
+    n_steps = 0
     dp.begin_update(pm)
     try:
-        global_items = int(dp.total(len(items)))  # minibatches are cut from the global batch
-        size = cfg.minibatch_size or math.ceil(global_items / cfg.ppo_minibatches)
-        # group-mean: each of the n mini-batch steps divides its sum of A/K_g terms by G / n,
-        # n and G counted before skipping, so skipped equal-reward groups still count
-        gm_scale = 1.0
-        if group_mean:
-            n_nominal = (
-                math.ceil(dp.total(all_items) / cfg.minibatch_size)
-                if cfg.minibatch_size
-                else cfg.ppo_minibatches
-            )
-            gm_scale = n_nominal / max(1.0, dp.total(n_groups))
         for epoch in range(cfg.ppo_epochs):
             rng = random.Random(derive_seed(seed, "minibatch", step, pm.pid, epoch))
-            for mb in dp.minibatches(items, size, rng):
-                token_mean = loss_agg == "token-mean"
-                denom = dp.total(
-                    sum(len(it.completion_ids) for it in mb) if token_mean else len(mb)
-                )
+            for mb in dp.minibatches(items, size, rng):  # one optimizer step each
+                denom = dp.total(_size(cfg, mb))
                 pm.optimizer.zero_grad(set_to_none=True)
                 for micro in dp.micro_batches(mb, cfg.micro_batch_size, cfg.micro_batch_tokens):
-                    lengths = [len(it.completion_ids) for it in micro]
-                    width = max(lengths)
-                    mask = length_mask(lengths, width).to(dev)
-                    prompts = [it.prompt_ids for it in micro]
-                    completions = [it.completion_ids for it in micro]
-                    temperature = micro[0].temperature  # one per micro-batch (batch.py)
-                    entropy = None
-                    if ent_coef > 0:
-                        lp, entropy = dp.forward(
-                            pm,
-                            completion_logprobs_and_entropy,
-                            prompts,
-                            completions,
-                            pad_id=pad_id,
-                            temperature=temperature,
-                        )
-                    else:
-                        lp = dp.forward(
-                            pm,
-                            completion_logprobs,
-                            prompts,
-                            completions,
-                            pad_id=pad_id,
-                            temperature=temperature,
-                            share_prompt=cfg.share_prompt_forward,
-                        )
-                    if from_forward:  # one step: pi_old is the policy this forward runs
-                        old = lp.detach()
-                        for row, it in enumerate(micro):
-                            it.old_logprobs = old[row, : lengths[row]].float().cpu()
-                    else:
-                        old = pad_rows([it.old_logprobs for it in micro], width).to(dev)
-                    adv = pad_rows([it.advantages for it in micro], width).to(dev)  # type: ignore[misc]
-                    masked_frac = None
-                    if mpt_tau > 0:  # UloRL Eq. 10 (MarsRL 2.3)
-                        adv, dropped = without_mastered_positives(
-                            adv,
-                            lp,
-                            mask,
-                            model_entropy=model_entropy,
-                            tau=mpt_tau,
-                            target_entropy=cfg.mpt_target_entropy,
-                        )
-                        masked_frac = float(dropped.sum() / mask.sum())
-                    wts = torch.tensor([eq3[id(it)] for it in micro], device=dev)
-                    is_w = None
-                    if off_policy:  # the off-policy correction (module docstring)
-                        behav = [_behaviour(it) for it in micro]
-                        is_w = truncated_is_weights(
-                            old, pad_rows(behav, width).to(dev), mask, cfg.rollout_is_cap
-                        )
-                    loss, st = ppo_clip_loss(
-                        lp,
-                        old,
-                        adv,
-                        mask,
-                        clip_eps=cfg.clip_eps,
-                        clip_eps_high=cfg.clip_eps_high,
-                        loss_agg=loss_agg,
-                        weights=wts,
-                        is_weights=is_w,
+                    batch = _forward(cfg, pm, micro, pad_id, dp, weights, off_policy)
+                    share = _size(cfg, micro) / denom  # of the mini-batch
+                    loss, st = micro_batch_loss(
+                        batch,
+                        cfg,
+                        share=share,
+                        group_scale=group_scale,
+                        model_entropy=model_entropy,
                     )
-                    w = (float(mask.sum()) if token_mean else len(micro)) / denom
-                    if group_mean:  # Eq. 3's sum, not a mean: the KL and entropy keep shares w
-                        loss = loss * (gm_scale / w)
-                    stats["pg_loss"] += float(loss.detach()) * w
-                    if is_w is not None:
-                        stats["is_weight_mean"] += float(masked_mean(is_w, mask)) * w
-                    if masked_frac is not None:
-                        stats["mpt_masked_frac"] += masked_frac * w
-                    if use_kl:
-                        ref = pad_rows([_reference(it) for it in micro], width).to(dev)
-                        kl = kl_loss(lp, ref, mask, cfg.kl_loss_type)
-                        loss = loss + kl_coef * kl
-                        stats["kl_loss"] += float(kl.detach()) * w
-                    if ent_coef > 0 and entropy is not None:  # entropy bonus (MAE Table 3)
-                        agg: LossAgg = "seq-mean-token-mean" if group_mean else loss_agg
-                        ent = aggregate_loss(entropy, mask, agg)
-                        loss = loss - ent_coef * ent
-                        stats["entropy"] += float(ent.detach()) * w
-                    (loss * (w * dp.grad_scale)).backward()
-                    stats["loss"] += float(loss.detach()) * w
-                    stats["clip_frac"] += float(st["clip_frac"]) * w
-                    stats["approx_kl"] += float(st["approx_kl"]) * w
-                    stats["ratio_max"] = max(stats["ratio_max"], float(st["ratio_max"]))
+                    (loss * (share * dp.grad_scale)).backward()  # accumulated over the mini-batch
+                    for key, value in st.items():
+                        if key == "ratio_max":
+                            stats[key] = max(stats[key], value)
+                        else:
+                            stats[key] += value * share
                 dp.finish_micro_batches(pm)
                 stats["grad_norm"] += dp.clip_grad_norm(pm.params, cfg.max_grad_norm)
                 pm.optimizer.step()
                 pm.optimizer.zero_grad(set_to_none=True)
-                n_updates += 1
-                weight_sum += 1.0
+                n_steps += 1
     finally:
         pm.model.eval()
         dp.end_update(pm)
-    for key in (
-        "pg_loss",
-        "kl_loss",
-        "entropy",
-        "loss",
-        "clip_frac",
-        "approx_kl",
-        "grad_norm",
-        "mpt_masked_frac",
-        "is_weight_mean",
-    ):
+    for key in _PER_STEP_MEANS:
         if key in stats:
-            stats[key] /= max(weight_sum, 1.0)
-    stats["optimizer_steps"] = float(n_updates)
+            stats[key] /= max(n_steps, 1)
+    stats["optimizer_steps"] = float(n_steps)
     stats["tokens_trained"] = float(sum(len(it.completion_ids) for it in items))
     return dict(stats)
+
+
+def _size(cfg: UpdateConfig, items: Sequence[TrainItem]) -> int:
+    """What a micro-batch's share of its mini-batch counts: its tokens under the token mean, else
+    its sequences."""
+    if cfg.loss_agg == "token-mean":
+        return sum(len(it.completion_ids) for it in items)
+    return len(items)
+
+
+def _model_entropy(
+    cfg: UpdateConfig, pm: Any, items: Sequence[TrainItem], pad_id: int, dp: DataParallel
+) -> float:
+    """The model's entropy that opens UloRL's mask (:mod:`adapters.training.masking`): the token
+    mean over the policy's whole batch on every rank, before the first optimizer step."""
+    pm.activate()
+    pm.model.eval()
+    ent_sum, ent_count = batch_entropy(pm.model, items, cfg, pad_id)
+    return dp.total(ent_sum) / max(1.0, dp.total(ent_count))
+
+
+def _group_scale(cfg: UpdateConfig, items: Sequence[TrainItem], dp: DataParallel) -> float:
+    """Eq. 3's ``n / G`` (:func:`~adapters.training.losses.group_mean_scale`): the nominal
+    optimizer steps of an epoch and the batch's groups, counted before the skip; G counts each
+    rank's groups, exact when ranks hold whole groups."""
+    if cfg.minibatch_size:
+        n_steps: float = math.ceil(dp.total(len(items)) / cfg.minibatch_size)
+    else:
+        n_steps = cfg.ppo_minibatches
+    return group_mean_scale(n_steps, dp.total(len({it.sample.group for it in items})))
+
+
+def _forward(
+    cfg: UpdateConfig,
+    pm: Any,
+    micro: Sequence[TrainItem],
+    pad_id: int,
+    dp: DataParallel,
+    weights: dict[int, float],
+    off_policy: bool,
+) -> MicroBatch:
+    """The training forward of one micro-batch and the tensors its loss reads. With
+    ``old_logprobs: forward`` (one optimizer step) ``pi_old`` is this forward's, detached, and
+    is kept on the items."""
+    lengths = [len(it.completion_ids) for it in micro]
+    width = max(lengths)
+    dev = next(pm.model.parameters()).device
+    args = ([it.prompt_ids for it in micro], [it.completion_ids for it in micro])
+    temperature = micro[0].temperature  # one per micro-batch (batch.py)
+    entropy = None
+    if cfg.entropy_coef > 0:
+        lp, entropy = dp.forward(
+            pm, completion_logprobs_and_entropy, *args, pad_id=pad_id, temperature=temperature
+        )
+    else:
+        lp = dp.forward(
+            pm,
+            completion_logprobs,
+            *args,
+            pad_id=pad_id,
+            temperature=temperature,
+            share_prompt=cfg.share_prompt_forward,
+        )
+    if cfg.old_logprobs == "forward":
+        old = lp.detach()
+        for row, it in enumerate(micro):
+            it.old_logprobs = old[row, : lengths[row]].float().cpu()
+    else:
+        old = pad_rows([it.old_logprobs for it in micro], width).to(dev)
+
+    def padded(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+        return pad_rows(rows, width).to(dev)
+
+    return MicroBatch(
+        logprobs=lp,
+        old_logprobs=old,
+        advantages=padded([_advantages(it) for it in micro]),
+        mask=length_mask(lengths, width).to(dev),
+        group_weights=torch.tensor([weights[id(it)] for it in micro], device=dev)
+        if cfg.loss_agg == "group-mean"
+        else None,
+        behav_logprobs=padded([_behaviour(it) for it in micro]) if off_policy else None,
+        ref_logprobs=padded([_reference(it) for it in micro]) if cfg.kl_loss_coef > 0 else None,
+        entropy=entropy,
+    )
+
+
+def _advantages(it: TrainItem) -> torch.Tensor:
+    if it.advantages is None:
+        raise ValueError("update_policy needs the items' advantages (compute_advantages)")
+    return it.advantages
 
 
 def _behaviour(it: TrainItem) -> torch.Tensor:
