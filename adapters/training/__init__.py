@@ -11,9 +11,11 @@ module              what lives there
 ``trainer``         :class:`Trainer`: the loop (rollout, update, logs, evaluation, checkpoints)
 ``policy_models``   the trainable models: LoRA adapters per policy, reference model, optimizers
 ``backends``        how those models generate during rollouts (transformers in place, or vLLM)
-``update``          advantages for a step's samples and PPO-clip epochs per policy
+``update``          advantages for a step's samples; per policy, mini-batches, gradient
+                    accumulation and optimizer steps
 ``advantages``      GRPO / AT-GRPO group advantages, REINFORCE++, Task-Relative REINFORCE++
-``losses``          the PPO clipped surrogate, KL estimators and the KL loss
+``losses``          a micro-batch's loss, one function per term: PPO clip, Eq. 3's weights,
+                    truncated importance weights, KL loss, entropy bonus
 ``logprobs``        log-probs of completions (shared-prompt forward, chunked log-softmax)
 ``batch``           samples -> train items, minibatches and token-budget micro-batches
 ``masking``         padding and masks of per-token tensors

@@ -54,9 +54,8 @@ partially decoded stages restart from their beginning.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -72,8 +71,6 @@ __all__ = [
     "RolloutSchedule",
     "lag_metrics",
     "make_pipeline",
-    "make_schedule",
-    "timed",
 ]
 
 
@@ -91,41 +88,73 @@ class Produced:
 
 
 class RolloutSchedule:
-    """Produces rollouts ahead of the update by at most ``max_staleness`` versions.
+    """Which rollouts the trainer makes before a step trains, and which one it trains on: a
+    queue that holds rollouts produced ahead of the update by at most ``max_staleness``
+    versions (0: none, the synchronous loop).
 
-    ``produce(step)`` rolls out step ``step`` with the current policy and returns
-    ``(result, t_rollout, t_gen, stats)``; :meth:`take` returns the rollout a step trains on.
+    The trainer rolls out every step :meth:`due` names, with its current policy, :meth:`put`
+    each result here, then :meth:`pop` the rollout of the step it trains
+    (:meth:`~adapters.training.trainer.Trainer.train_step`). ``pipeline``: MarsRL's agent
+    pipeline, whose in-flight trajectories a checkpoint keeps with the queue.
 
-    >>> calls = []
-    >>> def produce(step):
-    ...     calls.append((step, version[0]))
-    ...     return RolloutResult([], []), 0.0, 0.0, {}
-    >>> version = [0]
-    >>> sched = RolloutSchedule(produce, max_staleness=1, last_step=3)
-    >>> [sched.take(1, version=0).version, calls]  # step 2's rollout made ahead, with version 0
-    [0, [(1, 0), (2, 0)]]
-    >>> version[0] = 1
-    >>> sched.take(2, version=1).version, calls[-1]  # trained one version late; 3 made with v1
-    (0, (3, 1))
+    >>> def produced(step, version):
+    ...     return Produced(step, version, RolloutResult([], []), 0.0, 0.0, {})
+    >>> sched = RolloutSchedule(max_staleness=1, last_step=3)
+    >>> sched.due(1)  # step 2's rollout is made ahead, with the same policy (version 0)
+    [1, 2]
+    >>> for s in sched.due(1):
+    ...     sched.put(produced(s, version=0))
+    >>> sched.pop(1, version=0).version
+    0
+    >>> sched.due(2)  # after one update: step 3 is rolled out with version 1
+    [3]
+    >>> sched.put(produced(3, version=1))
+    >>> sched.pop(2, version=1).version  # step 2 trains one version late
+    0
     """
 
     def __init__(
         self,
-        produce: Callable[[int], tuple[RolloutResult, float, float, dict[str, float]]],
         max_staleness: int = 0,
         last_step: int | None = None,
+        pipeline: PipelineRollout | None = None,
     ) -> None:
         if max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
-        self.produce = produce
         self.max_staleness = max_staleness
         self.last_step = last_step
+        self.pipeline = pipeline
         self._queue: dict[int, Produced] = {}
 
     @property
     def queued(self) -> list[int]:
         """Steps whose rollouts are produced and not yet trained."""
         return sorted(self._queue)
+
+    def due(self, step: int) -> list[int]:
+        """The steps to roll out now, before step ``step`` trains: every step up to ``step +
+        max_staleness`` (not past the run's last) whose rollout is not produced yet."""
+        stale = [s for s in self._queue if s < step]
+        if stale:
+            raise ValueError(f"rollouts of steps {sorted(stale)} were never trained")
+        end = step + self.max_staleness
+        if self.last_step is not None:
+            end = max(step, min(end, self.last_step))
+        return [s for s in range(step, end + 1) if s not in self._queue]
+
+    def put(self, produced: Produced) -> None:
+        """Keep a rollout until its step trains."""
+        self._queue[produced.step] = produced
+
+    def pop(self, step: int, version: int) -> Produced:
+        """The rollout step ``step`` trains on, now that the policy is at version ``version``."""
+        got = self._queue.pop(step)
+        lag = version - got.version
+        if lag > self.max_staleness:  # cannot happen: the queue holds N steps ahead at most
+            raise AssertionError(
+                f"step {step}: rollout {lag} versions old (> {self.max_staleness})"
+            )
+        return got
 
     def checkpointable(self) -> bool:
         """Whether :meth:`state_dict` holds everything in flight: the envs of the pipeline's
@@ -144,30 +173,8 @@ class RolloutSchedule:
         if state.get("pipeline") is not None and self.pipeline is not None:
             self.pipeline.load_state_dict(state["pipeline"])
 
-    pipeline: PipelineRollout | None = None  # set by make_schedule
-
     def pipeline_state(self) -> dict[str, Any] | None:
         return self.pipeline.state_dict() if self.pipeline is not None else None
-
-    def take(self, step: int, version: int) -> Produced:
-        """The rollout step ``step`` trains on; first produce, with the current policy (version
-        ``version``), every rollout up to step ``step + max_staleness`` not produced yet."""
-        stale = [s for s in self._queue if s < step]
-        if stale:
-            raise ValueError(f"rollouts of steps {sorted(stale)} were never trained")
-        end = step + self.max_staleness
-        if self.last_step is not None:
-            end = max(step, min(end, self.last_step))
-        for s in range(step, end + 1):
-            if s not in self._queue:
-                self._queue[s] = Produced(s, version, *self.produce(s))
-        got = self._queue.pop(step)
-        lag = version - got.version
-        if lag > self.max_staleness:  # cannot happen: the queue holds N steps ahead at most
-            raise AssertionError(
-                f"step {step}: rollout {lag} versions old (> {self.max_staleness})"
-            )
-        return got
 
 
 class PipelineRollout:
@@ -293,24 +300,6 @@ def make_pipeline(cfg: Any, engine: RolloutEngine) -> PipelineRollout | None:
     return PipelineRollout(engine, segments, seed=cfg.seed)
 
 
-def make_schedule(
-    cfg: Any,
-    rollout: Callable[[int], RolloutResult],
-    timer: Any,
-    pipeline: PipelineRollout | None = None,
-) -> RolloutSchedule:
-    """The schedule of a resolved config: ``rollout(step)`` produces, timed, up to
-    ``max_staleness`` steps ahead, until the run's last step."""
-    stats = (lambda: pipeline.last) if pipeline is not None else None
-    schedule = RolloutSchedule(
-        lambda step: timed(lambda: rollout(step), timer, stats),
-        cfg.schedule.max_staleness,
-        last_step=cfg.schedule.steps,
-    )
-    schedule.pipeline = pipeline
-    return schedule
-
-
 def lag_metrics(samples: Sequence[Sample], version: int) -> dict[str, float]:
     """The lag of every trained sample in versions (``version - policy_version``): mean, max and
     a count per lag value.
@@ -327,15 +316,3 @@ def lag_metrics(samples: Sequence[Sample], version: int) -> dict[str, float]:
     for lag, count in sorted(Counter(lags).items()):
         out[f"lag/{lag}"] = float(count)
     return out
-
-
-def timed(
-    fn: Callable[[], RolloutResult], timer: Any, stats: Callable[[], dict[str, float]] | None = None
-) -> tuple[RolloutResult, float, float, dict[str, float]]:
-    """``fn()`` with its wall time, the generation time ``timer`` (a
-    :class:`~adapters.policies.wrappers.GenerationTimer`) counted meanwhile, and ``stats()``
-    read right after it (a producer's statistics of this rollout)."""
-    timer.reset()
-    t0 = time.perf_counter()
-    result = fn()
-    return result, time.perf_counter() - t0, float(timer.reset()), dict(stats() if stats else {})

@@ -1,21 +1,28 @@
 """The RL trainer: the loop that rolls out, updates, logs, evaluates and checkpoints.
 
-One training step (AT-GRPO, Algorithm 1):
+One training step (AT-GRPO, Algorithm 1) is :meth:`Trainer.train_step`, which reads as the
+algorithm does; each line of it names where its part lives:
 
-1. **Rollout** (:mod:`adapters.rollout`): ``instances_per_step`` fresh env instances (seeds
-   derived from ``(seed, step, i)``) are rolled out by the
+1. **Rollout** (:meth:`Trainer.rollout`, :mod:`adapters.rollout`): ``instances_per_step`` fresh
+   env instances (seeds derived from ``(seed, step, i)``) are rolled out by the
    :class:`~adapters.rollout.RolloutEngine`: tree sampling with K candidates per agent-turn and a
    keep rule (``at-grpo``), or K parallel episodes per instance (``grpo``, ``reinforce++``,
-   ``tr-reinforce++``). Generation runs through the rollout backend
-   (:mod:`adapters.training.backends`) on the policies built by
+   ``tr-reinforce++``); the envs and verifiers give each sample its reward. Generation runs
+   through the rollout backend (:mod:`adapters.training.backends`) on the policies built by
    :mod:`adapters.training.policy_models`; its seeds derive from ``(seed, step)`` too, so a
-   resumed run needs no hidden random state. With ``--pipeline agent`` a step decodes one agent
-   stage of every trajectory in flight instead (MarsRL section 3.3), and with ``--max-staleness
-   N`` the rollouts are produced up to N policy versions ahead of the update
-   (:mod:`adapters.training.schedule`: both, the per-sample lag, what a resume keeps).
-2. **Update** (:mod:`adapters.training.update`): advantages per group key or per role, then
-   PPO-clip epochs for each policy (one shared, or one per role) on its own samples
-   (``Sample.policy_id``) with its own optimizer.
+   resumed run needs no hidden random state. With ``--pipeline agent`` the rollout decodes one
+   agent stage of every trajectory in flight instead (MarsRL section 3.3,
+   :class:`~adapters.training.schedule.PipelineRollout` in the engine's place), and with
+   ``--max-staleness N`` the step first rolls out, with the current policy, every step up to N
+   ahead that the schedule (:class:`~adapters.training.schedule.RolloutSchedule`) names as due,
+   and then trains on the rollout of its own step, made up to N policy versions earlier (the
+   per-sample lag and what a resume keeps: :mod:`adapters.training.schedule`).
+2. **Advantages and update** (:meth:`Trainer.update`, :mod:`adapters.training.update`): the
+   advantages of the rewards (:func:`~adapters.training.update.compute_advantages`, AT-GRPO
+   Eq. 1), then PPO epochs for each policy (one shared, or one per role) on its own samples
+   (``Sample.policy_id``, Eq. 2) with its own optimizer
+   (:func:`~adapters.training.update.update_policy`); the loss, term by term, is
+   :func:`~adapters.training.losses.micro_batch_loss` (Eq. 3 and the terms around it).
 3. **Logging** (:mod:`adapters.training.metrics`): every sample (prompt, completion, reward
    parts, advantage) is appended to ``trajectories.jsonl``; one line of metrics per step goes to
    ``metrics.jsonl`` and TensorBoard (reward per role, success rate, team reward, loss, KL, clip
@@ -74,10 +81,11 @@ from adapters.evaluation.references import (
 )
 from adapters.rollout import RolloutResult, Sample, derive_seed, episode_specs, write_jsonl
 from adapters.training import checkpoints, distributed
+from adapters.training.batch import TrainItem, make_items
 from adapters.training.config import TrainConfig
 from adapters.training.metrics import MetricsLogger, NullMetrics, read_jsonl, truncate_file
 from adapters.training.run import Run, build_run
-from adapters.training.schedule import lag_metrics, make_pipeline, make_schedule
+from adapters.training.schedule import Produced, RolloutSchedule, lag_metrics, make_pipeline
 
 __all__ = ["RESUMABLE_OVERRIDES", "Trainer"]
 
@@ -128,9 +136,12 @@ class Trainer:
         )
         if state is not None:
             self.metrics.truncate(int(state["metrics_bytes"]))
+        # Algorithm 1's rollout is self.rollout: the engine's episodes, or MarsRL's agent pipeline
+        # in its place (--pipeline agent); the schedule queues the rollouts made ahead of the
+        # update (--max-staleness). train_step shows how they meet.
         self.pipeline = make_pipeline(self.run.cfg, self.run.engine)  # None: whole trajectories
-        self.schedule = make_schedule(
-            self.run.cfg, self.rollout, self.run.backend.timer, self.pipeline
+        self.schedule = RolloutSchedule(
+            self.run.cfg.schedule.max_staleness, self.run.cfg.schedule.steps, self.pipeline
         )
         self._keep_schedule = not self.run.dist.enabled and self.schedule.checkpointable()
         if state is not None and (self.pipeline is not None or self.run.cfg.schedule.max_staleness):
@@ -229,8 +240,9 @@ class Trainer:
         return result
 
     def update(self, samples: Sequence[Sample], step: int) -> dict[str, float]:
-        """Advantages for ``samples`` and one PPO update per policy; returns statistics."""
-        from adapters.training.batch import make_items
+        """Algorithm 1's update of ``samples``: the advantages of their rewards, then each
+        policy's PPO update on its own samples with its own optimizer (AT-GRPO Eq. 2, the loss
+        in :mod:`adapters.training.losses`); returns the step's update statistics."""
         from adapters.training.update import (
             compute_advantages,
             mean_kl_to_ref,
@@ -238,31 +250,26 @@ class Trainer:
             update_policy,
         )
 
-        cfg = self.run.cfg
+        cfg, dist = self.run.cfg, self.run.dist
         ucfg, off_policy = cfg.update, cfg.schedule.off_policy
-        roles = cfg.policy.train_roles
-        reward_only = sum(1 for s in samples if not s.trainable)  # the env marked them
-        frozen = sum(1 for s in samples if roles is not None and s.role not in roles)
-        samples = [s for s in samples if roles is None or s.role in roles]
-        cap = cfg.update.max_prompt_tokens  # the recipe's maximum prompt length: skip, count
-        over = sum(1 for s in samples if cap and len(s.prompt_ids) > cap)
-        samples = [s for s in samples if not (cap and len(s.prompt_ids) > cap)]
-        items, dropped = make_items(samples, lambda s: cfg.generation.temperature_of(s.role))
+        items, left_out = self._items(samples)
         by_pid: dict[str, list[Any]] = defaultdict(list)
         for it in items:
             by_pid[it.sample.policy_id].append(it)
-        pids = self.run.dist.union(by_pid)  # every rank updates the same policies (collectives)
-        if not ucfg.advantages_read_logprobs:  # first, so only the trained items are scored
-            distributed.advantages(self.run.dist, ucfg, items, compute_advantages)
+        pids = dist.union(by_pid)  # every rank updates the same policies (collectives)
+        # advantages (advantages.ESTIMATORS) first, so that only the trained items are scored
+        # by the log-prob passes, unless a KL reward reads the old and reference log-probs
+        if not ucfg.advantages_read_logprobs:
+            distributed.advantages(dist, ucfg, items, compute_advantages)
         for pid, its in by_pid.items():
             prepare_logprobs(
                 ucfg, self.run.models[pid], its, self.run.pad_id, off_policy=off_policy
             )
-        if ucfg.advantages_read_logprobs:  # the KL reward reads the old and reference log-probs
-            distributed.advantages(self.run.dist, ucfg, items, compute_advantages)
+        if ucfg.advantages_read_logprobs:
+            distributed.advantages(dist, ucfg, items, compute_advantages)
         per_policy = {  # each policy's statistics, reduced over the ranks
             pid: distributed.reduce_update_stats(
-                self.run.dist,
+                dist,
                 update_policy(
                     ucfg,
                     self.run.models[pid],
@@ -277,31 +284,75 @@ class Trainer:
             for pid in pids
         }
         out = distributed.step_stats(
-            self.run.dist,
+            dist,
             per_policy,
             items,
-            untrainable=dropped,
-            reward_only=reward_only,
-            frozen=frozen,
-            over_prompt_limit=over,
+            **left_out,
             kl=mean_kl_to_ref(items),
             per_policy_keys=len(pids) > 1 or bool(cfg.policy.per_role or cfg.policy.role_policies),
         )
         self.run.backend.sync(pids)
-        self.run.dist.barrier()  # shared vLLM servers: nobody generates before rank 0 has pushed
+        dist.barrier()  # shared vLLM servers: nobody generates before rank 0 has pushed
         return out
 
-    def train_step(self) -> dict[str, Any]:
-        """One full step (rollout, update, logs, checkpoint); returns its metrics line."""
+    def _items(self, samples: Sequence[Sample]) -> tuple[list[TrainItem], dict[str, int]]:
+        """The samples the update trains on, as token tensors (:func:`make_items`), and how
+        many were left out for which reason (``distributed.step_stats``' counts)."""
         cfg = self.run.cfg
-        step = self.step + 1
+        roles = cfg.policy.train_roles
+        reward_only = sum(1 for s in samples if not s.trainable)  # the env marked them
+        frozen = sum(1 for s in samples if roles is not None and s.role not in roles)
+        samples = [s for s in samples if roles is None or s.role in roles]
+        cap = cfg.update.max_prompt_tokens  # the recipe's maximum prompt length: skip, count
+        over = sum(1 for s in samples if cap and len(s.prompt_ids) > cap)
+        samples = [s for s in samples if not (cap and len(s.prompt_ids) > cap)]
+        items, dropped = make_items(samples, lambda s: cfg.generation.temperature_of(s.role))
+        counts = dict(untrainable=dropped, reward_only=reward_only, frozen=frozen)
+        return items, {**counts, "over_prompt_limit": over}
+
+    def train_step(self) -> dict[str, Any]:
+        """One step of Algorithm 1: roll out, compute the advantages and update each policy;
+        then log and checkpoint. Returns the step's metrics line."""
+        cfg, version = self.run.cfg, self.step  # version: the updates made so far
+        step = version + 1
         t0 = time.perf_counter()
-        got = self.schedule.take(step, version=self.step)  # produced now, or ahead (staleness)
-        result, t_rollout, t_gen = got.result, got.t_rollout, got.t_gen
+        # 1. rollout (self.rollout) with the policy as it is now: this step's, or with
+        #    --max-staleness N each step up to N ahead not rolled out yet; the step trains on
+        #    its own rollout, however early it was made
+        for due in self.schedule.due(step):
+            self.schedule.put(self._timed_rollout(due))
+        got = self.schedule.pop(step, version)
+        # 2. the advantages of the rewards, then each policy's PPO update on its own samples
         t1 = time.perf_counter()
-        stats = self.update(result.samples, step)
+        stats = self.update(got.result.samples, step)
         t_update = time.perf_counter() - t1
-        result = distributed.gather_rollout(self.run.dist, result)  # rank 0: every rank's samples
+        # 3. logs (trajectories.jsonl, metrics.jsonl), 4. checkpoint
+        m = self._step_metrics(step, got, stats, t_update, started=t0)
+        self.metrics.log(step, m)
+        self.step = step
+        if step % cfg.output.save_every == 0 or step == cfg.schedule.steps:
+            self.save_checkpoint()
+        if cfg.output.plot_every and step % cfg.output.plot_every == 0:
+            self.metrics.plot()
+        return {"step": step, **m}
+
+    def _timed_rollout(self, step: int) -> Produced:
+        """:meth:`rollout` of step ``step`` with the policy as it is now, with its wall time,
+        the generation time counted meanwhile and the pipeline's statistics of it."""
+        timer = self.run.backend.timer
+        timer.reset()
+        t0 = time.perf_counter()
+        result = self.rollout(step)
+        t_rollout, t_gen = time.perf_counter() - t0, float(timer.reset())
+        stats = dict(self.pipeline.last) if self.pipeline is not None else {}
+        return Produced(step, self.step, result, t_rollout, t_gen, stats)
+
+    def _step_metrics(
+        self, step: int, got: Produced, stats: dict[str, float], t_update: float, started: float
+    ) -> dict[str, Any]:
+        """The step's metrics line, the step timed from ``started`` (rank 0 also appends every
+        rank's samples to ``trajectories.jsonl``)."""
+        result = distributed.gather_rollout(self.run.dist, got.result)  # rank 0: every rank's
         if self.run.dist.is_main:
             with open(self.traj_path, "a") as fh:
                 write_jsonl(result.samples, fh, train_step=step)
@@ -313,25 +364,19 @@ class Trainer:
         m.update(stats)
         m.update(lag_metrics(result.samples, self.step))  # every trained sample's lag
         m.update(got.stats)  # the pipeline's in-flight count and ages, when it produced it
-        m["lr"] = cfg.update.lr
-        m["time/generation"] = t_gen
-        m["time/env"] = max(0.0, t_rollout - t_gen)
+        m["lr"] = self.run.cfg.update.lr
+        m["time/generation"] = got.t_gen
+        m["time/env"] = max(0.0, got.t_rollout - got.t_gen)
         m["time/update"] = t_update  # under torchrun: rank 0's, waiting for the others included
-        m["time/step"] = time.perf_counter() - t0
+        m["time/step"] = time.perf_counter() - started
         if self.run.dist.enabled:
             m["world_size"] = float(self.run.dist.world_size)
             m["time/generation_max"], m["time/rollout_max"] = self.run.dist.all_max(
-                [t_gen, t_rollout]
+                [got.t_gen, got.t_rollout]
             )
-        if t_gen > 0:
-            m["throughput/gen_tokens_per_s"] = m.get("completion_tokens", 0.0) / t_gen
-        self.metrics.log(step, m)
-        self.step = step
-        if step % cfg.output.save_every == 0 or step == cfg.schedule.steps:
-            self.save_checkpoint()
-        if cfg.output.plot_every and step % cfg.output.plot_every == 0:
-            self.metrics.plot()
-        return {"step": step, **m}
+        if got.t_gen > 0:
+            m["throughput/gen_tokens_per_s"] = m.get("completion_tokens", 0.0) / got.t_gen
+        return m
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, tag: str) -> EvalReport | None:
@@ -469,20 +514,7 @@ class Trainer:
         cfg = self.run.cfg
         steps = self.run.cfg.schedule.steps
         t_start = time.perf_counter()
-        train_seconds = 0.0
-        before_path = self.run.out / "eval_before.json"
-        before = None
-        if self.run.dist.broadcast_object(
-            bool(cfg.eval.eval_episodes) and not before_path.exists()
-        ):
-            self.log(
-                f"evaluating before training ({cfg.eval.eval_episodes} {cfg.eval.eval_split} episodes)"
-            )
-            before = self.evaluate("before")
-            if before is not None:
-                self.log(before.table())
-        elif self.run.dist.is_main and before_path.exists():
-            before = json.loads(before_path.read_text())
+        before = self._evaluate_before()
         history: list[dict[str, Any]] = []
         if steps == 0:  # an evaluation only
             self.log(
@@ -492,6 +524,7 @@ class Trainer:
             )
             self._write_viewer()
             return history
+        train_seconds = 0.0
         bar, step_done = self._step_bar(steps)
         try:
             while self.step < steps:
@@ -516,6 +549,33 @@ class Trainer:
         finally:
             self._on_wave = None
             bar.close()
+        self._finish(before, len(history), train_seconds, t_start)
+        return history
+
+    def _evaluate_before(self) -> Any:
+        """The evaluation before training (rank 0: its report, or the saved one's dict when a
+        resumed run made it already; None without evaluation or on other ranks)."""
+        cfg = self.run.cfg
+        before_path = self.run.out / "eval_before.json"
+        if self.run.dist.broadcast_object(
+            bool(cfg.eval.eval_episodes) and not before_path.exists()
+        ):
+            self.log(
+                f"evaluating before training ({cfg.eval.eval_episodes} {cfg.eval.eval_split} episodes)"
+            )
+            before = self.evaluate("before")
+            if before is not None:
+                self.log(before.table())
+            return before
+        if self.run.dist.is_main and before_path.exists():
+            return json.loads(before_path.read_text())
+        return None
+
+    def _finish(self, before: Any, steps: int, train_seconds: float, t_start: float) -> None:
+        """After the last step: the evaluation after training, the curves, the final export,
+        and the comparison with the evaluation before (references included); ``t_start``: when
+        the run began."""
+        cfg = self.run.cfg
         after = None
         if cfg.eval.eval_episodes:
             self.log(
@@ -529,7 +589,7 @@ class Trainer:
             self.export(self.run.out / "final")
         total = time.perf_counter() - t_start
         self.log(
-            f"{cfg.env}: {len(history)} training steps in {train_seconds:.0f} s of training wall "
+            f"{cfg.env}: {steps} training steps in {train_seconds:.0f} s of training wall "
             f"time ({total:.0f} s with evaluation); outputs in {self.run.out}"
         )
         if before is not None and after is not None:
@@ -544,7 +604,6 @@ class Trainer:
             self.comparison = compare_reports(before, after, references=refs)
             self.log(self.comparison)
         self._write_viewer()
-        return history
 
     def _write_viewer(self) -> None:
         """The episode viewer of the run's evaluations (``episodes.html``,
