@@ -224,11 +224,8 @@ def fine_tune(
     resumes from the last one. ``max_steps > 0`` stops after that many optimizer steps."""
     import torch
     from datasets import Dataset
-    from peft import LoraConfig
     from transformers.trainer_utils import get_last_checkpoint
-    from trl import SFTConfig, SFTTrainer
-
-    from adapters.policies.models import native_bf16
+    from trl import SFTTrainer
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -239,7 +236,62 @@ def fine_tune(
         | ({"chat_template_kwargs": chat_template_kwargs} if chat_template_kwargs else {})
         for e in examples
     ]
-    args = SFTConfig(
+    args = _sft_config(
+        cfg,
+        ckpt_dir,
+        device,
+        max_steps=max_steps,
+        save_steps=save_steps,
+        keep_checkpoints=keep_checkpoints,
+        progress=progress,
+    )
+    model.train()
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=_lora_config(cfg),
+    )
+    last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        trainer.train(resume_from_checkpoint=last)
+    trainer.model.save_pretrained(str(out))  # type: ignore[union-attr,operator]
+    losses = [
+        {"step": int(h["step"]), "loss": float(h["loss"])}
+        for h in trainer.state.log_history
+        if "loss" in h
+    ]
+    info = {
+        **(card or {}),
+        "cold_start": asdict(cfg),
+        "examples": len(rows),
+        "optimizer_steps": int(trainer.state.global_step),
+        "losses": losses,
+    }
+    (out / CARD).write_text(json.dumps(info, indent=1, sort_keys=True))
+    model.eval()
+    return out
+
+
+def _sft_config(
+    cfg: ColdStartConfig,
+    ckpt_dir: Path,
+    device: Any,
+    *,
+    max_steps: int,
+    save_steps: int,
+    keep_checkpoints: bool,
+    progress: bool,
+) -> Any:
+    """TRL's ``SFTConfig`` of :func:`fine_tune`: the cold start's hyperparameters, a constant
+    learning rate after warm-up, a loss on the completions only, checkpoints in ``ckpt_dir``."""
+    from trl import SFTConfig
+
+    from adapters.policies.models import native_bf16
+
+    return SFTConfig(
         output_dir=str(ckpt_dir),
         num_train_epochs=cfg.epochs,
         max_steps=max_steps,
@@ -265,7 +317,14 @@ def fine_tune(
         disable_tqdm=not progress,
         dataset_num_proc=None,
     )
-    lora = LoraConfig(
+
+
+def _lora_config(cfg: ColdStartConfig) -> Any:
+    """The LoRA adapter :func:`fine_tune` trains: rank and alpha of ``cfg`` on every linear
+    layer, no dropout."""
+    from peft import LoraConfig
+
+    return LoraConfig(
         r=cfg.lora_rank,
         lora_alpha=int(cfg.lora_alpha),
         lora_dropout=0.0,
@@ -273,34 +332,6 @@ def fine_tune(
         bias="none",
         task_type="CAUSAL_LM",
     )
-    model.train()
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
-        peft_config=lora,
-    )
-    last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        trainer.train(resume_from_checkpoint=last)
-    trainer.model.save_pretrained(str(out))  # type: ignore[union-attr,operator]
-    losses = [
-        {"step": int(h["step"]), "loss": float(h["loss"])}
-        for h in trainer.state.log_history
-        if "loss" in h
-    ]
-    info = {
-        **(card or {}),
-        "cold_start": asdict(cfg),
-        "examples": len(rows),
-        "optimizer_steps": int(trainer.state.global_step),
-        "losses": losses,
-    }
-    (out / CARD).write_text(json.dumps(info, indent=1, sort_keys=True))
-    model.eval()
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
