@@ -4,6 +4,8 @@
 #   bash scripts/setup.sh          system packages for the local sandbox + .venv with the train extra
 #   bash scripts/setup.sh --test   additionally Docker Engine, debootstrap, Chromium (the episode
 #                                  viewer's browser test) and the dev/docker/trl/ray extras
+#   --system                       the system packages only, no .venv (scripts/test.sh builds the
+#                                  images while a second run makes the .venv)
 #
 # Idempotent: a second run only checks that everything is in place. It says what it is doing; a
 # first run takes a few minutes (the torch wheel alone is about 200 MB; with the test extras the
@@ -14,11 +16,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 WANT_TEST=0
+SYSTEM_ONLY=0
 for arg in "$@"; do
   case "$arg" in
     --test) WANT_TEST=1 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
-    *) echo "setup.sh: unknown option '$arg' (use --test or --help)" >&2; exit 2 ;;
+    --system) SYSTEM_ONLY=1 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option '$arg' (use --test, --system or --help)" >&2; exit 2 ;;
   esac
 done
 
@@ -51,6 +55,7 @@ if [ ${#need[@]} -gt 0 ]; then
   as_root apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 \
     || { as_root apt-get update -qq && as_root apt-get install -y -qq "${need[@]}" >/dev/null; }
 fi
+if [ "$SYSTEM_ONLY" = 1 ]; then exit 0; fi
 
 "$PY" - <<'PYCHECK'
 import sys

@@ -31,6 +31,7 @@ def _post(url: str, code: str, timeout: tuple[float, float] = (5.0, 30.0)) -> re
     return requests.post(url + "/run_code", json=body, timeout=timeout)
 
 
+@pytest.mark.serial  # requests a few tenths of a second apart must arrive in order
 def test_a_queued_request_outlives_its_clients_read_timeout():
     """One worker, held 3 s by a sleeping program. A request with a 1 s read timeout queues
     behind it and still gets its result (kept alive by spaces); with keep-alive off it gets 504
@@ -81,6 +82,7 @@ def test_a_queued_request_outlives_its_clients_read_timeout():
 STAMP = "import time\nprint(time.time())\nblock = bytearray(24 << 20)\ntime.sleep(1.5)\n"
 
 
+@pytest.mark.serial  # requests 0.3 s apart must arrive in order
 def test_jobs_wait_for_the_memory_budget_not_only_for_a_worker():
     """Four workers but a 300 MiB budget: a request asking 200 MiB and one asking 60 run side
     by side; a second 200 MiB request waits until the first ends (first come first served: a

@@ -8,6 +8,8 @@ import json
 import threading
 import time
 
+import pytest
+
 import envs
 
 from .attacks import CLIP, py
@@ -93,6 +95,7 @@ def _numbers(text: str) -> list[int]:
 # ---------------------------------------------------------------- C: no stalls
 
 
+@pytest.mark.serial  # wall-clock gaps of this process's threads
 def test_a_hostile_step_does_not_stall_the_hosts_other_threads(local_sandbox):
     """Root cause C: host-side evaluation held the GIL for seconds (a three-argument ``pow``,
     a 1.5 GB format width, a 200,000-character program compiled on the host), so through
