@@ -37,6 +37,9 @@ exactly what a trainer needs:
   several times slower than its linear layers. Prefill and training forwards are unchanged.
 * **Compiled decode steps** (``compile_decode``, off by default): the steps run compiled over a
   static cache, as CUDA graphs on CUDA (:mod:`adapters.policies.graphs`); prefill stays eager.
+* **Profiling.** A :class:`GenerationStats` put in :attr:`TransformersPolicy.stats` sums the
+  wall time of the calls, of their prefills and of their decoding loops, and the tokens each
+  computed (``benchmarks/cpu_profile.py``); ``None``, the default, times nothing.
 * **Segments.** :meth:`TransformersPolicy.extend` continues partial completions (segment
   rollouts): prompt and generated prefix are prefilled from their token ids and each row's
   random stream is read on from the prefix's length, so a completion decoded in segments has
@@ -55,6 +58,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -122,6 +126,32 @@ class PromptBatch:
                     store.save(key, cache)
             cache.reorder_cache(torch.zeros(self.ids.shape[0], dtype=torch.long, device=dev))
         return forward(self.ids, self.attn, self.positions, cache)
+
+
+@dataclass
+class GenerationStats:
+    """Where a policy's generation time goes, summed over its calls while
+    :attr:`TransformersPolicy.stats` holds this object (on CUDA the device is synchronised at
+    each boundary).
+
+    ``generate_s``: wall time inside ``generate`` and ``extend``; within it ``prefill_s``, the
+    prompts' forward passes (and the cache laid out for the rows), and ``decode_s``, the decoding
+    loop (one-token forward steps, sampling, stop checks); the rest is chat templates,
+    tokenizing and detokenizing. ``prefill_tokens``: the prompt tokens those passes computed
+    (a prefix restored from an evaluation's prefix cache and padding excluded; ``padding``
+    counts the padded positions they computed too); ``generated``: the tokens drawn;
+    ``decode_rows``: the rows of the decode steps' forward passes, summed over the steps, and
+    ``decode_steps`` those passes (rows per step: their ratio).
+    """
+
+    generate_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    prefill_tokens: int = 0
+    padding: int = 0
+    generated: int = 0
+    decode_rows: int = 0
+    decode_steps: int = 0
 
 
 class PrefixCache:
@@ -448,6 +478,10 @@ class TransformersPolicy(TokenLevelPolicy):
             (:mod:`adapters.policies.graphs`: ``"on"``, ``"cudagraphs"`` or a ``torch.compile``
             backend); ``"off"``: the eager loop. A model with sliding-window layers keeps the
             eager loop (logged).
+
+    Attributes:
+        stats: a :class:`GenerationStats` that the calls add their phases' times and tokens
+            to (profiling), or ``None`` (the default: nothing timed).
     """
 
     def __init__(
@@ -497,6 +531,7 @@ class TransformersPolicy(TokenLevelPolicy):
         self._cache_kw = cache_keyword(model)
         self._torch = torch
         self._prefix_store: PrefixCache | None = None
+        self.stats: GenerationStats | None = None
         # on a CPU, decode steps take sdpa's grouped path and the cache grows in place
         # (adapters.policies.decoding); elsewhere transformers' own attention and cache
         on_cpu = self.device.type == "cpu" and cpu_decoding
@@ -564,6 +599,7 @@ class TransformersPolicy(TokenLevelPolicy):
         self, prompts: Sequence[ChatPrompt], params: SamplingParams | None = None
     ) -> list[list[Completion]]:
         torch = self._torch
+        t0 = self._now() if self.stats is not None else 0.0
         params = params or SamplingParams()
         encoded = self.encode_prompts(prompts, params.max_new_tokens)
         rows = [(p, s) for p in range(len(encoded)) for s in range(params.n)]
@@ -581,6 +617,8 @@ class TransformersPolicy(TokenLevelPolicy):
             for r, (tokens, logprobs, finish) in zip(chunk, outs):
                 assert finish is not None  # no budget: every row ends
                 results[r] = self._finish(encoded[rows[r][0]], tokens, logprobs, finish, params)
+        if self.stats is not None:
+            self.stats.generate_s += self._now() - t0
         return [[results[p * params.n + s] for s in range(params.n)] for p in range(len(encoded))]  # type: ignore[misc]
 
     def _finish(
@@ -608,6 +646,7 @@ class TransformersPolicy(TokenLevelPolicy):
         unsegmented call draws; the transformers backend keeps no ``sampler_state``."""
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        t0 = self._now() if self.stats is not None else 0.0
         out = [replace(p) for p in partials]
         todo = sorted(
             (i for i, p in enumerate(out) if not p.finished),
@@ -626,11 +665,30 @@ class TransformersPolicy(TokenLevelPolicy):
                 p.token_ids = p.token_ids + tokens
                 p.logprobs = p.logprobs + logprobs
                 p.finish_reason = finish  # type: ignore[assignment]
+        if self.stats is not None:
+            self.stats.generate_s += self._now() - t0
         return out
 
     def finish_partial(self, partial: PartialCompletion, params: SamplingParams) -> Completion:
         finish = partial.finish_reason or "length"
         return self._finish(partial.prompt_ids, partial.token_ids, partial.logprobs, finish, params)
+
+    def _now(self) -> float:
+        """``time.perf_counter()`` once the device's queued work is done (profiling only)."""
+        if self.device.type == "cuda":
+            self._torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def _counted_forward(self, stats: GenerationStats) -> Any:
+        """:meth:`_forward` that adds the tokens of each pass to ``stats`` (prefill)."""
+
+        def forward(input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any) -> Any:
+            real = int(attention_mask[:, -input_ids.shape[1] :].sum())
+            stats.prefill_tokens += real
+            stats.padding += int(input_ids.numel()) - real
+            return self._forward(input_ids, attention_mask, position_ids, cache)
+
+        return forward
 
     def _forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any) -> Any:
         kwargs: dict[str, Any] = {"logits_to_keep": 1} if self._keep_kw else {}
@@ -688,10 +746,13 @@ class TransformersPolicy(TokenLevelPolicy):
         ]
         stop_mask = self._stop_candidates(params.stop) if params.stop else None
         active = [r for r in range(len(prompts)) if limits[r] > 0]
+        stats = self.stats
+        t_prefill = self._now() if stats is not None else 0.0
         with torch.inference_mode():
             if self._prefix_store is not None:
                 self._prefix_store.namespace = self._adapter_name()
-            logits = batch.prefill(self._forward, cache, self._prefix_store)
+            forward = self._forward if stats is None else self._counted_forward(stats)
+            logits = batch.prefill(forward, cache, self._prefix_store)
             # each active row continues its distinct prompt's row of the prefilled cache
             rows_of = [row_prompt[r] for r in active]
             index = torch.tensor(rows_of, dtype=torch.long, device=dev)
@@ -707,6 +768,9 @@ class TransformersPolicy(TokenLevelPolicy):
                 if rows_of != list(range(n_unique)):
                     cache.reorder_cache(index)
                 steps = _EagerSteps(self._forward, cache, attn, next_pos)
+            if stats is not None:
+                t_decode = self._now()
+                stats.prefill_s += t_decode - t_prefill
             while active:
                 # row r's draws for its t-th token come from the stream of its seed at t
                 u = (
@@ -742,6 +806,12 @@ class TransformersPolicy(TokenLevelPolicy):
                     tokens = tokens.index_select(0, kidx)
                     active = [active[j] for j in keep]
                 logits = steps.step(tokens)
+                if stats is not None:
+                    stats.decode_rows += len(active)
+                    stats.decode_steps += 1
+        if stats is not None:
+            stats.decode_s += self._now() - t_decode
+            stats.generated += sum(len(lps) for lps in lps_out)
         return [(tokens_out[r][len(done[r]) :], lps_out[r], finish[r]) for r in range(len(prompts))]
 
     def _stop_candidates(self, stop: tuple[str, ...]) -> Any:

@@ -324,3 +324,35 @@ def test_evaluation_scope_reuses_prefix_caches_without_changing_completions(char
         for x, y in zip(a, b):
             assert x[0].token_ids == y[0].token_ids
             assert max(abs(p - q) for p, q in zip(x[0].logprobs, y[0].logprobs)) < 1e-4
+
+
+def test_generation_stats_count_the_phases_when_profiling(char_model):
+    """With ``stats`` set, each call adds its prefill and decode times and tokens: the tokens
+    drawn are the completions' (plus the EOS a completion drops), the prefill counts each
+    distinct prompt once and their shared prefix once, the padding apart, and the phases fit
+    inside the calls' time; without it nothing is counted and the completions are the same."""
+    from adapters.policies.transformers_policy import GenerationStats
+
+    model, tok = char_model
+    policy = TransformersPolicy(model, tok, device="cpu", batch_size=8)
+    system = [{"role": "system", "content": "you are a careful planner; answer with moves. "}]
+    prompts = [[*system, {"role": "user", "content": q}] for q in ("go up", "go left now")]
+    params = SamplingParams(n=2, max_new_tokens=6, seed=3)
+    plain = policy.generate(prompts, params)
+    policy.stats = stats = GenerationStats()
+    out = policy.generate(prompts, params)
+    policy.stats = None
+    assert [[c.token_ids for c in cs] for cs in out] == [[c.token_ids for c in cs] for cs in plain]
+    drawn = sum(len(c.token_ids) + (c.finish_reason == "stop") for cs in out for c in cs)
+    assert stats.generated == drawn
+    assert stats.decode_rows == drawn - 4  # each row's last token is drawn, never fed back
+    assert 0 < stats.decode_steps <= 6
+    ids = [cs[0].prompt_ids for cs in out]
+    shared = next(i for i, (a, b) in enumerate(zip(*ids)) if a != b)
+    assert shared >= 32  # split off and prefilled once
+    rests = [len(p) - shared for p in ids]
+    assert stats.prefill_tokens == shared + sum(rests)
+    assert stats.padding == len(rests) * max(rests) - sum(rests)
+    assert 0 < stats.prefill_s + stats.decode_s <= stats.generate_s
+    policy.generate(prompts, params)
+    assert stats.generated == drawn  # no longer counting
