@@ -20,6 +20,10 @@ traceback:
   ``pip install -e ".[serve]"`` (:data:`EXTRAS`);
 * ``KeyboardInterrupt``: ``interrupted``, exit 130.
 
+Before the body runs, :func:`~adapters.policies.models.apply_cpu_bf16_env` reads
+``MAS_CPU_BF16``: ``emulated`` makes the command take the path of a CPU without native bfloat16
+(float32 generation, the kernels capped at AVX2), on any machine.
+
 Anything else is a bug or a failure of the machine and keeps its traceback. ``--debug`` (or
 ``MAS_DEBUG=1``) lets every exception through with its traceback.
 
@@ -184,6 +188,10 @@ def run(
     args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False)) or os.environ.get("MAS_DEBUG") == "1"
     try:
+        with bad_input(""):  # before any body imports torch: MAS_CPU_BF16=emulated
+            from adapters.policies.models import apply_cpu_bf16_env
+
+            apply_cpu_bf16_env()
         return int(body(args) or 0)
     except KeyboardInterrupt:
         if debug:

@@ -19,6 +19,10 @@ given values become the parser's defaults (flags given explicitly still win)::
     args = parse_args(build_parser(), argv, episodes=2, repeat=1)
 
 Helper modules of the scripts (``_quick.py``, ``trl_baseline.py``) have no ``__main__`` block.
+
+:func:`parse_args` also applies ``MAS_CPU_BF16`` (:func:`adapters.policies.models.
+apply_cpu_bf16_env`) after parsing, before a script imports torch: ``MAS_CPU_BF16=emulated python
+benchmarks/NAME.py`` measures the path of a CPU without native bfloat16 on any machine.
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ def parse_args(
     if not any("--quick" in a.option_strings for a in parser._actions):
         parser.add_argument("--quick", action="store_true", help=QUICK_HELP)
     args = parser.parse_args(argv)
+    from adapters.policies.models import apply_cpu_bf16_env
+
+    apply_cpu_bf16_env()  # before the script imports torch
     if not args.quick:
         return args
     unknown = sorted(set(quick) - set(vars(args)))

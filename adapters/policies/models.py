@@ -20,6 +20,25 @@ cpu has the measurements). The rounding to bfloat16 (relative 2**-9) is far belo
 the 4-bit quantisation the weights come from. Pass ``dtype=torch.float32`` to
 :func:`load_policy_model` for training or exact log-prob comparisons.
 
+Native or emulated bfloat16 on a CPU
+------------------------------------
+:func:`native_bf16` decides the dtype of the CPU's generation copies and of the update's autocast:
+bfloat16 only where the CPU has AVX512-BF16 or AMX, float32 elsewhere (without them torch
+emulates bfloat16 matrix products, several times slower than float32). A machine that has them
+can take the path of one that has not, to measure or reproduce what most laptops and cloud
+machines run: set ``MAS_CPU_BF16=emulated`` (:data:`CPU_BF16_ENV`; ``auto``, or unset, detects).
+Then :func:`native_bf16` answers False for the CPU, and :func:`apply_cpu_bf16_env` (the command
+lines call it in :func:`adapters.cli.run`, the benchmarks in ``benchmarks/_quick.py``, before
+torch is imported) caps the instruction sets of torch's kernels, oneDNN and MKL at AVX2
+(:data:`EMULATED_ISA`; a value the user set is kept, and a CPU without AVX2 is left as it is),
+so their bfloat16 matrix products are emulated as on an AVX2-only CPU::
+
+    MAS_CPU_BF16=emulated python -m adapters.train --env sokoban
+    MAS_CPU_BF16=emulated python benchmarks/cpu_profile.py
+
+The three variables are read when torch's kernels first run: in a process that imported torch
+before, set them in the environment yourself (or ``MAS_CPU_BF16`` before starting Python).
+
 The conversion is atomic and safe under concurrency: a file lock serialises converters, the
 checkpoint is written into a temporary sibling directory and renamed into place, and a directory
 without the completion marker is never used (a killed conversion leaves only a temp directory,
@@ -50,6 +69,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -185,19 +205,94 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = STORED_DTYPE) -> P
 # loading
 
 
+CPU_BF16_ENV = "MAS_CPU_BF16"
+"""``emulated``: take the path of a CPU without native bfloat16 on any CPU (module docstring);
+``auto`` or unset: detect it."""
+
+EMULATED_ISA = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+}
+"""The variables that cap torch's own kernels, oneDNN's and MKL's at AVX2 (bfloat16 products
+emulated), set by :func:`apply_cpu_bf16_env` under ``MAS_CPU_BF16=emulated``."""
+
+
+def cpu_bf16_forced_off() -> bool:
+    """Whether ``MAS_CPU_BF16=emulated`` asks for the path of a CPU without native bfloat16
+    (a value other than ``emulated``, ``auto`` or empty is a ``ValueError``)."""
+    value = os.environ.get(CPU_BF16_ENV, "").strip().lower()
+    if value in ("", "auto"):
+        return False
+    if value == "emulated":
+        return True
+    raise ValueError(
+        f"{CPU_BF16_ENV}={value!r}: use 'emulated' (the path of a CPU without native "
+        "bfloat16) or 'auto' (detect it)"
+    )
+
+
+def cpu_flags() -> set[str]:
+    """The instruction-set flags of the first CPU in ``/proc/cpuinfo`` (empty where there is
+    none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def cpu_has_bf16() -> bool:
+    """Whether the CPU has AVX512-BF16 or AMX (``/proc/cpuinfo``), whatever ``MAS_CPU_BF16``
+    says."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
+def cpu_bf16_kind() -> str:
+    """How this process's CPU computes bfloat16: ``native``, ``emulated`` (the CPU lacks it) or
+    ``forced emulated`` (it has it, and ``MAS_CPU_BF16=emulated`` turned it off)."""
+    if not cpu_has_bf16():
+        return "emulated"
+    return "forced emulated" if cpu_bf16_forced_off() else "native"
+
+
+def apply_cpu_bf16_env() -> bool:
+    """Under ``MAS_CPU_BF16=emulated`` put :data:`EMULATED_ISA` into the environment (keeping
+    any of them the user set; on a CPU without AVX2 none: it is below that already) and return
+    True; else change nothing and return False. Call it before torch is imported (the
+    variables are read when its kernels first run; a warning says so when torch is already
+    loaded)."""
+    if not cpu_bf16_forced_off():
+        return False
+    if "avx2" not in cpu_flags():
+        return True
+    new = [name for name in EMULATED_ISA if name not in os.environ]
+    for name in new:
+        os.environ[name] = EMULATED_ISA[name]
+    if new and "torch" in sys.modules:
+        logger.warning(
+            "%s=emulated set %s after torch was imported: kernels that already ran keep the "
+            "CPU's own instruction set; set %s before starting Python",
+            CPU_BF16_ENV,
+            ", ".join(new),
+            CPU_BF16_ENV,
+        )
+    return True
+
+
 def native_bf16(device: Any) -> bool:
     """Whether ``device`` computes bfloat16 natively: CUDA with bf16 support, or a CPU with
     AVX512-BF16 or AMX (where bfloat16 matrix products beat float32; elsewhere they are
-    emulated and slower)."""
+    emulated and slower), unless ``MAS_CPU_BF16=emulated`` (module docstring)."""
     if getattr(device, "type", str(device)).startswith("cuda"):
         import torch
 
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return cpu_has_bf16() and not cpu_bf16_forced_off()
 
 
 def resolve_device(device: Any = None) -> torch.device:

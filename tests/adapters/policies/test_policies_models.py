@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -191,3 +195,78 @@ def test_resolve_dtype_and_device():
     with pytest.raises(ValueError):
         models._resolve_dtype("float33")
     assert models.resolve_device("cpu").type == "cpu"
+
+
+# --------------------------------------------------------------------------------------------
+# MAS_CPU_BF16=emulated: the path of a CPU without native bfloat16, on any CPU
+
+
+def test_cpu_bf16_switch_answers_false_and_names_the_kind(monkeypatch):
+    monkeypatch.delenv(models.CPU_BF16_ENV, raising=False)
+    assert models.native_bf16("cpu") == models.cpu_has_bf16()
+    assert models.cpu_bf16_kind() == ("native" if models.cpu_has_bf16() else "emulated")
+    monkeypatch.setenv(models.CPU_BF16_ENV, "emulated")
+    assert models.native_bf16("cpu") is False
+    assert models.cpu_bf16_kind() in ("forced emulated", "emulated")
+    monkeypatch.setenv(models.CPU_BF16_ENV, "fast")
+    with pytest.raises(ValueError, match="MAS_CPU_BF16='fast'"):
+        models.native_bf16("cpu")
+
+
+def test_cpu_bf16_switch_sets_the_float32_update_of_the_cpu_run(monkeypatch):
+    """The main job's CPU configuration follows the switch: no bfloat16 autocast."""
+    from adapters.training.config import TrainConfig
+
+    monkeypatch.setenv(models.CPU_BF16_ENV, "emulated")
+    cfg = TrainConfig(env="sokoban", device="cpu").resolved()
+    assert cfg.update.update_precision == "float32"
+
+
+_PROBE = """
+import argparse, json, os
+from adapters import cli
+
+def body(args):
+    import torch
+    from adapters.policies.models import EMULATED_ISA, native_bf16
+    print(json.dumps({
+        "native": native_bf16("cpu"),
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "env": {k: os.environ.get(k) for k in EMULATED_ISA},
+    }))
+
+raise SystemExit(cli.run(argparse.ArgumentParser, body, []))
+"""
+
+
+def _probe(**env_over: str) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in models.EMULATED_ISA}
+    env.pop(models.CPU_BF16_ENV, None)
+    env.update(env_over)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.skipif(
+    platform.machine().lower() not in ("x86_64", "amd64") or "avx2" not in models.cpu_flags(),
+    reason="the switch caps the instruction sets of an x86 CPU with AVX2 or more",
+)
+def test_cpu_bf16_switch_caps_the_kernels_of_a_command_before_torch_is_imported():
+    """A command (``adapters.cli.run``) started with ``MAS_CPU_BF16=emulated``: the CPU has no
+    native bfloat16 for it, torch's kernels run at AVX2 or lower, oneDNN and MKL are capped at
+    AVX2; a value the user set is kept; an unknown value is one ``error:`` line."""
+    pytest.importorskip("torch")
+    rc, out, err = _probe(MAS_CPU_BF16="emulated")
+    assert rc == 0, err
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["native"] is False
+    assert got["capability"] in ("AVX2", "DEFAULT")
+    assert got["env"] == models.EMULATED_ISA
+    rc, out, err = _probe(MAS_CPU_BF16="emulated", ATEN_CPU_CAPABILITY="default")
+    got = json.loads(out.strip().splitlines()[-1])
+    assert rc == 0 and got["capability"] == "DEFAULT"
+    assert got["env"] == {**models.EMULATED_ISA, "ATEN_CPU_CAPABILITY": "default"}
+    rc, out, err = _probe(MAS_CPU_BF16="fast")
+    assert rc == 2 and err.strip().startswith("error: MAS_CPU_BF16='fast'"), err
