@@ -145,7 +145,7 @@ def module_not_loaded(what: str, exc: Any) -> UsageError:
     ... except envs.ModuleNotLoadedError as e:
     ...     print(module_not_loaded("runs/r/config.yaml", e))
     runs/r/config.yaml names env 'pkg.mod:toy', whose module is not loaded: pass --import pkg.mod to load it (if you trust it: importing a module runs its code)
-    """
+    """  # noqa: E501
     return UsageError(
         f"{what} names env {exc.env_id!r}, whose module is not loaded: pass --import "
         f"{exc.module} to load it (if you trust it: importing a module runs its code)"

@@ -17,11 +17,11 @@ The whole suite (``--suite``)::
 
 Policy specs (:mod:`adapters.policies.specs`): ``oracle`` (the env's scripted correct answer),
 ``constant:TEXT`` (answers ``TEXT`` to every prompt; ``constant:`` answers nothing: the trivial
-baselines), ``smollm2`` (the embedded model), ``tiny`` (random tiny model, for smoke tests), a local checkpoint
-directory or a LoRA adapter directory written by the trainer, ``openai:BASE_URL[#MODEL]`` (any
-OpenAI-compatible server). With ``--env``, ``ROLE=SPEC`` assigns a policy to one role and a spec
-without ``ROLE=`` serves every role that has no explicit one. With ``--suite``, every ``--policy``
-is one policy to compare, and each plays every role.
+baselines), ``smollm2`` (the embedded model), ``tiny`` (random tiny model, for smoke tests), a local
+checkpoint directory or a LoRA adapter directory written by the trainer, ``openai:BASE_URL[#MODEL]``
+(any OpenAI-compatible server). With ``--env``, ``ROLE=SPEC`` assigns a policy to one role and a
+spec without ``ROLE=`` serves every role that has no explicit one. With ``--suite``, every
+``--policy`` is one policy to compare, and each plays every role.
 
 Decoding is greedy by default (``--temperature 0``, the AT-GRPO validation setting), one episode
 per instance (parallel sampling with K = 1). Instances come from ``--split`` (default ``val``)

@@ -142,8 +142,8 @@ def _main(args: argparse.Namespace) -> int:
         check_model_source(train_cfg.policy.model)
     out = args.output or str(cold_start_dir(train_cfg, cfg))
     print(
-        f"cold start: {train_cfg.policy.model} on {cfg.episodes} oracle episodes of {train_cfg.env} "
-        f"{dict(train_cfg.env_config)}, roles {list(cfg.roles or roles)} -> {out}",
+        f"cold start: {train_cfg.policy.model} on {cfg.episodes} oracle episodes of "
+        f"{train_cfg.env} {dict(train_cfg.env_config)}, roles {list(cfg.roles or roles)} -> {out}",
         flush=True,
     )
     made = make_cold_start(train_cfg, cfg, out, export=args.export, max_steps=args.max_steps)

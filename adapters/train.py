@@ -193,11 +193,15 @@ def _train(args: argparse.Namespace) -> int:
     ranks = f", {trainer.run.dist.world_size} ranks" if trainer.run.dist.enabled else ""
     if trainer.run.dist.is_main:
         print(
-            f"run {trainer.out}: env {c.env} {c.env_config}, recipe {c.recipe}, model {c.policy.model} "
-            f"({'LoRA r=' + str(c.policy.lora_rank) if c.policy.lora_rank else 'full fine-tuning'}, "
-            f"{'per-role' if (c.policy.per_role or c.policy.role_policies) else 'shared'}), {c.update.algorithm} "
-            f"K={c.rollout.candidates} ({c.rollout.sampling}, keep {c.rollout.keep} x{c.rollout.keep_n}), "
-            f"{c.schedule.instances_per_step} instances/step, {c.schedule.steps} steps, device {trainer.run.device}"
+            f"run {trainer.out}: env {c.env} {c.env_config}, recipe {c.recipe}, "
+            f"model {c.policy.model} "
+            f"({'LoRA r=' + str(c.policy.lora_rank) if c.policy.lora_rank else 'full fine-tuning'}"
+            f", {'per-role' if (c.policy.per_role or c.policy.role_policies) else 'shared'}), "
+            f"{c.update.algorithm} "
+            f"K={c.rollout.candidates} ({c.rollout.sampling}, "
+            f"keep {c.rollout.keep} x{c.rollout.keep_n}), "
+            f"{c.schedule.instances_per_step} instances/step, {c.schedule.steps} steps, "
+            f"device {trainer.run.device}"
             f"{ranks}",
             flush=True,
         )

@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> None:
             continue
         ratio = None if base is None else eps / base
         print(
-            f"{label:<26} {fmt(rps):>10} {fmt(reset_target):>7} {fmt(eps, 1):>11} {fmt(ep_target):>7} "
+            f"{label:<26} {fmt(rps):>10} {fmt(reset_target):>7} {fmt(eps, 1):>11} "
+            f"{fmt(ep_target):>7} "
             f"{fmt(base, 1):>10} {fmt(ratio, 1):>7} {ok:>9.0%}"
         )
 

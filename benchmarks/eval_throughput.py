@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(cfg, log=lambda s: None)
         print(
             f"eval throughput: {args.env}, model {args.model}, {args.threads} torch threads, "
-            f"{trainer.cfg.generation.max_new_tokens} new tokens, gen_batch_size {trainer.cfg.generation.gen_batch_size}"
+            f"{trainer.cfg.generation.max_new_tokens} new tokens, "
+            f"gen_batch_size {trainer.cfg.generation.gen_batch_size}"
             f", demos {trainer.cfg.demos}",
             flush=True,
         )

@@ -2,13 +2,14 @@
 
     python benchmarks/train_throughput.py                       # embedded SmolLM2, CPU
     python benchmarks/train_throughput.py --env plan_path --steps 4 --candidates 4
-    python benchmarks/train_throughput.py --model-config adapters/policies/configs/qwen3_1_7b.json \\
+    python benchmarks/train_throughput.py \\
+        --model-config adapters/policies/configs/qwen3_1_7b.json \\
         --device cuda --instances 16 --max-new-tokens 512        # paper-sized model, random weights
 
-Each step is a full :class:`adapters.training.trainer.Trainer` step (AT-GRPO tree sampling by default):
-rollout of ``--instances`` instances with K candidates per agent-turn, the PPO update of every
-sample, the JSONL logs and the checkpoint. Unset flags take the trainer's defaults for the device
-(so the CPU default is the step of ``python -m adapters.train --env sokoban``). Columns:
+Each step is a full :class:`adapters.training.trainer.Trainer` step (AT-GRPO tree sampling by
+default): rollout of ``--instances`` instances with K candidates per agent-turn, the PPO update of
+every sample, the JSONL logs and the checkpoint. Unset flags take the trainer's defaults for the
+device (so the CPU default is the step of ``python -m adapters.train --env sokoban``). Columns:
 
 - ``gen s``: time inside the policy's ``generate`` (batched decoding);
 - ``env s``: the rest of the rollout: env steps, verifiers and sandboxed tool programs, cloning;
@@ -136,9 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         c = trainer.cfg
         print(
             f"train_throughput: env {c.env} {c.env_config}, model {model_name} "
-            f"({'LoRA r=' + str(c.policy.lora_rank) if c.policy.lora_rank else 'full fine-tuning'}, "
-            f"{c.policy.dtype}), device {trainer.run.device}, {c.update.algorithm} K={c.rollout.candidates}, "
-            f"{c.schedule.instances_per_step} instances/step, max_new_tokens {c.generation.max_new_tokens}, "
+            f"({'LoRA r=' + str(c.policy.lora_rank) if c.policy.lora_rank else 'full fine-tuning'}"
+            f", {c.policy.dtype}), device {trainer.run.device}, "
+            f"{c.update.algorithm} K={c.rollout.candidates}, "
+            f"{c.schedule.instances_per_step} instances/step, "
+            f"max_new_tokens {c.generation.max_new_tokens}, "
             f"demos {c.demos}, torch threads {torch.get_num_threads()}; setup {setup:.1f} s"
         )
         header = (
@@ -243,7 +246,8 @@ def _compare_trl(args: argparse.Namespace, c: TrainConfig, ours: list[dict]) -> 
     ratio = {k: table["ours"][k] / max(table["trl"][k], 1e-12) for k in table["ours"]}
     print()
     print(
-        f"side by side (same model, K={c.rollout.candidates}, max_new_tokens {c.generation.max_new_tokens}, "
+        f"side by side (same model, K={c.rollout.candidates}, "
+        f"max_new_tokens {c.generation.max_new_tokens}, "
         f"LoRA r={c.policy.lora_rank}, torch threads {torch.get_num_threads()}; timed steps only):"
     )
     print(f"{'trainer':<24}{'samples/step':>13}{'step s':>9}{'samples/s':>11}{'gen tok/s':>11}")

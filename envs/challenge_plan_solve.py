@@ -794,5 +794,6 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
 
 
 def env(**kwargs: Any):
-    """The wrapped challenge-plan-solve AEC env (``envs.make("challenge_plan_solve", **kwargs)``)."""
+    """The wrapped challenge-plan-solve AEC env
+    (``envs.make("challenge_plan_solve", **kwargs)``)."""
     return wrap(raw_env(**kwargs))

@@ -40,9 +40,10 @@ equivalent to the reference answer under the same verifier):
   the kept reasoner candidate's episode reaches the tool's step; ``award_lookahead() = 1`` tells
   the rollout engine to let every unkept reasoner candidate play the tool's K completions of the
   kept branch too (the tool does not see the reasoner's answer of the same turn, so that is the
-  award each candidate would have earned), so all K reasoner candidates are credited alike. ``rewards={"team_credit": "ending_step"}`` restores the earlier reading (only the
-  step that ends the episode earns the team reward: the reasoner's is always 0 in multi mode;
-  no delayed reward, each reward depends only on its own candidate).
+  award each candidate would have earned), so all K reasoner candidates are credited alike.
+  ``rewards={"team_credit": "ending_step"}`` restores the earlier reading (only the step that ends
+  the episode earns the team reward: the reasoner's is always 0 in multi mode; no delayed reward,
+  each reward depends only on its own candidate).
 - reasoner: fmt 0.20 (a ``\\boxed{}`` or ``####`` answer is present and non-empty),
   step 0.80 (its extracted answer is correct). The paper's tool weight for the reasoner is 0.
 - tool: fmt 0.10 (exactly one python code block that compiles, run within the time, memory and

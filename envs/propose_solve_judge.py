@@ -66,9 +66,10 @@ dataset (``absolute_zero_reasoner/trainer/ppo/azr_ray_trainer.py``,
 judge's training sample and there is no step 7.
 
 Steps 5 and 7 (5 and 6 with ``judge_data="episode"``) are training samples. The solver phase runs
-whatever happened to the proposed question (filtered or missing: the solver still trains). ``solver_phase=False`` leaves it out
-(the episode ends after the proposer phase; with ``train_difficulty=False`` the solver then
-never trains: MAE's "no solver training" ablation, Table 2).
+whatever happened to the proposed question (filtered or missing: the solver still trains).
+``solver_phase=False`` leaves it out (the episode ends after the proposer phase; with
+``train_difficulty=False`` the solver then never trains: MAE's "no solver training" ablation,
+Table 2).
 
 Schedule: the N difficulty answers come first, then their N judgements (the order of MAE 4.4).
 The judge sees the content of the solver's ``<answer>`` block, or the whole (clipped) response
@@ -726,7 +727,10 @@ class raw_env(SharedPoolMixin, TurnBasedEnv):
     def oracle(self, agent: str) -> str:
         st, item = self.state, self.instance.item
         if agent == "proposer":
-            return f"<think>I restate a known good question.</think>\n<question>{item.question}</question>"
+            return (
+                "<think>I restate a known good question.</think>\n"
+                f"<question>{item.question}</question>"
+            )
         known = self._known_item()
         if agent == "solver":
             if known is None or known.answer is None:

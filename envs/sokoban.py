@@ -94,9 +94,9 @@ gets nothing for an empty answer, and the team term for an unchanged position. A
 formatted output, or a crash, earns less than that empty list
 (``tests/envs/test_monotonicity.py``).
 
-Version history: v0 (initial); v1 (the tool's exec no longer requires a non-empty list; its team term is the turn's
-value, ``tool_team``); v2 (prompts: shared text first, placeholder formats, ``prompt_style``;
-compact oracle program; the planner oracle adopts a solving tool proposal).
+Version history: v0 (initial); v1 (the tool's exec no longer requires a non-empty list; its team
+term is the turn's value, ``tool_team``); v2 (prompts: shared text first, placeholder formats,
+``prompt_style``; compact oracle program; the planner oracle adopts a solving tool proposal).
 """
 
 from __future__ import annotations
@@ -436,8 +436,8 @@ class raw_env(ToolPlannerEnv):
     def _sample_instance(self, split: str, seed: int) -> SokobanInstance:
         """Like the base rule (the split is a function of the level's hash) but every generated
         level offers all its symmetric variants, so a val/test level takes ~1.7 generations
-        (~2.9 on non-square maps) instead of ~10. The variants have the generator's own distribution (it is symmetric),
-        so the splits stay independent samples of it."""
+        (~2.9 on non-square maps) instead of ~10. The variants have the generator's own distribution
+        (it is symmetric), so the splits stay independent samples of it."""
         for attempt in range(_MAX_ATTEMPTS):
             rng = np.random.default_rng([seed, attempt])
             variants = symmetric_variants(self._generate_instance(rng))

@@ -178,7 +178,10 @@ def classify_verdict(phrase: str) -> bool | None:
 
     >>> [classify_verdict(p) for p in ["correct", "Correct.", "**Incorrect**", "not correct"]]
     [True, True, False, False]
-    >>> [classify_verdict(p) for p in ["wrong", "has errors", "no errors found", "correct/incorrect"]]
+    >>> [
+    ...     classify_verdict(p)
+    ...     for p in ["wrong", "has errors", "no errors found", "correct/incorrect"]
+    ... ]
     [False, False, True, None]
     >>> classify_verdict("partially correct"), classify_verdict("42")
     (None, None)
@@ -266,9 +269,9 @@ class SolverVerifierCorrectorRewards(RewardConfig):
 class SolverVerifierCorrectorConfig(EnvConfig):
     """max_steps: agent steps per episode (paper: 5). max_checks: verifier reports per episode
     (None: no cap). accept_after: consecutive accepting verdicts that end the episode.
-    strip_thinking: quote completions from after their last ``</think>``. dataset / dataset_size / dataset_seed / dataset_options: the
-    reasoning-gym pool and its generator's options (or a registered math set with
-    ``data_path``).
+    strip_thinking: quote completions from after their last ``</think>``. dataset / dataset_size /
+    dataset_seed / dataset_options: the reasoning-gym pool and its generator's options (or a
+    registered math set with ``data_path``).
     max_entry_chars: longest solution/report quoted in a prompt. max_turns: truncation cap in
     correction cycles (default does not bind)."""
 

@@ -20,7 +20,8 @@ Usage::
                limits=sandboxes.Limits(wall_s=2))
     assert r.ok and r.stdout == "5\n"
     results = sb.run_many(["print(1)", ("print(input())", "hi"),
-                           sandboxes.Job("import time; time.sleep(9)", limits=sandboxes.Limits(wall_s=1))])
+                           sandboxes.Job("import time; time.sleep(9)",
+                                         limits=sandboxes.Limits(wall_s=1))])
     assert results[2].timed_out                   # results come back in input order
 
     with sandboxes.DockerSandbox() as dsb:         # image: $MAS_SANDBOX_IMAGE or mas-sandbox:latest
@@ -32,7 +33,8 @@ own (fd 3) in lines tagged with a per-job nonce; this is how :mod:`verifiers.cod
 test's verdict out of the program's reach::
 
     from sandboxes.calls import Call
-    r = sb.run_many([sandboxes.Job("def sq(x):\n    return x * x\n", calls=(Call.make("sq", (3,)),))])[0]
+    r = sb.run_many([sandboxes.Job("def sq(x):\n    return x * x\n",
+                                   calls=(Call.make("sq", (3,)),))])[0]
     assert r.calls[0].value == 9                   # a plain int, decoded on the host
 
 A job runs as ``python main.py`` would: ``__name__ == "__main__"``, ``sys.argv[0]`` is
@@ -44,9 +46,9 @@ or a limit is hit, and its files, System V IPC objects and message queues are re
 frames above the program belong to a bare runner, not to the server. A job cannot create the
 objects the kernel numbers from host-wide counters (pipes, sockets, memfds, shared anonymous
 memory, pidfds) or read the host's event counters in ``/proc``, so nothing one job does moves a
-number a later job reads; ``Limits(ipc=True)`` allows them (``subprocess`` needs a pipe). Jobs die with the host
-process (the servers exit when their control channel hangs up), and a worker's uid is never
-shared with another live worker.
+number a later job reads; ``Limits(ipc=True)`` allows them (``subprocess`` needs a pipe). Jobs die
+with the host process (the servers exit when their control channel hangs up), and a worker's uid is
+never shared with another live worker.
 
 Every limit violation (wall/CPU time, memory, output size, processes, file size) is reported in
 :class:`ExecResult` flags; a hostile program never makes ``run`` raise. There is never network

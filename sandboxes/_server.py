@@ -27,14 +27,15 @@ Lifecycle
    stdout and stderr (pipes) on fds 0-2 and, when the request asks for it, the *results* pipe
    on fd 3, closes every other descriptor, applies the rlimits, installs the per-job seccomp
    filter of the config (``job_filter``; not for jobs whose limits say ``ipc``: see
-   ``sandboxes/_seccomp.py``) and enters the private work directory. Then it returns out of every server function to the bootstrap, which drops its
-   references to the server and calls the job runner: the program runs in a fresh ``__main__``
-   module whose only caller frames are the runner's (its globals hold nothing of the server)
-   and the emptied bootstrap's, so ``sys._getframe(n)`` shows the job nothing of the server.
-   With ``calls`` in the request, the runner then calls the named functions of the program
-   with the given (plain, :mod:`sandboxes.plain`) arguments, writes each result as one
-   ``<nonce> <index> <json>`` line to fd 3 and ends the process with ``os._exit(0)``: the
-   program's ``atexit`` handlers, threads and ``sys.exit`` tricks never run after its results.
+   ``sandboxes/_seccomp.py``) and enters the private work directory. Then it returns out of every
+   server function to the bootstrap, which drops its references to the server and calls the job
+   runner: the program runs in a fresh ``__main__`` module whose only caller frames are the runner's
+   (its globals hold nothing of the server) and the emptied bootstrap's, so ``sys._getframe(n)``
+   shows the job nothing of the server. With ``calls`` in the request, the runner then calls the
+   named functions of the program with the given (plain, :mod:`sandboxes.plain`) arguments, writes
+   each result as one ``<nonce> <index> <json>`` line to fd 3 and ends the process with
+   ``os._exit(0)``: the program's ``atexit`` handlers, threads and ``sys.exit`` tricks never run
+   after its results.
 4. The server reads the pipes (keeping at most ``max_output_bytes`` of stdout and stderr and
    ``results_cap`` of the results, discarding the rest), and waits for the child to exit or the
    wall-clock deadline, watching its control input: if the host goes away (end of stream), it

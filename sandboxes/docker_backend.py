@@ -264,7 +264,7 @@ def oom_files(proc_cgroup: str) -> list[str]:
 
     >>> oom_files("4:memory:/docker/abc\n0::/docker/abc\n")
     ['/sys/fs/cgroup/memory/docker/abc/memory.oom_control', '/sys/fs/cgroup/docker/abc/memory.events']
-    """
+    """  # noqa: E501
     out = []
     for line in proc_cgroup.splitlines():
         parts = line.split(":", 2)

@@ -8,8 +8,8 @@ Each worker slot is one ``bwrap`` process whose sandboxed child is the fork serv
   :data:`sandboxes.base.HIDDEN_PROC_FILES`) read empty;
 * a read-only view of ``/usr`` (and the ``/bin``, ``/lib*`` links), a handful of ``/etc`` files
   the dynamic loader, Python and the JVM (``/etc/java-*``) need, a generated ``/etc/hosts``
-  (``localhost`` and the sandbox's host name only), and the interpreter's prefix when it lives outside
-  ``/usr`` (its ``site-packages`` hidden unless ``site_packages=True``); nothing else of the
+  (``localhost`` and the sandbox's host name only), and the interpreter's prefix when it lives
+  outside ``/usr`` (its ``site-packages`` hidden unless ``site_packages=True``); nothing else of the
   host, so no project directory, home, ``/etc/shadow`` or credentials;
 * a private, size-limited tmpfs at ``/tmp`` (the job's cwd is ``/tmp/job``) and at
   ``/dev/shm``, both wiped after every job; ``/mnt/data`` leads to the job's ``mnt/data``
@@ -30,7 +30,8 @@ Per job the server forks a child that applies the rlimits (CPU, address space, p
 size, open files, no core) and, unless the job's limits say ``ipc``, a second seccomp filter
 (``build_job_filter``: no pipes, sockets, memfds, shared anonymous memory or pidfds, whose
 numbers come from counters of the whole host), and everything the job started is killed when its
-main process exits or the wall clock runs out. See ``_server.py`` for the details of the job life cycle.
+main process exits or the wall clock runs out. See ``_server.py`` for the details of the job life
+cycle.
 
 Running without bubblewrap is refused unless ``allow_unisolated=True`` (then the same server
 runs as a plain subprocess with rlimits only, and a warning is logged). Without root (jobs run
@@ -578,10 +579,10 @@ def spawn_isolated(
     servers, from the long-lived spawner thread (so ``--die-with-parent`` ties it to this
     process). ``argv[0]`` is the interpreter (its installation is visible, site-packages
     included unless ``site_packages=False``); the process gets ``extra_ro`` read-only (a virtual
-    environment's directory, say), ``env`` and nothing else of this process. As root it also gets a uid of its own (returned: give
-    it back with :func:`sandboxes.base.release_uid` once the process is gone), which it must
-    switch to itself (see :mod:`sandboxes.inside`); it finds it in ``$MAS_DROP_UID``.
-    Without bubblewrap the helper runs unisolated, with a warning."""
+    environment's directory, say), ``env`` and nothing else of this process. As root it also gets a
+    uid of its own (returned: give it back with :func:`sandboxes.base.release_uid` once the process
+    is gone), which it must switch to itself (see :mod:`sandboxes.inside`); it finds it in
+    ``$MAS_DROP_UID``. Without bubblewrap the helper runs unisolated, with a warning."""
     env = dict(env or {})
     uid = allocate_uid() if os.geteuid() == 0 else None
     if uid is not None:

@@ -38,8 +38,9 @@ items, :func:`decode` refuses malformed input, deeper nesting and unhashable set
 (seconds), and normalising a ``Fraction`` (its gcd) is quadratic in its parts. So a Decimal's
 exponent (adjusted, ``MAX_DECIMAL_EXPONENT``) and coefficient (``MAX_DECIMAL_DIGITS``) and a
 Fraction's numerator and denominator (``MAX_FRACTION_BITS``) are checked in both directions,
-before the value is made (ints, strings and containers cost what their encoding's length says). The module uses the standard library only: the sandbox's fork server loads this
-source as the module ``_mas_plain``, which programs running inside can import.
+before the value is made (ints, strings and containers cost what their encoding's length says). The
+module uses the standard library only: the sandbox's fork server loads this source as the module
+``_mas_plain``, which programs running inside can import.
 
 >>> decode(loads(dumps(encode((1, [2.5, "x"], {3: None})))))
 (1, [2.5, 'x'], {3: None})

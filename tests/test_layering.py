@@ -199,7 +199,10 @@ def test_checker_finds_a_planted_cycle_and_relative_imports(tmp_path):
         {
             "low/__init__.py": "from low.a import x\n",
             "low/a.py": "from .b import y\nx = 1\n",
-            "low/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from low import a\ny = 2\n",
+            "low/b.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from low import a\n"
+                "y = 2\n"
+            ),
             "high/__init__.py": "",
         },
     )

@@ -9,8 +9,9 @@ Protocol (one JSON object per line): after importing math-verify the worker writ
 ``{"ready": true}``; then for every request ``{"i": id, "p": prediction, "g": gold, "d": delta,
 "t": inner_timeout_s}`` it writes ``{"i": id, "c": correct, "r": reason, "pn": ..., "gn": ...,
 "m": method}``. A request with ``"o": "form"`` asks how ``g`` reads instead (:func:`read_form`):
-``{"i": id, "f": "none" | "rational" | "other", "l": its LaTeX, "r": reason}``. End of input ends the worker. The protocol stream is a private duplicate of the
-original stdout; fd 1 and fd 2 point to /dev/null so library prints and log spam go nowhere.
+``{"i": id, "f": "none" | "rational" | "other", "l": its LaTeX, "r": reason}``. End of input ends
+the worker. The protocol stream is a private duplicate of the original stdout; fd 1 and fd 2 point
+to /dev/null so library prints and log spam go nowhere.
 
 The pool runs this source after that of ``sandboxes/inside.py`` (``drop_privileges``,
 ``die_with_parent``), isolated by bubblewrap: given ``$MAS_DROP_UID`` (the host is root), the

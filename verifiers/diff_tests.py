@@ -16,7 +16,8 @@ plain encoding, ``expected_stdout`` a JSON spec the host keeps (expected value, 
 dataset and entry point for evalplus's special oracles, the canonical solution's time per input),
 and ``code`` the same check as an exact ``assert`` (:func:`as_assert`: shown to people and used
 by the code setting's oracle tester; never run here). :func:`verifiers.code_tests.run_tests_many`
-runs lists that mix both kinds (through :func:`run_with_differential`). Run through a plain stdio runner by mistake, a differential test fails, never passes.
+runs lists that mix both kinds (through :func:`run_with_differential`). Run through a plain stdio
+runner by mistake, a differential test fails, never passes.
 
 Time. The job's wall limit is ``max(limits.wall_s, min(60 s, sum of the per-input limits)) + 1``
 with a per-input limit of ``max(limits.wall_s, 4 x the canonical time per input)`` (evalplus:
@@ -113,8 +114,8 @@ def make_test(
 
 def as_assert(entry_point: str, args: Sequence[Any], expected: Any, dataset: str) -> str:
     """The test as one exact ``assert`` statement, for people and for the code setting's oracle
-    tester (never run by :func:`verifiers.code_tests.run_tests_many`); ``""`` when the values have no literal form
-    (NaN, infinities, opaque objects) or it would exceed 2000 characters.
+    tester (never run by :func:`verifiers.code_tests.run_tests_many`); ``""`` when the values have
+    no literal form (NaN, infinities, opaque objects) or it would exceed 2000 characters.
 
     >>> as_assert("add", [2, 3], 5, "humaneval")
     'assert add(2, 3) == 5'

@@ -22,12 +22,12 @@ Everything is bounded: evaluation steps (``MAX_STEPS``), work (``MAX_WORK``: eve
 result is charged by its size, so scanning a big list in a loop costs what it does, not one
 node; numbers by their magnitude: a 14-character ``Decimal('4E+400000')`` is an integer of
 400,001 digits to ``int()`` and is charged, and its conversion refused, as one; see
-:mod:`verifiers.safe_builtins`), nesting (``MAX_DEPTH``), sizes of what the evaluator builds (``MAX_ITEMS`` items,
-``MAX_INT_BITS`` bits of an integer, format widths, three-argument ``pow``); exceeding a bound
-raises :class:`TooExpensive` (an :class:`Unsupported`). In the host process an evaluation runs
-under a much smaller budget (``inline=True``: ``INLINE_STEPS`` / ``INLINE_WORK``); past it,
-:class:`OverInline` tells the caller (:mod:`verifiers.assert_plans`) to redo it in a bounded
-worker process (:mod:`verifiers._bounded`), so the host never spends much on one test.
+:mod:`verifiers.safe_builtins`), nesting (``MAX_DEPTH``), sizes of what the evaluator builds
+(``MAX_ITEMS`` items, ``MAX_INT_BITS`` bits of an integer, format widths, three-argument ``pow``);
+exceeding a bound raises :class:`TooExpensive` (an :class:`Unsupported`). In the host process an
+evaluation runs under a much smaller budget (``inline=True``: ``INLINE_STEPS`` / ``INLINE_WORK``);
+past it, :class:`OverInline` tells the caller (:mod:`verifiers.assert_plans`) to redo it in a
+bounded worker process (:mod:`verifiers._bounded`), so the host never spends much on one test.
 
 >>> ev = Evaluator(lambda path, args, kwargs: 9 if args == (3,) else 0)
 >>> import ast

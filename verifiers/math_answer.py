@@ -25,8 +25,8 @@ literals (``72 - 85``, ``2^{10}``, ``3 \\times 4``; :func:`unevaluated_arithmeti
 wrong, with that reason, although math-verify evaluates it to the same value. Otherwise a policy
 can copy the question's expression into the box: a 12-step CPU run on "Calculate 72 - 85."
 problems learned exactly that (``\\boxed{72 - 85}``): 36 of its 39 successes on 64 validation
-problems restated the question. Answers with symbols or functions (``\\sqrt{2}``, ``\\pi/4``) are still compared
-symbolically.
+problems restated the question. Answers with symbols or functions (``\\sqrt{2}``, ``\\pi/4``) are
+still compared symbolically.
 
 Where answers come from (``source``):
 
@@ -44,9 +44,10 @@ timeouts use ``signal.alarm`` (main thread only) and some sympy work cannot be i
 each grading has a deadline (``timeout_s``), after which the worker is killed and replaced and the
 grading is ``False`` with reason ``"grading timed out ..."`` (and ``transient``: not cached, a
 later grading tries again). So grading is bounded in time from any thread. The workers are
-isolated like the sandbox's servers (model-written LaTeX goes through sympy there). Inputs are capped first: answers longer than ``MAX_ANSWER_CHARS`` or nested deeper
-than ``MAX_NESTING`` are not graded (``False`` with the reason), and nothing echoes a huge input.
-Bad model output never raises; a wrong argument type for ``gold`` raises ``TypeError``.
+isolated like the sandbox's servers (model-written LaTeX goes through sympy there). Inputs are
+capped first: answers longer than ``MAX_ANSWER_CHARS`` or nested deeper than ``MAX_NESTING`` are not
+graded (``False`` with the reason), and nothing echoes a huge input. Bad model output never raises;
+a wrong argument type for ``gold`` raises ``TypeError``.
 
 References written by a policy (a SAGE challenger's ``<answer>``) are checked with
 :func:`reference_form` before they may verify anything: a reference that parses is not enough,

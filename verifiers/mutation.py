@@ -299,7 +299,9 @@ def make_mutants(source: str, seed: int = 0, max_mutants: int = 30) -> list[Muta
     ["'+' -> '-'", 'return None', 'return value + 1']
     >>> sorted(m.source.splitlines()[1].strip() for m in ms)
     ['return None', 'return a + b + 1', 'return a - b']
-    >>> [m.source for m in make_mutants("x = 1", seed=3)] == [m.source for m in make_mutants("x = 1", seed=3)]
+    >>> [m.source for m in make_mutants("x = 1", seed=3)] == [
+    ...     m.source for m in make_mutants("x = 1", seed=3)
+    ... ]
     True
     """
     if not isinstance(source, str):

@@ -203,7 +203,10 @@ def split_check_function(test_code: str, entry_point: str) -> list[TestCase]:
     piece, in order; each statement that asserts something becomes its own test. Falls back to
     the whole test when the code does not parse or has no ``check``.
 
-    >>> code = "def check(candidate):\\n    x = 2\\n    assert candidate(x) == 4\\n    assert candidate(0) == 0\\n"
+    >>> code = (
+    ...     "def check(candidate):\\n    x = 2\\n    assert candidate(x) == 4\\n"
+    ...     "    assert candidate(0) == 0\\n"
+    ... )
     >>> [t.code.count("assert") for t in split_check_function(code, "sq")]
     [1, 1]
     >>> split_check_function(code, "sq")[1].code.endswith("check(sq)\\n")

@@ -71,7 +71,11 @@ def integral_bits(x: Any) -> int:
     """Bits of the integer that ``int(x)``, ``round(x)`` or ``math.floor(x)`` of a number makes,
     known without making it (an upper bound; 0 for anything else).
 
-    >>> integral_bits(Decimal("4E+400000")), integral_bits(Fraction(10 ** 30, 7)), integral_bits(2.5)
+    >>> (
+    ...     integral_bits(Decimal("4E+400000")),
+    ...     integral_bits(Fraction(10 ** 30, 7)),
+    ...     integral_bits(2.5),
+    ... )
     (1328775, 98, 2)
     """
     t = type(x)

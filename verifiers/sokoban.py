@@ -303,12 +303,12 @@ def solve(
 
     Boxes never enter dead squares (see :func:`dead_squares`) nor complete a 2x2 block of
     walls and boxes that holds a box off its goal (such boxes are frozen forever); states are
-    packed into one int (box bitmask over the player's area, then the player's cell). ``max_depth`` bounds the search
-    (a known upper bound, e.g. from a generator's reverse play); no solution within it reads as
-    ``"unsolvable"``. The budget is checked after each breadth-first layer, which may store up
-    to about four times the previous layer's states beyond it; ``exact_budget=True`` stops as
-    soon as more than ``max_nodes`` states are stored (a bound on time and memory). Whenever
-    both find an answer ("solved" or "unsolvable") it is the same one.
+    packed into one int (box bitmask over the player's area, then the player's cell). ``max_depth``
+    bounds the search (a known upper bound, e.g. from a generator's reverse play); no solution
+    within it reads as ``"unsolvable"``. The budget is checked after each breadth-first layer, which
+    may store up to about four times the previous layer's states beyond it; ``exact_budget=True``
+    stops as soon as more than ``max_nodes`` states are stored (a bound on time and memory).
+    Whenever both find an answer ("solved" or "unsolvable") it is the same one.
 
     >>> solve(Board.from_xsb(["#######", "#@ $ .#", "#######"])).moves
     'RRR'

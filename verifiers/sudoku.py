@@ -27,7 +27,11 @@ solver). Everything is a pure function of its arguments and the numpy ``Generato
 >>> count_solutions(q), solve(q)
 (1, [[2, 4, 3, 1], [1, 3, 4, 2], [4, 1, 2, 3], [3, 2, 1, 4]])
 >>> valid_but_ignores_givens = [[1, 2, 3, 4], [3, 4, 1, 2], [2, 1, 4, 3], [4, 3, 2, 1]]
->>> is_solution(q, solve(q)), is_consistent(valid_but_ignores_givens), is_solution(q, valid_but_ignores_givens)
+>>> (
+...     is_solution(q, solve(q)),
+...     is_consistent(valid_but_ignores_givens),
+...     is_solution(q, valid_but_ignores_givens),
+... )
 (True, True, False)
 """
 
@@ -410,7 +414,10 @@ def is_solution(puzzle: Sequence[Sequence[int]], grid: Sequence[Sequence[int]]) 
 
     A valid Sudoku that ignores the givens is *not* a solution:
 
-    >>> is_solution([[1, 0, 0, 0]] + [[0] * 4] * 3, [[2, 1, 4, 3], [4, 3, 2, 1], [1, 2, 3, 4], [3, 4, 1, 2]])
+    >>> is_solution(
+    ...     [[1, 0, 0, 0]] + [[0] * 4] * 3,
+    ...     [[2, 1, 4, 3], [4, 3, 2, 1], [1, 2, 3, 4], [3, 4, 1, 2]],
+    ... )
     False
     """
     n = len(puzzle)

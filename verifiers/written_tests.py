@@ -90,10 +90,14 @@ def parse_stdin_tests(text: object, max_tests: int = 5) -> tuple[list[TestCase],
     Returns ``(tests, problem)``: ``problem`` is ``""`` when the format was fully respected,
     else the violation (then ``tests`` holds what could still be used).
 
-    >>> ts, bad = parse_stdin_tests("**Test Input:**\\n```\\n3 4\\n```\\n**Test Output:**\\n```\\n7\\n```")
+    >>> ts, bad = parse_stdin_tests(
+    ...     "**Test Input:**\\n```\\n3 4\\n```\\n**Test Output:**\\n```\\n7\\n```"
+    ... )
     >>> (ts[0].stdin, ts[0].expected_stdout, bad)
     ('3 4\\n', '7', '')
-    >>> parse_stdin_tests("**Test Input:** 5\\n**Test Output:** 25\\n\\nbecause 5*5")[0][0].expected_stdout
+    >>> parse_stdin_tests(
+    ...     "**Test Input:** 5\\n**Test Output:** 25\\n\\nbecause 5*5"
+    ... )[0][0].expected_stdout
     '25'
     >>> parse_stdin_tests("no test here")
     ([], 'no **Test Input:** / **Test Output:** pair found')
@@ -164,7 +168,9 @@ def parse_assert_tests(
     without a block, from its lines that begin with ``assert``). Returns ``(tests, problem)``
     as :func:`parse_stdin_tests` does; each test is the setup plus one asserting statement.
 
-    >>> ts, bad = parse_assert_tests("```python\\nx = 2\\nassert sq(x) == 4\\nassert sq(0) == 0\\n```", "sq")
+    >>> ts, bad = parse_assert_tests(
+    ...     "```python\\nx = 2\\nassert sq(x) == 4\\nassert sq(0) == 0\\n```", "sq"
+    ... )
     >>> [t.code for t in ts], bad
     (['x = 2\\nassert sq(x) == 4', 'x = 2\\nassert sq(0) == 0'], '')
     >>> parse_assert_tests("```python\\nassert True\\n```", "sq")[1]

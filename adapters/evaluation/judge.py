@@ -72,7 +72,9 @@ JUDGE_TEMPLATE = (
 def judge_prompt(question: str, references: Sequence[str], answer: str) -> str:
     """The judge's prompt for one answer (question clipped to 6000 characters).
 
-    >>> "Reference answer(s): Paris | paris city" in judge_prompt("Capital?", ["Paris", "paris city"], "Paris")
+    >>> "Reference answer(s): Paris | paris city" in judge_prompt(
+    ...     "Capital?", ["Paris", "paris city"], "Paris"
+    ... )
     True
     """
     return JUDGE_TEMPLATE.format(

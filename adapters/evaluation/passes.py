@@ -230,8 +230,9 @@ def play_pass(
     role_policy: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Play problems ``first ..`` (the given ones) ``samples`` times each with ``policy`` in every
-    role (or ``policy`` a mapping of policy ids with ``role_policy``, as the trainer has them); one record per problem and sample: index, id, sample, correct, team reward, tokens and
-    the episode's last completion (clipped)."""
+    role (or ``policy`` a mapping of policy ids with ``role_policy``, as the trainer has them); one
+    record per problem and sample: index, id, sample, correct, team reward, tokens and the episode's
+    last completion (clipped)."""
     cfg = bench.config()
     shared = create_shared_objects(bench.env_id, cfg)
     full = {**cfg, **dict(shared)}
@@ -623,7 +624,8 @@ def markdown(results: Mapping[str, Any], command: str | None = None) -> str:
             "",
             f"Graded by the judge `{a['judge']}` (TRUE/FALSE; unparsed verdicts count wrong):",
             "",
-            "| benchmark | policy | pass@1 (judge) | pass@1 (exact) | agreement | kappa | unparsed |",
+            "| benchmark | policy | pass@1 (judge) | pass@1 (exact) | agreement | kappa "
+            "| unparsed |",
             "|---|---|---|---|---|---|---|",
         ]
         for r in judged:

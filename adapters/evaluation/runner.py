@@ -9,10 +9,10 @@ the end of the episode (``env.progress()``: boxes on goals, distance closed, cel
 passed) and the mean final team reward; then the shaped mean per-step reward, mean turns and
 steps, and per agent the mean per-step reward and the mean episode return, plus one record per
 episode (its index, instance, success, progress, turns, steps, team reward, mean reward, per-role
-returns and mean per-step rewards, completion tokens) with what replays it: env id and config, reset seed and options,
-and every step's role and completion (:mod:`adapters.evaluation.replay`). ``first`` evaluates
-episodes ``first ..`` of a longer evaluation (the same instances as in one run of it), which is
-how :mod:`adapters.evaluation.suite` runs a benchmark in resumable chunks.
+returns and mean per-step rewards, completion tokens) with what replays it: env id and config, reset
+seed and options, and every step's role and completion (:mod:`adapters.evaluation.replay`).
+``first`` evaluates episodes ``first ..`` of a longer evaluation (the same instances as in one run
+of it), which is how :mod:`adapters.evaluation.suite` runs a benchmark in resumable chunks.
 :func:`with_prompt_prefixes` wraps policies with a system prompt and per-role oracle
 demonstrations, as the trainer does.
 """

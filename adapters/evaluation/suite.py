@@ -233,7 +233,10 @@ class Unit:
 
     @property
     def filename(self) -> str:
-        return f"{self.entry.setting}.{self.entry.mode}.{policy_slug(self.policy, self.policy_index)}.c{self.chunk:03d}.json"
+        return (
+            f"{self.entry.setting}.{self.entry.mode}."
+            f"{policy_slug(self.policy, self.policy_index)}.c{self.chunk:03d}.json"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -38,8 +38,8 @@ every string into the document as text (``textContent``), never as HTML, and nev
 image or other URL out of it; the episode data travel gzip-compressed and base64-encoded, so no
 completion can close a tag of the page; and a Content-Security-Policy lets only the page's own
 script and style (by their hashes) run, so even a mistake in the script could not make an injected
-script live. ``tests/adapters/evaluation/test_viewer.py`` loads pages of hostile completions in a real
-headless Chromium.
+script live. ``tests/adapters/evaluation/test_viewer.py`` loads pages of hostile completions in a
+real headless Chromium.
 
 **Size.** The data are one gzip stream (prompts repeat most of their text from step to step),
 about 6 KB per Sokoban episode of 8 steps before base64; the numbers for a 64-episode run are on

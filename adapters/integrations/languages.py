@@ -13,8 +13,8 @@ line on the job's results channel (file descriptor 3, which the program does not
 the sandboxes, ``/mnt/data`` leads to the job directory's ``mnt/data``
 (:func:`sandboxes.local.mnt_dir`), so a program that writes ``/mnt/data/out.txt`` and a request
 that fetches that name meet; other absolute paths of a request exist only in the job's
-directory, where the program finds them by their relative name. The job's wall limit covers both steps; memory, process
-and output limits are the request's, as for Python.
+directory, where the program finds them by their relative name. The job's wall limit covers both
+steps; memory, process and output limits are the request's, as for Python.
 
 =============  ======================  ==============================================  ========
 language       source file             compile / run                                   needs
@@ -93,12 +93,24 @@ JAVA_FLAGS = (
 )
 TOOLCHAINS: dict[str, Toolchain] = {
     "python": Toolchain("main.py", None, ("{python}", "main.py"), None),
-    "pytest": Toolchain("test_main.py", None, ("{python}", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_main.py"), None),
-    "cpp": Toolchain("main.cpp", ("g++", "-O2", "-std=gnu++17", "-o", "main", "main.cpp"), ("./main",), "g++"),
-    "c": Toolchain("main.c", ("gcc", "-O2", "-std=gnu11", "-o", "main", "main.c", "-lm"), ("./main",), "gcc"),
+    "pytest": Toolchain(
+        "test_main.py",
+        None,
+        ("{python}", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_main.py"),
+        None,
+    ),
+    "cpp": Toolchain(
+        "main.cpp", ("g++", "-O2", "-std=gnu++17", "-o", "main", "main.cpp"), ("./main",), "g++"
+    ),
+    "c": Toolchain(
+        "main.c", ("gcc", "-O2", "-std=gnu11", "-o", "main", "main.c", "-lm"), ("./main",), "gcc"
+    ),
     "java": Toolchain(
         "{cls}.java",
-        ("javac", *(f"-J{f}" for f in JAVA_FLAGS), "-J-Xmx{heap}m", "-encoding", "UTF-8", "{cls}.java"),
+        (
+            "javac", *(f"-J{f}" for f in JAVA_FLAGS), "-J-Xmx{heap}m",
+            "-encoding", "UTF-8", "{cls}.java",
+        ),
         ("java", *JAVA_FLAGS, "-Xmx{heap}m", "-cp", ".", "{cls}"),
         "javac",
     ),
@@ -213,11 +225,18 @@ with open(S["source"].format(cls=S["cls"]), "w", encoding="utf-8") as f:
     f.write(S["code"])
 def step(args, timeout, capture):
     t0 = time.monotonic()
-    kw = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL) if capture else {}
+    kw = (
+        dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        if capture
+        else {}
+    )
     try:
         p = subprocess.Popen(fill(args), start_new_session=True, **kw)
     except OSError as e:
-        return {"status": "Error", "return_code": None, "stdout": "", "stderr": "%%s: %%s" %% (args[0], e), "execution_time": 0.0}
+        return {
+            "status": "Error", "return_code": None, "stdout": "",
+            "stderr": "%%s: %%s" %% (args[0], e), "execution_time": 0.0,
+        }
     try:
         so, se = p.communicate(timeout=timeout)
         status, code = "Finished", p.returncode

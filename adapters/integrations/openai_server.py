@@ -421,7 +421,8 @@ def start_in_thread(
     guard: GuardConfig | None = None,
     limits: RequestLimits | None = None,
 ) -> PolicyServer:
-    """Start a server on a daemon thread; stop it with ``server.shutdown(); server.server_close()``."""
+    """Start a server on a daemon thread; stop it with
+    ``server.shutdown(); server.server_close()``."""
     server = make_server(policy, host, port, model_name, guard=guard, limits=limits)
     threading.Thread(target=server.serve_forever, name="policy-server", daemon=True).start()
     return server

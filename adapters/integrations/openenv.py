@@ -335,7 +335,7 @@ def clamp_config(
     Traceback (most recent call last):
     ...
     adapters.integrations.openenv_sessions.RequestError: config keys ['dataset'] cannot be set at reset ...
-    """
+    """  # noqa: E501
     refused = sorted(set(config) & SERVER_ONLY_KEYS)
     if refused:
         raise RequestError(

@@ -167,7 +167,8 @@ def environment_factory(
     reset_config = dict(config or {})
 
     class MasOpenEnv:
-        """One rollout = one episode on the server (see :mod:`adapters.integrations.trl_openenv`)."""
+        """One rollout = one episode on the server (see
+        :mod:`adapters.integrations.trl_openenv`)."""
 
         def __init__(self) -> None:
             self._client = MasEnvClient(

@@ -362,7 +362,7 @@ def check_model_source(name_or_path: str) -> str:
     Traceback (most recent call last):
     ...
     FileNotFoundError: no model at /nonexistent/model: the path does not exist (a model is a local checkpoint directory, or a Hugging Face hub id ORG/NAME)
-    """
+    """  # noqa: E501
     text = str(name_or_path)
     path = Path(text).expanduser()
     if path.exists():
@@ -442,7 +442,8 @@ def tiny_model(seed: int = 0, device: Any = None, **overrides: Any) -> tuple[Any
 
 
 def shipped_config_path(name: str) -> Path | None:
-    """Path of a shipped configuration (``"qwen3-1.7b"`` -> ``adapters/policies/configs``), or None."""
+    """Path of a shipped configuration (``"qwen3-1.7b"`` -> ``adapters/policies/configs``), or
+    None."""
     fname = SHIPPED_CONFIGS.get(name.lower())
     return CONFIG_DIR / fname if fname else None
 

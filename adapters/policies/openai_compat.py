@@ -4,15 +4,15 @@ Works with vLLM / SGLang / llama.cpp servers, hosted APIs, and this project's ow
 ``python -m adapters.serve``. Only the standard library is used (``urllib``).
 
 What is sent: ``model, messages, n, temperature, top_p, max_tokens, stop, seed`` (prompt ``i`` of a
-``generate`` call is sent ``seed + i``, or its own ``prompt_seeds[i]``, so prompts of one call do not
-share a random stream) plus
+``generate`` call is sent ``seed + i``, or its own ``prompt_seeds[i]``, so prompts of one call do
+not share a random stream) plus
 ``logprobs: true`` (``request_logprobs``), ``top_k`` only when it is set (a vLLM extension), and
 ``return_token_ids: true`` only with ``request_token_ids=True`` (vLLM's extension; strict servers
 such as OpenAI's reject unknown fields). ``extra_body`` adds anything else.
 
 What comes back: the text (stop strings already removed by the server, and removed again here in
-case a server ignores ``stop``), ``finish_reason`` (``"length"`` or ``"stop"``; other reasons such as
-``"tool_calls"`` map to ``"stop"``), per-token log-probs when the server returns them
+case a server ignores ``stop``), ``finish_reason`` (``"length"`` or ``"stop"``; other reasons such
+as ``"tool_calls"`` map to ``"stop"``), per-token log-probs when the server returns them
 (``choices[i].logprobs.content[j].logprob``), completion token ids when the server returns them
 (``choices[i].token_ids``) and prompt ids (``prompt_token_ids`` at the top level or per choice).
 Whatever is missing is an empty list: such completions are for **benchmarking only, not training**

@@ -240,7 +240,7 @@ def check_policy_spec(spec: str) -> None:
     Traceback (most recent call last):
     ...
     ValueError: unknown policy spec 'nosuch:thing': use oracle, constant:TEXT, smollm2, tiny, a local model or adapter directory, or openai:BASE_URL[#MODEL]
-    """
+    """  # noqa: E501
     if spec.lstrip().startswith("constant:"):
         return
     spec = spec.strip()

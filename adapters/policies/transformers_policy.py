@@ -405,7 +405,10 @@ def sample_next(logits: Any, u: Any, params: SamplingParams) -> tuple[Any, Any]:
 
     >>> import torch
     >>> logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
-    >>> [sample_next(logits, torch.tensor([x]), SamplingParams())[0].item() for x in (0.1, 0.6, 0.9)]
+    >>> [
+    ...     sample_next(logits, torch.tensor([x]), SamplingParams())[0].item()
+    ...     for x in (0.1, 0.6, 0.9)
+    ... ]
     [0, 1, 2]
     >>> sample_next(logits, torch.tensor([0.9]), SamplingParams(top_k=2))[0].item()
     1

@@ -13,10 +13,10 @@ ids*. A branch is one live copy of an episode. The pool can
 ``LocalEnvPool`` keeps envs in this process and steps clones on a thread pool (the sandbox runs
 programs in other processes, so threads overlap code execution); the clones of a setting with
 run-wide shared objects (a question pool) are stepped one at a time in request order, so what
-an episode draws from the pool does not depend on the threads' interleaving. It also keeps each branch's
-*recipe*, its spec and the completions stepped since the reset: ``rebuild`` makes the same env
-again from it (how a checkpoint keeps envs in flight without pickling them). :mod:`adapters.rollout.ray_pool`
-provides the same interface over Ray actors.
+an episode draws from the pool does not depend on the threads' interleaving. It also keeps each
+branch's *recipe*, its spec and the completions stepped since the reset: ``rebuild`` makes the same
+env again from it (how a checkpoint keeps envs in flight without pickling them).
+:mod:`adapters.rollout.ray_pool` provides the same interface over Ray actors.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ class StepOutcome:
 
 
 def flush_dead_steps(raw: Any) -> None:
-    """Step ``None`` for every terminated/truncated agent until a live agent acts or none is left."""
+    """Step ``None`` for every terminated/truncated agent until a live agent acts or none is
+    left."""
     while raw.agents:
         a = raw.agent_selection
         if raw.terminations[a] or raw.truncations[a]:

@@ -120,8 +120,9 @@ def episode_specs(
     start: int = 0,
     distinct: bool = False,
 ) -> list[EpisodeSpec]:
-    """``n`` specs with seeds derived from ``(seed, tag, i)`` for ``i`` in ``start .. start + n - 1``
-    (so episodes ``start ..`` of a longer run); an explicit instance wins.
+    """``n`` specs with seeds derived from ``(seed, tag, i)`` for ``i`` in
+    ``start .. start + n - 1`` (so episodes ``start ..`` of a longer run); an explicit instance
+    wins.
 
     ``distinct=True`` numbers instances instead of seeds: the seeds ``(seed, tag, 0), (seed, tag,
     1), ...`` are reset in turn and a seed whose instance (``instance_id``) repeats an earlier one

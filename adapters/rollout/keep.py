@@ -43,7 +43,9 @@ def select_candidates(
     [1]
     >>> select_candidates([1, 0, 1, 0], [False] * 4, "balanced", 2, random.Random(0))
     [2, 3]
-    >>> select_candidates([1, 0, 1, 0], [False, False, True, True], "adaptive", 2, random.Random(0), "low")
+    >>> select_candidates(
+    ...     [1, 0, 1, 0], [False, False, True, True], "adaptive", 2, random.Random(0), "low"
+    ... )
     [1, 0]
     >>> select_candidates([1, 1], [True, True], "random", 2, random.Random(0))
     []

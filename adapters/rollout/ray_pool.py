@@ -304,8 +304,8 @@ class RayEnvPool:
         return len(self._lineage)
 
     def worker_stats(self) -> list[dict[str, Any]]:
-        """Per actor: pid, Ray node id, hosted envs, steps taken, remote calls by method (sends queued
-        releases first, so ``envs`` counts only live branches)."""
+        """Per actor: pid, Ray node id, hosted envs, steps taken, remote calls by method (sends
+        queued releases first, so ``envs`` counts only live branches)."""
         out = self._call("stats", {w: None for w in range(self.num_workers)}, no_payload=True)
         return [out[w] for w in range(self.num_workers)]
 

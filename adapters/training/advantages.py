@@ -239,8 +239,8 @@ def task_relative_reinforce_pp_advantages(
 
     ``roles`` holds one key per sample (the agent role, or a ``(task, role)`` pair). The std is
     the population one over the role's samples; a role whose rewards are all equal up to float
-    rounding (or a single sample) gets 0. The advantage is broadcast over the sample's tokens by the caller, so a
-    long and a short completion with the same reward get the same per-token advantage.
+    rounding (or a single sample) gets 0. The advantage is broadcast over the sample's tokens by the
+    caller, so a long and a short completion with the same reward get the same per-token advantage.
 
     >>> adv = task_relative_reinforce_pp_advantages([1.0, 0.0, 0.2, 0.6], ["p", "p", "s", "s"])
     >>> [round(a, 4) for a in adv.tolist()]

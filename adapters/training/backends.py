@@ -487,7 +487,8 @@ class VLLMServerBackend(VLLMBackend):
             return tagged[pid]
         if not plain:
             raise ValueError(
-                f"vllm_servers has no server for policy {pid!r} (entries: {self.cfg.compute.vllm_servers})"
+                f"vllm_servers has no server for policy {pid!r} "
+                f"(entries: {self.cfg.compute.vllm_servers})"
             )
         return plain
 
@@ -561,5 +562,6 @@ def make_backend(
     if cfg.compute.backend == "vllm-server":  # generation on running vLLM servers
         return VLLMServerBackend(cfg, models, tokenizer, device, roles, role_prefix, sync=sync)
     raise ValueError(
-        f"unknown rollout backend {cfg.compute.backend!r}; available: transformers, vllm, vllm-server"
+        f"unknown rollout backend {cfg.compute.backend!r}; "
+        "available: transformers, vllm, vllm-server"
     )

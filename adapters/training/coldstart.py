@@ -313,7 +313,8 @@ def _sft_config(
         seed=cfg.seed,
         data_seed=cfg.seed,
         dataloader_num_workers=0,
-        gradient_checkpointing=False,  # a small model: recomputing activations costs more than it saves
+        # a small model: recomputing activations costs more than it saves
+        gradient_checkpointing=False,
         disable_tqdm=not progress,
         dataset_num_proc=None,
     )
@@ -459,7 +460,7 @@ def sft_command(env: str, model: str, env_config: dict[str, Any], cfg: ColdStart
     >>> cmd = sft_command("sokoban", "smollm2", {"height": 8}, ColdStartConfig(roles=("tool",)))
     >>> cmd.split(" --epochs")[0]
     'python -m adapters.sft --env sokoban --model smollm2 --env-config height=8 --episodes 48 --roles tool'
-    """
+    """  # noqa: E501
     parts = ["python -m adapters.sft --env", env, "--model", model]
     for k, v in env_config.items():
         parts.append(f"--env-config {k}={v if isinstance(v, str) else json.dumps(v)}")
@@ -518,8 +519,8 @@ def ensure_cold_start(train_cfg: TrainConfig, cfg: ColdStartConfig | None = None
     with FileLock(str(where) + ".lock"):
         if not (where / CARD).is_file():
             print(
-                f"cold start: fine-tuning {train_cfg.policy.model} on {cfg.episodes} oracle episodes of "
-                f"{train_cfg.env} (once; cached in {where})",
+                f"cold start: fine-tuning {train_cfg.policy.model} on {cfg.episodes} "
+                f"oracle episodes of {train_cfg.env} (once; cached in {where})",
                 flush=True,
             )
             make_cold_start(train_cfg, cfg, where)

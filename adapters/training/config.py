@@ -17,9 +17,9 @@ attribute       section                                          declared in
 ``compute``     :class:`~.sections.ComputeConfig`                :mod:`.sections`
 ==============  ===============================================  ===========================
 
-The setting itself (``env``, ``recipe``, ``env_config``, ``instance``, the prompt: ``system_prompt``,
-``prompt_prefix``, ``demos``) and the run ``seed`` are fields of ``TrainConfig``. Knob names are
-unique across sections, so every knob is a flag of ``python -m adapters.train``
+The setting itself (``env``, ``recipe``, ``env_config``, ``instance``, the prompt:
+``system_prompt``, ``prompt_prefix``, ``demos``) and the run ``seed`` are fields of ``TrainConfig``.
+Knob names are unique across sections, so every knob is a flag of ``python -m adapters.train``
 (``lora_rank`` -> ``--lora-rank``), a keyword of the constructor (``TrainConfig(env="sokoban",
 lr=1e-3)`` puts ``lr`` in ``update``) and a key of a flat YAML file (the format before sections;
 it still loads, with a note). A YAML file written by a run is by section

@@ -1,8 +1,9 @@
-"""Command-line flags for :class:`~adapters.training.config.TrainConfig` (``python -m adapters.train``).
+"""Command-line flags for :class:`~adapters.training.config.TrainConfig`
+(``python -m adapters.train``).
 
-Every knob, whatever its section, is a flag (``lora_rank`` -> ``--lora-rank``); only flags given on the command line
-count (defaults are suppressed), so flags override a ``--config`` YAML file key by key
-(:func:`merge_config`; ``env_config`` is merged per key). ``--mode`` and ``--max-turns`` are
+Every knob, whatever its section, is a flag (``lora_rank`` -> ``--lora-rank``); only flags given on
+the command line count (defaults are suppressed), so flags override a ``--config`` YAML file key by
+key (:func:`merge_config`; ``env_config`` is merged per key). ``--mode`` and ``--max-turns`` are
 shortcuts for ``--env-config mode=...`` / ``max_turns=...``. Values are parsed as YAML scalars or
 JSON (:func:`parse_value`), so ``--instance '{"grid": ...}'`` and ``--lr 1e-4`` both work.
 """

@@ -1,6 +1,7 @@
 """Trainable policies: the models, their LoRA adapters, reference models and optimizers.
 
-Layouts (the policy section: ``per_role`` / ``role_policies`` / ``per_role_models`` / ``lora_rank``):
+Layouts (the policy section: ``per_role`` / ``role_policies`` / ``per_role_models`` /
+``lora_rank``):
 
 * role sharing (default): one model, one LoRA adapter (or full fine-tuning), one optimizer; the
   policy id is ``"shared"`` and every role's samples train it.

@@ -73,7 +73,8 @@ class Run:
 def build_run(config: TrainConfig, *, models: Any = None, resume: bool = False) -> Run:
     """Resolve ``config`` and build every collaborator of the run (module docstring).
 
-    ``models``: an optional ``(model, tokenizer)`` to train instead of loading ``config.policy.model``.
+    ``models``: an optional ``(model, tokenizer)`` to train instead of loading
+    ``config.policy.model``.
     ``resume``: the run directory must hold a run (its ``config.yaml``); otherwise it must not.
     """
     import torch
@@ -189,8 +190,8 @@ def _build(cfg: TrainConfig, dist: DistContext, out: Path, models: Any) -> Run:
 
 
 def start_from(cfg: TrainConfig, base: Any, dist: DistContext) -> tuple[Any, str]:
-    """``base`` with ``cfg.policy.init`` merged into its weights, and the adapter directory merged: the
-    setting's shipped or cached oracle cold start (made by rank 0 on first use) or a peft
+    """``base`` with ``cfg.policy.init`` merged into its weights, and the adapter directory merged:
+    the setting's shipped or cached oracle cold start (made by rank 0 on first use) or a peft
     adapter directory (:mod:`adapters.training.coldstart`)."""
     from adapters.training.coldstart import apply_init, cold_start_of, ensure_cold_start
     from adapters.training.shipped import shipped_init

@@ -44,12 +44,12 @@ losing or repeating any. With segments that includes the partial completions in 
 the behaviour log-probs recorded so far, the sampler's random state and the policy version of each
 segment) and the completions of a stage that already finished while their siblings are still
 being decoded; a resumed run decodes the next segment of each from where the killed one stopped,
-so its trajectories and weights equal an uninterrupted run's (``tests/adapters/training/test_async.py``
-kills a segmented run with SIGKILL while partials are in flight). What is not kept, and restarts:
-under torchrun or with Ray env actors, all of it (each rank's queue regenerates its steps with the
-restored weights, the same instances and seeds; the pipeline starts empty). The trainer says so
-when it resumes such a run. A checkpoint written before partials were kept still loads: its
-partially decoded stages restart from their beginning.
+so its trajectories and weights equal an uninterrupted run's
+(``tests/adapters/training/test_async.py`` kills a segmented run with SIGKILL while partials are in
+flight). What is not kept, and restarts: under torchrun or with Ray env actors, all of it (each
+rank's queue regenerates its steps with the restored weights, the same instances and seeds; the
+pipeline starts empty). The trainer says so when it resumes such a run. A checkpoint written before
+partials were kept still loads: its partially decoded stages restart from their beginning.
 """
 
 from __future__ import annotations

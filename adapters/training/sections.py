@@ -143,7 +143,8 @@ class PolicyConfig(Section):
 
 
 def one_step_update(ppo_epochs: int, ppo_minibatches: int, minibatch_size: int) -> bool:
-    """Whether an update with these sizes makes one optimizer step (:attr:`UpdateConfig.one_step`)."""
+    """Whether an update with these sizes makes one optimizer step
+    (:attr:`UpdateConfig.one_step`)."""
     return ppo_epochs == 1 and ppo_minibatches == 1 and not minibatch_size
 
 

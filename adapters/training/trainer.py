@@ -105,8 +105,8 @@ class Trainer:
 
     Args:
         config: the run's :class:`TrainConfig` (auto values are resolved here).
-        models: optional ``(model, tokenizer)`` to train instead of loading ``config.policy.model`` (it is
-            wrapped with LoRA adapters, or copied for per-role separate models).
+        models: optional ``(model, tokenizer)`` to train instead of loading ``config.policy.model``
+            (it is wrapped with LoRA adapters, or copied for per-role separate models).
         resume: continue from the newest checkpoint in ``config.output.output_dir``.
         log: where progress lines go (default: print, or ``tqdm.write`` under a progress bar).
     """
@@ -561,7 +561,8 @@ class Trainer:
             bool(cfg.eval.eval_episodes) and not before_path.exists()
         ):
             self.log(
-                f"evaluating before training ({cfg.eval.eval_episodes} {cfg.eval.eval_split} episodes)"
+                "evaluating before training "
+                f"({cfg.eval.eval_episodes} {cfg.eval.eval_split} episodes)"
             )
             before = self.evaluate("before")
             if before is not None:
@@ -579,7 +580,8 @@ class Trainer:
         after = None
         if cfg.eval.eval_episodes:
             self.log(
-                f"evaluating after training ({cfg.eval.eval_episodes} {cfg.eval.eval_split} episodes)"
+                "evaluating after training "
+                f"({cfg.eval.eval_episodes} {cfg.eval.eval_split} episodes)"
             )
             after = self.evaluate("after")
             if after is not None:
@@ -624,7 +626,8 @@ class Trainer:
             f"{r} {m[f'reward/{r}']:.3f}" for r in self.run.roles if f"reward/{r}" in m
         )
         return (
-            f"step {m['step']}/{self.run.cfg.schedule.steps}  reward {m.get('reward/mean', 0.0):.3f} ({roles})"
+            f"step {m['step']}/{self.run.cfg.schedule.steps}"
+            f"  reward {m.get('reward/mean', 0.0):.3f} ({roles})"
             f"  success {m.get('success_rate', 0.0):.2f}  team {m.get('team_reward', 0.0):.3f}"
             f"  loss {m.get('loss', 0.0):+.4f}  trained {int(m.get('samples_trained', 0))}"
             f"/{int(m.get('samples', 0))}  gen {m['time/generation']:.1f}s"

@@ -96,9 +96,9 @@ Data (config ``dataset``): ``"humaneval"`` (default, 164 problems shipped by ``h
 problems shipped in :mod:`envs.data.bundled`), ``"humaneval+"`` / ``"mbpp+"`` (evalplus's
 releases from ``data_path`` or evalplus's cache, with its stricter differential tests decided on
 the host: :mod:`envs.data.evalplus`), or any code loader of :mod:`envs.data` (``"apps"``,
-``"code_contests"``, ``"livecodebench"`` (release v6 by default), ``"mbpp"``, ``"kodcode"``) with ``data_path`` (a local file or
-directory; without it the hub), ``data_split`` (the loader's split) and ``data_options`` (other
-loader keywords). Splits are by the problem statement's content hash.
+``"code_contests"``, ``"livecodebench"`` (release v6 by default), ``"mbpp"``, ``"kodcode"``) with
+``data_path`` (a local file or directory; without it the hub), ``data_split`` (the loader's split)
+and ``data_options`` (other loader keywords). Splits are by the problem statement's content hash.
 Explicit instance: ``reset(options={"instance": {"prompt": ..., "tests": [...], "style":
 "stdin"|"function", "entry_point": ..., "solution": ...}})``; a test is a
 :class:`~verifiers.code_tests.TestCase`, its dict, ``{"input": ..., "output": ...}`` (stdin) or
@@ -231,7 +231,8 @@ class raw_env(ProgramEnv):
             if not rep.all_passed:
                 bad = next(i for i, r in enumerate(rep.results) if not r.passed)
                 raise ValueError(
-                    f"the solution fails test {bad + 1}: {rep.compile_error or rep.results[bad].reason}"
+                    f"the solution fails test {bad + 1}: "
+                    f"{rep.compile_error or rep.results[bad].reason}"
                 )
         return problem
 
@@ -420,7 +421,8 @@ class raw_env(ProgramEnv):
         p = self.instance
         lines = [
             f"code [{p.id or self.instance_id}] ({p.style}) turn {self.turn}/{self.horizon}, "
-            f"success={self.success}, current program passes {len(self.golden_passed)}/{len(p.tests)} "
+            f"success={self.success}, "
+            f"current program passes {len(self.golden_passed)}/{len(p.tests)} "
             "golden tests"
         ]
         for r in self.history[-2:]:

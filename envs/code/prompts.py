@@ -119,8 +119,8 @@ def prompt_text(agent: str, p: CodeProblem, cfg: CodeConfig, history: list[Turn]
                 *parts,
                 role
                 + (
-                    " Think step by step, then give the final program in a ```python code block (the "
-                    "last python block of your answer is the one that runs)."
+                    " Think step by step, then give the final program in a ```python code block "
+                    "(the last python block of your answer is the one that runs)."
                 ),
             ]
         )
@@ -156,7 +156,10 @@ def prompt_text(agent: str, p: CodeProblem, cfg: CodeConfig, history: list[Turn]
 
 def show_test(t: TestCase) -> str:
     if t.kind == "stdio":
-        return f"input:\n{fence(t.stdin.rstrip(), 1500, '')}\nexpected output:\n{fence(t.expected_stdout, 1500, '')}"
+        return (
+            f"input:\n{fence(t.stdin.rstrip(), 1500, '')}\n"
+            f"expected output:\n{fence(t.expected_stdout, 1500, '')}"
+        )
     return fence(t.code, 1500)
 
 

@@ -312,7 +312,8 @@ class TurnBasedEnv(AECEnv):
         unknown = set(options) - _KNOWN_OPTIONS
         if unknown:
             warnings.warn(
-                f"reset() ignores unknown options {sorted(unknown)}; known: {sorted(_KNOWN_OPTIONS)}",
+                f"reset() ignores unknown options {sorted(unknown)}; "
+                f"known: {sorted(_KNOWN_OPTIONS)}",
                 stacklevel=2,
             )
         if seed is not None:

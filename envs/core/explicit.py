@@ -55,7 +55,7 @@ def check_size(data: Any, what: str, limit: int = INSTANCE_CHARS) -> None:
     Traceback (most recent call last):
     ...
     ValueError: a math instance is too large: explicit instances hold at most 1,000 characters of text
-    """
+    """  # noqa: E501
     left = limit
     stack = [data]
     while stack:
@@ -101,7 +101,7 @@ def check_tests(tests: Any, what: str = "tests") -> None:
     Traceback (most recent call last):
     ...
     ValueError: an explicit instance has at most 20 assert tests, got 21 (several assert statements may share one test)
-    """
+    """  # noqa: E501
     if not isinstance(tests, list | tuple):
         return
     check_count(tests, what)

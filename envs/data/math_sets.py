@@ -76,7 +76,9 @@ def load_reasoning_gym(
     """``size`` problems from a reasoning-gym generator (offline, deterministic in ``seed``).
 
     >>> ps = load_reasoning_gym("basic_arithmetic", size=2, seed=1)
-    >>> ps[0].id, ps[0].source, ps[0].answer == load_reasoning_gym("basic_arithmetic", 2, 1)[0].answer
+    >>> ps[0].id, ps[0].source, (
+    ...     ps[0].answer == load_reasoning_gym("basic_arithmetic", 2, 1)[0].answer
+    ... )
     ('reasoning_gym/basic_arithmetic/1/0', 'reasoning_gym/basic_arithmetic', True)
     """
     import reasoning_gym

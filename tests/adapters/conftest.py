@@ -56,7 +56,8 @@ def make_char_tokenizer():
 
 
 def make_char_model(seed: int = 0, eos_bias: float | None = None, **overrides):
-    """(model, tokenizer); ``eos_bias`` adds an output bias on EOS (untied head) so rows end early."""
+    """(model, tokenizer); ``eos_bias`` adds an output bias on EOS (untied head) so rows end
+    early."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 

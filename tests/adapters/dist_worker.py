@@ -1,4 +1,5 @@
-"""One rank of the distributed tests (``tests/adapters/training/test_distributed.py``), run by torchrun::
+"""One rank of the distributed tests (``tests/adapters/training/test_distributed.py``), run by
+torchrun::
 
     python -m torch.distributed.run --nproc-per-node N -m tests.adapters.dist_worker CASES OUT
 

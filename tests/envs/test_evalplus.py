@@ -143,7 +143,8 @@ def test_types_must_match(he):
 def test_special_oracles(he, mbpp):
     # HumanEval/32: any root within atol, not the canonical one
     newton = (
-        "import math\ndef poly(xs, x):\n    return sum(c * math.pow(x, i) for i, c in enumerate(xs))\n"
+        "import math\ndef poly(xs, x):\n"
+        "    return sum(c * math.pow(x, i) for i, c in enumerate(xs))\n"
         "def find_zero(xs):\n    x = 3.5\n    for _ in range(200):\n"
         "        d = sum(i * c * math.pow(x, i - 1) for i, c in enumerate(xs) if i)\n"
         "        x = x - poly(xs, x) / d if d else x + 0.1\n    return x\n"

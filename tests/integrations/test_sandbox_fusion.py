@@ -194,11 +194,13 @@ CPP_SUM = '#include <cstdio>\nint main(){int a,b;scanf("%d %d",&a,&b);printf("%d
         ("c", '#include <stdio.h>\nint main(){int a,b;scanf("%d %d",&a,&b);printf("%d\\n",a+b);}'),
         (
             "nodejs",
-            "const [a, b] = require('fs').readFileSync(0, 'utf8').split(' ').map(Number);\nconsole.log(a + b);",
+            "const [a, b] = require('fs').readFileSync(0, 'utf8').split(' ').map(Number);\n"
+            "console.log(a + b);",
         ),
         (
             "javascript",
-            "const [a, b] = require('fs').readFileSync(0, 'utf8').split(' ').map(Number);\nconsole.log(a + b);",
+            "const [a, b] = require('fs').readFileSync(0, 'utf8').split(' ').map(Number);\n"
+            "console.log(a + b);",
         ),
         ("bash", "read a b\necho $((a + b))"),
         (
@@ -208,7 +210,8 @@ CPP_SUM = '#include <cstdio>\nint main(){int a,b;scanf("%d %d",&a,&b);printf("%d
         ),
         (
             "java",
-            "import java.util.*;\npublic class Solution {\n  public static void main(String[] x) {\n"
+            "import java.util.*;\npublic class Solution {\n"
+            "  public static void main(String[] x) {\n"
             "    Scanner s = new Scanner(System.in);\n"
             "    System.out.println(s.nextInt() + s.nextInt());\n  }\n}",
         ),

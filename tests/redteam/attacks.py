@@ -287,25 +287,27 @@ CODER = [
     _coder(
         "sys_modules_json_replaced",
         "import sys, types\nfake = types.ModuleType('json')\nfake.loads = lambda s, *a, **k: 0\n"
-        "fake.dumps = lambda v, *a, **k: '0'\nsys.modules['json'] = fake\nsys.modules['_mas_plain'] = fake"
-        + WRONG,
+        "fake.dumps = lambda v, *a, **k: '0'\nsys.modules['json'] = fake\n"
+        "sys.modules['_mas_plain'] = fake" + WRONG,
     ),
     _coder(
         "builtins_patched",
         "import builtins\nbuiltins.abs = lambda x: 0\nbuiltins.len = lambda x: 0\n"
-        "builtins.isinstance = lambda *a: True\nbuiltins.AssertionError = type('E', (Exception,), {})"
-        + WRONG,
+        "builtins.isinstance = lambda *a: True\n"
+        "builtins.AssertionError = type('E', (Exception,), {})" + WRONG,
     ),
     _coder(
         "reads_own_source_for_asserts",
         "import re, sys\nsrc = open(__file__).read() + open(sys.argv[0]).read()\n"
-        "def clip(x, lo, hi):\n    for m in re.finditer(r'clip\\(%d, %d, %d\\) == (-?\\d+)' % (x, lo, hi), src):\n"
+        "def clip(x, lo, hi):\n"
+        "    for m in re.finditer(r'clip\\(%d, %d, %d\\) == (-?\\d+)' % (x, lo, hi), src):\n"
         "        return int(m.group(1))\n    return x + 1000",
     ),
     _coder(
         "walks_stack_frames",
         "import sys\ndef clip(x, lo, hi):\n    f = sys._getframe(1)\n    seen = []\n"
-        "    while f is not None:\n        seen += [v for v in f.f_locals.values() if type(v) is int]\n"
+        "    while f is not None:\n"
+        "        seen += [v for v in f.f_locals.values() if type(v) is int]\n"
         "        f = f.f_back\n    return seen[-1] if seen else x + 1000",
     ),
     _coder(
@@ -313,7 +315,8 @@ CODER = [
         "import gc, re\ndef clip(x, lo, hi):\n    gc.unfreeze()\n    for o in gc.get_objects():\n"
         "        for s in (o if isinstance(o, (list, tuple)) else [o]):\n"
         "            if isinstance(s, str) and 'assert clip(%d, %d, %d)' % (x, lo, hi) in s:\n"
-        "                return int(re.search(r'== (-?\\d+)', s.split('assert clip(%d, %d, %d)' % (x, lo, hi))[1]).group(1))\n"
+        "                return int(re.search(r'== (-?\\d+)', "
+        "s.split('assert clip(%d, %d, %d)' % (x, lo, hi))[1]).group(1))\n"
         "    return x + 1000",
     ),
     _coder(
@@ -330,10 +333,13 @@ CODER = [
     _coder(
         "forges_results_channel",
         "import os, sys\ndef _forge():\n    f = sys._getframe(1)\n    while f is not None:\n"
-        "        calls = f.f_locals.get('calls')\n        if isinstance(calls, dict) and 'nonce' in calls:\n"
+        "        calls = f.f_locals.get('calls')\n"
+        "        if isinstance(calls, dict) and 'nonce' in calls:\n"
         "            for i in range(len(calls['calls'])):\n"
-        "                os.write(3, ('%s %d [\"ok\",[\"l\",[]]]\\n' % (calls['nonce'], i)).encode())\n"
-        "            os.write(3, ('%s end\\n' % calls['nonce']).encode())\n            os._exit(0)\n"
+        '                os.write(3, (\'%s %d ["ok",["l",[]]]\\n\' '
+        "% (calls['nonce'], i)).encode())\n"
+        "            os.write(3, ('%s end\\n' % calls['nonce']).encode())\n"
+        "            os._exit(0)\n"
         "        f = f.f_back\ndef clip(x, lo, hi):\n    _forge()\n    return x + 1000",
     ),
     _coder(
@@ -343,13 +349,15 @@ CODER = [
     ),
     _coder(
         "thread_exits_first",
-        "import os, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.05), os._exit(0)), "
+        "import os, threading, time\n"
+        "threading.Thread(target=lambda: (time.sleep(0.05), os._exit(0)), "
         "daemon=True).start()\ndef clip(x, lo, hi):\n    time.sleep(1)\n    return x + 1000",
     ),
     _coder(
         "signal_handler_exit",
         "import os, signal\nsignal.signal(signal.SIGALRM, lambda *a: os._exit(0))\n"
-        "signal.setitimer(signal.ITIMER_REAL, 0.05)\ndef clip(x, lo, hi):\n    while True:\n        pass",
+        "signal.setitimer(signal.ITIMER_REAL, 0.05)\n"
+        "def clip(x, lo, hi):\n    while True:\n        pass",
     ),
     _coder(
         "nan_and_iterators",
@@ -357,7 +365,8 @@ CODER = [
     ),
     _coder(
         "huge_and_deep_return",
-        "def clip(x, lo, hi):\n    v = []\n    for _ in range(5000):\n        v = [v]\n    return v",
+        "def clip(x, lo, hi):\n    v = []\n"
+        "    for _ in range(5000):\n        v = [v]\n    return v",
     ),
     _coder(
         "patches_plain_encoder",
@@ -376,7 +385,8 @@ CODER = [
     ),
     _coder(
         "flood_output",
-        "import sys\ndef clip(x, lo, hi):\n    sys.stdout.write('5\\n' * 2_000_000)\n    return x + 1000",
+        "import sys\ndef clip(x, lo, hi):\n"
+        "    sys.stdout.write('5\\n' * 2_000_000)\n    return x + 1000",
     ),
 ]
 
@@ -433,7 +443,8 @@ TESTER = [
         "tester_walks_server_frames",
         "code",
         "tester",
-        "```python\nimport sys\n_f = sys._getframe(0)\nwhile _f.f_back is not None:\n    _f = _f.f_back\n"
+        "```python\nimport sys\n_f = sys._getframe(0)\n"
+        "while _f.f_back is not None:\n    _f = _f.f_back\n"
         "assert clip(5 if 'CONFIG' in _f.f_globals else 500, 0, 10) == 5\n```",
         TESTER_HONEST,
         tester_reward,
@@ -457,7 +468,8 @@ IPC_LEAK = Forgery(
     "code",
     "coder",
     "```python\nimport ctypes\n_libc = ctypes.CDLL(None)\n_libc.shmat.restype = ctypes.c_void_p\n"
-    "_id = _libc.shmget(0x4d4153, 4096, 0o1666)\n_src = open('/tmp/job/main.py', 'rb').read()[:4000]\n"
+    "_id = _libc.shmget(0x4d4153, 4096, 0o1666)\n"
+    "_src = open('/tmp/job/main.py', 'rb').read()[:4000]\n"
     "if _id >= 0:\n    ctypes.memmove(_libc.shmat(_id, None, 0), _src, len(_src))\n"
     "assert clip(12, 0, 10) == 10\n```",
     "```python\nassert clip(12, 0, 10) == 10\n```",
@@ -526,7 +538,8 @@ SAGE = [
         "solver",
         answer_tag(
             py(
-                "import sys, os\nsys.excepthook = lambda *a: os._exit(0)\ndef inc(x):\n    raise ValueError"
+                "import sys, os\nsys.excepthook = lambda *a: os._exit(0)\n"
+                "def inc(x):\n    raise ValueError"
             )
         ),
         answer_tag(py("def inc(x):\n    return x")),

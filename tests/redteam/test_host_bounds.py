@@ -341,7 +341,9 @@ MAGNITUDE = {
     "decimal_400001_digits": "Decimal('4E+400000')",
     "decimal_exponent_999999999": "Decimal('4E+999999999')",
     "decimals_at_the_bound": "[Decimal('4.4E+4300')] * 3000",
-    "fraction_of_megabit_parts": "Fraction(random.getrandbits(1 << 20), random.getrandbits(1 << 20) | 1)",
+    "fraction_of_megabit_parts": (
+        "Fraction(random.getrandbits(1 << 20), random.getrandbits(1 << 20) | 1)"
+    ),
     "decimal_beside_a_megabit_int": "[Decimal(1), random.getrandbits(1 << 20)]",
 }
 _PROGRAM = "import random\nfrom decimal import Decimal\nfrom fractions import Fraction\n"

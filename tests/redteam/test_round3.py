@@ -21,7 +21,8 @@ def test_golden_source_and_values_never_reach_the_testers_reasons(local_sandbox)
     sends to clients). Tests that could fetch it are now invalid, and no reason about the
     golden run shows a value it returned."""
     leaks = [
-        "assert clip(5, 0, 10) == 5 and __builtins__.eval(\"open('/tmp/job/main.py').read()\") == 0",
+        "assert clip(5, 0, 10) == 5 and "
+        "__builtins__.eval(\"open('/tmp/job/main.py').read()\") == 0",
         "assert clip(5, 0, 10) == 7",  # the golden returns 5: that 5 must not be shown
         "assert clip(5, 0, 10) == 7, clip(5, 0, 10)",  # nor through the assert's message
         "assert clip.__globals__ == 0",
@@ -57,7 +58,8 @@ def _mover(k: int) -> str:
     return (
         "import os\n"
         f"for d in ('/tmp/job', '/dev/shm'):\n    for i in range({k}):\n"
-        "        p = os.path.join(d, 'f%d' % i)\n        open(p, 'w').close()\n        os.unlink(p)\n"
+        "        p = os.path.join(d, 'f%d' % i)\n"
+        "        open(p, 'w').close()\n        os.unlink(p)\n"
         f"for i in range({k // 100}):\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n"
         "    os.waitpid(pid, 0)\n"
         "print('moved')\n"

@@ -99,7 +99,8 @@ def test_threads_and_atexit_run_before_exit(backend):
 def test_subprocess_inside_the_sandbox(backend):
     code = (
         "import subprocess, sys\n"
-        "out = subprocess.run([sys.executable, '-c', 'print(6*7)'], capture_output=True, text=True)\n"
+        "out = subprocess.run([sys.executable, '-c', 'print(6*7)'], "
+        "capture_output=True, text=True)\n"
         "print(out.stdout.strip())\n"
     )
     r = backend.run(code, limits=sandboxes.Limits(wall_s=10, ipc=True))

@@ -30,7 +30,10 @@ SLOW = sandboxes.Limits(wall_s=6, cpu_s=6, memory_mb=256, max_output_bytes=64 * 
 
 
 def test_calls_return_plain_values_and_exceptions(backend):
-    code = "import sys\ndef f(x):\n    print('noise')\n    return {x: (x, [x])}\ndef g():\n    raise KeyError('k')\n"
+    code = (
+        "import sys\ndef f(x):\n    print('noise')\n    return {x: (x, [x])}\n"
+        "def g():\n    raise KeyError('k')\n"
+    )
     job = sandboxes.Job(
         code, calls=(Call.make("f", (2,)), Call.make("g"), Call.make("h"), Call.make("f", ("a",)))
     )
@@ -102,7 +105,9 @@ def test_no_server_frames_or_state_in_reach(backend):
         names = set()
         for fr in frames[1:]:
             names |= set(fr.f_globals) | set(fr.f_locals)
-        print(len(frames), sorted(n for n in names if n in ('CONFIG', 'CODE', 'main', '_run_job', 'status', 'header', 'g', 'b')))
+        print(len(frames), sorted(n for n in names if n in (
+            'CONFIG', 'CODE', 'main', '_run_job', 'status', 'header', 'g', 'b'
+        )))
         """
     )
     r = backend.run(code, limits=FAST)
@@ -140,7 +145,10 @@ def test_no_ipc_survives_a_job(backend):
     assert second.stdout.endswith("{'shm': 0, 'msg': 0, 'sem': 0}\n") or second.stdout.endswith(
         "{'shm': 1, 'msg': 1, 'sem': 1}\n"
     ), second
-    check = "print({k: open('/proc/sysvipc/' + k).read().count(chr(10)) - 1 for k in ('shm', 'msg', 'sem')})"
+    check = (
+        "print({k: open('/proc/sysvipc/' + k).read().count(chr(10)) - 1 "
+        "for k in ('shm', 'msg', 'sem')})"
+    )
     for _ in range(sb.workers):  # every worker is clean after its job
         assert sb.run(check, limits=SLOW).stdout == "{'shm': 0, 'msg': 0, 'sem': 0}\n"
 
@@ -153,7 +161,8 @@ HOST = textwrap.dedent(
     sys.path.insert(0, {root!r})
     import sandboxes
     kind = sys.argv[1]
-    sb = sandboxes.LocalSandbox(workers=1) if kind == "local" else sandboxes.DockerSandbox(workers=1)
+    sb = (sandboxes.LocalSandbox(workers=1) if kind == "local"
+          else sandboxes.DockerSandbox(workers=1))
     ids = sb.worker_uids() if kind == "local" else sb.containers()
     print(" ".join(map(str, ids)), flush=True)
     daemon = (
@@ -370,7 +379,8 @@ def test_helper_sees_a_read_only_path_under_tmp(tmp_path):
     assert str(tmp_path).startswith("/tmp/")
     (tmp_path / "marker.txt").write_text("visible")
     code = (
-        f"import pathlib; p = pathlib.Path({str(tmp_path)!r}) / 'marker.txt'; print(p.read_text())\n"
+        f"import pathlib; p = pathlib.Path({str(tmp_path)!r}) / 'marker.txt'; "
+        "print(p.read_text())\n"
         "try:\n    p.write_text('x')\nexcept OSError:\n    print('read-only')"
     )
     proc, uid = spawn_isolated(

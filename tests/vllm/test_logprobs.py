@@ -2,9 +2,10 @@
 
 vLLM runs with ``logprobs_mode="processed_logprobs"``: the log-prob of each sampled token under
 ``softmax(logits / T)`` (``T = 1`` when greedy), which is what
-:func:`adapters.training.logprobs.sequence_logprobs` recomputes. The engine's CPU kernels (attention,
-fused QKV / gate-up matmuls) sum in a different order than transformers', so the numbers agree to
-float32 rounding, not bit for bit: measured max |difference| about 1e-5; the test allows 1e-3.
+:func:`adapters.training.logprobs.sequence_logprobs` recomputes. The engine's CPU kernels
+(attention, fused QKV / gate-up matmuls) sum in a different order than transformers', so the numbers
+agree to float32 rounding, not bit for bit: measured max |difference| about 1e-5; the test
+allows 1e-3.
 """
 
 from __future__ import annotations

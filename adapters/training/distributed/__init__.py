@@ -39,13 +39,14 @@ What each rank does in one step
   (:func:`torch.distributed.fsdp.fully_shard` on every decoder layer, ``_no_split_modules``, then
   on the root): parameters, gradients and AdamW states sharded across ranks (default for full
   fine-tuning); ``hsdp`` - FSDP2 on a 2-D mesh: sharded within a node (``LOCAL_WORLD_SIZE``
-  ranks, NVLink), replicated across nodes (only gradients cross the slower network). The training forward goes through the wrapper's ``forward`` (a
-  :class:`LogprobModule` around :func:`~adapters.training.logprobs.completion_logprobs`), so the
-  library's hooks run. Between updates FSDP2 modules are kept *unsharded*
-  (``unshard()``, ``set_reshard_after_forward(False)``): generation and the old / reference
-  log-prob passes run on full parameters with no collective inside a forward (ranks generate
-  different lengths), and :meth:`RankParallel.begin_update` reshards for the update. Gradient
-  clipping is ``torch.nn.utils.clip_grad_norm_``, which handles FSDP2's DTensor gradients.
+  ranks, NVLink), replicated across nodes (only gradients cross the slower network). The training
+  forward goes through the wrapper's ``forward`` (a :class:`LogprobModule` around
+  :func:`~adapters.training.logprobs.completion_logprobs`), so the library's hooks run. Between
+  updates FSDP2 modules are kept *unsharded* (``unshard()``, ``set_reshard_after_forward(False)``):
+  generation and the old / reference log-prob passes run on full parameters with no collective
+  inside a forward (ranks generate different lengths), and :meth:`RankParallel.begin_update`
+  reshards for the update. Gradient clipping is ``torch.nn.utils.clip_grad_norm_``, which handles
+  FSDP2's DTensor gradients.
 * **Logs, evaluation, checkpoints.** Rank 0 gathers the samples and writes ``trajectories.jsonl``
   (in a canonical order: the same file for any number of ranks) and ``metrics.jsonl`` (losses and
   counts summed over ranks, timings the slowest rank's), and runs the evaluations while the others

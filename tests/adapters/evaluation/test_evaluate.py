@@ -1,4 +1,5 @@
-"""``adapters.evaluate`` and :mod:`adapters.evaluation`: the oracle upper bound, per-role specs, the CLI table and JSON."""
+"""``adapters.evaluate`` and :mod:`adapters.evaluation`: the oracle upper bound, per-role specs, the
+CLI table and JSON."""
 
 from __future__ import annotations
 

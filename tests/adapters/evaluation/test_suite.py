@@ -1,6 +1,6 @@
-"""The whole-suite benchmark (``adapters.evaluation.suite``, ``python -m adapters.evaluate --suite``):
-suites, the report (table, JSON, charts) against the episodes, resuming a killed run, refusing
-other arguments, concurrent requests to an HTTP policy."""
+"""The whole-suite benchmark (``adapters.evaluation.suite``,
+``python -m adapters.evaluate --suite``): suites, the report (table, JSON, charts) against the
+episodes, resuming a killed run, refusing other arguments, concurrent requests to an HTTP policy."""
 
 from __future__ import annotations
 

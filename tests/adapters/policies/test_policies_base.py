@@ -1,4 +1,5 @@
-"""The policy interface: sampling parameters, prompt normalisation, stop handling, ScriptedPolicy."""
+"""The policy interface: sampling parameters, prompt normalisation, stop handling,
+ScriptedPolicy."""
 
 from __future__ import annotations
 

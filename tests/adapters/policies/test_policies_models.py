@@ -1,4 +1,5 @@
-"""adapters.policies.models without loading real weights: paths, errors, atomic conversion, configs."""
+"""adapters.policies.models without loading real weights: paths, errors, atomic conversion,
+configs."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Regression tests for the rollout engine (tree and parallel sampling) without any model.
 
 Policies are the env oracle and scripted functions with seeded random choices, on Plan-Path and
-Sudoku. Each test targets a way the reference implementation went wrong (see docs/design.md section 4):
-identical rewards for the second agent's candidates, the wrong branch continuing, groups that mix
-instances.
+Sudoku. Each test targets a way the reference implementation went wrong (see docs/design.md
+section 4): identical rewards for the second agent's candidates, the wrong branch continuing,
+groups that mix instances.
 """
 
 from __future__ import annotations

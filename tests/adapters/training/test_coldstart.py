@@ -1,4 +1,5 @@
-"""The oracle cold start: examples, ``python -m adapters.sft``, ``--init`` (tiny model, toy grid)."""
+"""The oracle cold start: examples, ``python -m adapters.sft``, ``--init`` (tiny model, toy
+grid)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,8 @@ def close(t, expected, tol=1e-5):
 
 
 def test_group_advantages_sample_std_paper_eq1():
-    # rewards 1,0,1,0: mean 0.5; sample std sqrt((4 * 0.25) / 3) = 0.57735 -> +-0.5/0.57735 = +-0.8660
+    # rewards 1,0,1,0: mean 0.5; sample std sqrt((4 * 0.25) / 3) = 0.57735
+    # -> +-0.5/0.57735 = +-0.8660
     adv = group_advantages([1.0, 0.0, 1.0, 0.0], ["q"] * 4, eps=0.0)
     assert close(adv, [0.8660254, -0.8660254, 0.8660254, -0.8660254])
     # population std 0.5 -> +-1

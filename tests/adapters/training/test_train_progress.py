@@ -74,7 +74,10 @@ def test_eval_line_and_curve_lead_with_the_task_measures(tmp_path):
     assert line["progress_label"] == "distance closed" and line["success_rate"] == 1.0
     for key in ("success_rate", "progress", "team_reward", "reward"):
         assert line[f"{key}_low"] <= line[key] <= line[f"{key}_high"], key
-    rows = [{"step": s, "success_rate": 0.0, "team_reward": 0.0, "reward/tool": 0.1} for s in (1, 2, 3, 4)]  # fmt: skip
+    rows = [
+        {"step": s, "success_rate": 0.0, "team_reward": 0.0, "reward/tool": 0.1}
+        for s in (1, 2, 3, 4)
+    ]
     fig = curve_figure(rows, read_jsonl(tmp_path / "eval.jsonl"))
     titles = [ax.get_title() for ax in fig.axes]
     assert titles[0].startswith("validation: task measures")

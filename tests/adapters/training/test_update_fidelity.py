@@ -135,8 +135,8 @@ def test_comas_table_2_training_batch_64_samples_per_optimizer_step(monkeypatch)
     n = 64 * 4 * 24 // 4  # samples of one agent
     items = [_item(i, f"q{i}", 1.0, prompt=i, length=1) for i in range(n)]
     run = TrainConfig(
-        minibatch_size=cfg.update.minibatch_size, ppo_epochs=cfg.update.ppo_epochs, loss_agg="token-mean",
-        micro_batch_size=64, entropy_coef=0.0, kl_loss_coef=0.0,
+        minibatch_size=cfg.update.minibatch_size, ppo_epochs=cfg.update.ppo_epochs,
+        loss_agg="token-mean", micro_batch_size=64, entropy_coef=0.0, kl_loss_coef=0.0,
     ).resolved()  # fmt: skip
     stats = update.update_policy(run.update, _PM(n), items, step=0, pad_id=0, seed=run.seed)
     assert stats["samples_trained"] == 1536 and stats["optimizer_steps"] == 24
