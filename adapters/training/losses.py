@@ -60,17 +60,47 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 import torch
 
 from adapters.training.masking import check_token_shapes, masked_mean, without_mastered_positives
 
-if TYPE_CHECKING:  # pragma: no cover
-    from adapters.training.sections import UpdateConfig
-
 KLKind = Literal["k1", "k2", "k3"]
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "group-mean"]
+
+
+class LossSettings(Protocol):
+    """The coefficients :func:`micro_batch_loss` reads (the update section,
+    :class:`~adapters.training.sections.UpdateConfig`, has them all)."""
+
+    @property
+    def clip_eps(self) -> float: ...
+
+    @property
+    def clip_eps_high(self) -> float | None: ...
+
+    @property
+    def loss_agg(self) -> LossAgg: ...
+
+    @property
+    def kl_loss_coef(self) -> float: ...
+
+    @property
+    def kl_loss_type(self) -> KLKind: ...
+
+    @property
+    def entropy_coef(self) -> float: ...
+
+    @property
+    def mpt_mask_tau(self) -> float: ...
+
+    @property
+    def mpt_target_entropy(self) -> float: ...
+
+    @property
+    def rollout_is_cap(self) -> float: ...
+
 
 __all__ = [
     "KLKind",
@@ -295,7 +325,7 @@ class MicroBatch:
 
 def micro_batch_loss(
     mb: MicroBatch,
-    cfg: UpdateConfig,
+    cfg: LossSettings,
     *,
     share: float,
     group_scale: float = 1.0,
