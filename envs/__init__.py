@@ -111,6 +111,7 @@ register(
     "sudoku",
     "envs.sudoku:env",
     roles=("tool", "planner"),
+    sandbox_roles=("tool",),  # the tool's program
     description="Sudoku, tool + planner (AT-GRPO)",
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
@@ -124,6 +125,7 @@ register(
     "sokoban",
     "envs.sokoban:env",
     roles=("tool", "planner"),
+    sandbox_roles=("tool",),  # the tool's program
     description="Sokoban, tool + planner (AT-GRPO)",
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
@@ -138,6 +140,7 @@ register(
     "plan_path",
     "envs.plan_path:env",
     roles=("tool", "planner"),
+    sandbox_roles=("tool",),  # the tool's program
     description="grid path planning, tool + planner (AT-GRPO)",
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
@@ -152,6 +155,7 @@ register(
     "code",
     "envs.code:env",
     roles=("coder", "tester"),
+    sandbox_roles=("coder", "tester"),  # the program against the tests, the golden program
     description="code generation, coder + tester (AT-GRPO)",
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
@@ -195,6 +199,7 @@ register(
     "math",
     "envs.math:env",
     roles=("reasoner", "tool"),
+    sandbox_roles=("tool",),  # the tool's program
     description="math QA, reasoner + tool (AT-GRPO)",
     modes=_AT_GRPO_MODES,
     recipe="at-grpo",
@@ -222,6 +227,7 @@ register(
     "propose_solve_judge",
     "envs.propose_solve_judge:env",
     roles=("proposer", "solver", "judge"),
+    sandbox_roles=("judge",),  # the oracle judge runs a code question's tests
     aliases=("mae",),
     description="proposer + solver + judge (Multi-Agent Evolve)",
     recipe="mae",
@@ -233,6 +239,7 @@ register(
     "challenge_plan_solve",
     "envs.challenge_plan_solve:env",
     roles=("challenger", "planner", "solver", "critic"),
+    sandbox_roles=("challenger", "solver"),  # code questions: reference, answers
     aliases=("sage",),
     description="challenger + planner + solver + critic (SAGE)",
     recipe="sage",

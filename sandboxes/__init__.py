@@ -56,6 +56,8 @@ access. Infrastructure failures (a worker died) are recovered from: the worker i
 if the job may have run, its result carries ``error``. Calling the API wrongly (non-str code,
 bad limits) raises TypeError/ValueError; a backend that cannot work at all (no bubblewrap, no
 Docker Engine, no image) raises :class:`SandboxError` with what to do about it.
+:func:`find_bwrap` says, without starting anything, whether :class:`LocalSandbox` would find
+bubblewrap (the command lines check it before a long run, :mod:`adapters.preflight`).
 
 Residual channels between jobs. Jobs share the host's kernel, so some state still passes from
 one job to a later one; what the filters refuse (:mod:`sandboxes._seccomp`) are the exact,
@@ -81,12 +83,19 @@ import threading
 from typing import TYPE_CHECKING
 
 from .base import ExecResult, Job, Limits, Sandbox, SandboxError, as_job
-from .local import BubblewrapNotFound, LocalSandbox, SandboxDegradedWarning
+from .local import (
+    BWRAP_INSTALL,
+    BubblewrapNotFound,
+    LocalSandbox,
+    SandboxDegradedWarning,
+    find_bwrap,
+)
 
 if TYPE_CHECKING:
     from .docker_backend import DockerSandbox
 
 __all__ = [
+    "BWRAP_INSTALL",
     "BubblewrapNotFound",
     "DockerSandbox",
     "ExecResult",
@@ -98,6 +107,7 @@ __all__ = [
     "SandboxError",
     "as_job",
     "default",
+    "find_bwrap",
 ]
 
 _default: LocalSandbox | None = None

@@ -179,6 +179,21 @@ class BubblewrapNotFound(SandboxError):
     """``bwrap`` is not installed (Debian/Ubuntu package ``bubblewrap``)."""
 
 
+# how to get bubblewrap: the sandbox's error and the command lines' preflight say it the same way
+BWRAP_INSTALL = (
+    "install the Debian/Ubuntu package `bubblewrap` (`apt-get install bubblewrap`; "
+    "Fedora: `dnf install bubblewrap`)"
+)
+
+
+def find_bwrap(bwrap: str = "bwrap") -> str | None:
+    """The bubblewrap executable :class:`LocalSandbox` would use (a name looked up on ``PATH``, or
+    a path that must be an executable file), or ``None`` when there is none. Starts nothing."""
+    if os.sep in bwrap:
+        return bwrap if os.path.isfile(bwrap) and os.access(bwrap, os.X_OK) else None
+    return shutil.which(bwrap)
+
+
 # ----------------------------------------------------------------------------------------------
 # cgroup v1 backstop (root only, best effort)
 # ----------------------------------------------------------------------------------------------
@@ -587,7 +602,7 @@ def spawn_isolated(
     uid = allocate_uid() if os.geteuid() == 0 else None
     if uid is not None:
         env["MAS_DROP_UID"] = str(uid)
-    bwrap = shutil.which("bwrap")
+    bwrap = find_bwrap()
     seccomp_fd = None
     if bwrap is None:
         log.warning(
@@ -691,14 +706,13 @@ class LocalSandbox(PooledSandbox):
         self.seccomp = bool(seccomp)
         self.preload = tuple(preload)
         self.site_packages = bool(site_packages)
-        self.bwrap = self._find_bwrap(bwrap)
+        self.bwrap = find_bwrap(bwrap)
         self.isolated = self.bwrap is not None
         if not self.isolated:
             if not allow_unisolated:
                 raise BubblewrapNotFound(
                     f"bubblewrap executable {bwrap!r} not found. The local sandbox needs it to "
-                    "isolate code: install the Debian/Ubuntu package `bubblewrap` "
-                    "(`apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`), or pass "
+                    f"isolate code: {BWRAP_INSTALL}, or pass "
                     "LocalSandbox(allow_unisolated=True) to run code WITHOUT isolation "
                     "(rlimits only; never for untrusted code)."
                 )
@@ -746,12 +760,6 @@ class LocalSandbox(PooledSandbox):
         return out
 
     # -- configuration ---------------------------------------------------------------------------
-    @staticmethod
-    def _find_bwrap(bwrap: str) -> str | None:
-        if os.sep in bwrap:
-            return bwrap if os.path.isfile(bwrap) and os.access(bwrap, os.X_OK) else None
-        return shutil.which(bwrap)
-
     def _find_python(self, python: str | None) -> tuple[str, str]:
         if python is None:
             exe = getattr(sys, "_base_executable", None) or sys.executable

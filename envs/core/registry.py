@@ -34,6 +34,10 @@ or a server must know without building an env::
   the env's ``award_lookahead()`` may lower it for a configuration;
 * ``team_reward`` - whether the setting has a team reward at all (its ``rewards.mixing`` can
   still turn it off for one configuration);
+* ``sandbox_roles`` - the roles whose steps run a program in the sandbox (a tool's program, a
+  coder's tests, a code question's answer, an oracle judge's check of one): a run whose agents
+  include one needs bubblewrap (the command lines check it before loading a model,
+  :mod:`adapters.preflight`); ``()``: the setting runs no program;
 * ``answer_kind`` - what its benchmark answers are: ``"text"`` (a final answer, which an LLM
   judge can compare with a reference) or ``"program"`` (decided by running tests);
 * ``problem_loader`` - ``"module:callable"`` with the signature of
@@ -71,7 +75,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -110,6 +114,7 @@ class EnvSpec:
     delayed_rewards: bool = False
     award_lookahead: int = 0
     team_reward: bool = False
+    sandbox_roles: tuple[str, ...] = ()
     answer_kind: str = "text"
     problem_loader: str = ""
     evaluation_options: str = ""
@@ -124,12 +129,25 @@ class EnvSpec:
             raise ValueError(f"{self.id}: award_lookahead must be >= 0")
         if self.answer_kind not in ("text", "program"):
             raise ValueError(f"{self.id}: answer_kind must be 'text' or 'program'")
+        unknown = [r for r in self.sandbox_roles if self.roles and r not in self.roles]
+        if unknown:
+            raise ValueError(f"{self.id}: sandbox_roles {unknown} are not among its roles")
+        object.__setattr__(self, "sandbox_roles", tuple(self.sandbox_roles))
         object.__setattr__(self, "cpu_options", MappingProxyType(dict(self.cpu_options)))
         for name in ("cpu_train_options", "train_values", "cpu_train_values"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     def load(self) -> Any:
         return _import(self.entry_point, "env")
+
+    def sandbox_agents(self, agents: Sequence[str]) -> list[str]:
+        """Those of ``agents`` (a configuration's agents) whose steps run programs in the sandbox.
+
+        >>> spec("sokoban").sandbox_agents(["tool", "planner"]), spec("sokoban").sandbox_agents(
+        ...     ["planner"])
+        (['tool'], [])
+        """
+        return [a for a in agents if a in self.sandbox_roles]
 
     def load_problems(
         self, dataset: str, data_path: str | None = None, options: Mapping[str, Any] | None = None
