@@ -32,7 +32,9 @@ numbers plus one record per episode, and the episode viewer beside it (``FILE.ht
 :mod:`adapters.view`; ``--no-view`` skips it). A progress bar counts the finished episodes and
 shows the generation wave. The setting, its options, an explicit instance and every policy spec
 are checked before any model loads (a local path must exist, an ``openai:`` server must answer
-within 5 s); a mistake ends in one ``error:`` line and exit status 2 (:mod:`adapters.cli`).
+within 5 s), and so is what the run needs from the machine (:mod:`adapters.preflight`:
+bubblewrap when a setting's agents run programs, the embedded model's files); a mistake ends in
+one ``error:`` line and exit status 2 (:mod:`adapters.cli`).
 
 Suites (:mod:`adapters.evaluation.suite`):
 
@@ -77,7 +79,7 @@ import json
 import re
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +263,14 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
     if args.suite is not None and args.suite.startswith("paper:"):
         from adapters.evaluation.papers import main_paper_suite
 
-        return main_paper_suite(parser, args, _command(argv))
+        return main_paper_suite(
+            parser,
+            args,
+            _command(argv),
+            check=lambda benches: _preflight(
+                [(b.env_id, b.config()) for b in benches], args.policy
+            ),
+        )
     if args.suite is not None:
         return _main_suite(parser, args, argv)
     if args.dataset:
@@ -269,7 +278,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
     import envs
     from adapters.evaluation import evaluate, with_prompt_prefixes
     from adapters.policies.base import MAX_NEW_TOKENS
-    from adapters.policies.specs import build_policies, check_policy_specs
+    from adapters.policies.specs import assign_roles, build_policies, check_policy_specs
     from adapters.rollout import env_roles
     from adapters.training.flags import parse_key_values, parse_value
 
@@ -288,6 +297,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
             envs.make(args.env, **env_config).reset(options={"instance": instance})
     with cli.bad_input("--policy"):
         check_policy_specs(args.policy, roles)  # loads nothing; a server must answer
+    _preflight([(args.env, env_config)], assign_roles(args.policy, roles).values())
     json_path = _output_file(args.json, "--json")
     max_new_tokens = MAX_NEW_TOKENS if args.max_new_tokens is None else args.max_new_tokens
     policies, role_policy = build_policies(
@@ -334,6 +344,16 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
         if not args.no_view:
             _write_view(json_path)
     return 0
+
+
+def _preflight(settings: Iterable[tuple[str, Mapping[str, Any]]], specs: Iterable[str]) -> None:
+    """What the evaluation needs from this machine (the sandbox of the settings it plays, the
+    embedded model's files), checked before a policy loads: one line (:mod:`adapters.preflight`)."""
+    from adapters.preflight import evaluation_problems
+
+    problems = evaluation_problems(settings, specs)
+    if problems:
+        raise cli.UsageError("; ".join(problems))
 
 
 def _progress(total: int, desc: str, disabled: bool) -> Any:
@@ -407,6 +427,7 @@ def _main_suite(
         parser.error(str(e))
     with cli.bad_input("--policy"):
         check_policy_specs(args.policy)
+    _preflight([(e.setting, e.env_config()) for e in suite.entries], args.policy)
     out = Path(args.out or f"runs/suite-{re.sub(r'[^A-Za-z0-9_.-]+', '_', suite.name)}")
     command = "python -m adapters.evaluate " + shlex.join(
         sys.argv[1:] if argv is None else list(argv)
@@ -478,6 +499,7 @@ def _main_passes(
                 limit=args.limit,
             )
         )
+    _preflight([(b.env_id, b.config()) for b in benches], args.policy)
     try:
         run = PassArgs(
             benchmarks=tuple(benches),

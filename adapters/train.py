@@ -28,7 +28,9 @@ machine a few-minute demonstration, on CUDA the paper-sized settings. See
 ``--steps 0`` evaluates the initial policies once (``eval_before.json``, the references and the
 episode viewer ``episodes.html``), says that it trained nothing, and stops. The setting, its
 options, an explicit instance and ``--model`` are checked before torch is imported and before the
-run directory is made; a mistake ends in one ``error:`` line and exit status 2
+run directory is made, and so is what the run needs from the machine (:mod:`adapters.preflight`:
+bubblewrap when the setting's agents run programs, the model's files, 1 GiB free on the run
+directory's disk); a mistake ends in one ``error:`` line and exit status 2
 (:mod:`adapters.cli`; ``--debug`` shows the traceback).
 
 **A file never names code.** ``--env package.module:id`` imports ``package.module`` (a setting
@@ -116,12 +118,6 @@ def _check_inputs(cfg: TrainConfig) -> None:
     if cfg.instance is not None:
         with cli.bad_input("--instance"):
             env.reset(options={"instance": cfg.instance})
-    model = str(cfg.policy.model)
-    if model not in ("smollm2", "tiny") and not model.startswith("config:"):
-        from adapters.policies.models import check_model_source
-
-        with cli.bad_input("--model"):
-            check_model_source(model)
     if cfg.compute.backend == "vllm-server":  # every replica must answer before a run is made
         from adapters.policies.openai_compat import OpenAIPolicy
         from adapters.policies.vllm_server import server_root
@@ -141,9 +137,10 @@ def _check_file_env(env_id: str, what: str) -> None:
         raise cli.UsageError(f"{what}: {exc}") from None
 
 
-def _check_resume(ctl: argparse.Namespace) -> None:
+def _check_resume(ctl: argparse.Namespace) -> TrainConfig:
     """What ``--resume DIR`` can check before anything heavy is imported: DIR holds a run, and
-    the setting its ``config.yaml`` names is registered (no import: module docstring)."""
+    the setting its ``config.yaml`` names is registered (no import: module docstring). Returns
+    the saved configuration."""
     if ctl.config:
         raise cli.UsageError("--resume reads DIR/config.yaml; do not pass --config")
     saved = Path(ctl.resume) / "config.yaml"
@@ -153,10 +150,21 @@ def _check_resume(ctl: argparse.Namespace) -> None:
             "training run wrote (its first output line names it)"
         )
     try:
-        saved_env = TrainConfig.load(saved).env
+        saved_cfg = TrainConfig.load(saved)
     except ConfigError as exc:
         raise cli.UsageError(str(exc)) from exc
-    _check_file_env(saved_env, str(saved))
+    _check_file_env(saved_cfg.env, str(saved))
+    return saved_cfg
+
+
+def _preflight(cfg: TrainConfig, output_dir: str | None) -> None:
+    """What the run needs from this machine (the sandbox, the model, disk space), checked before
+    the model loads: one line for everything missing (:mod:`adapters.preflight`)."""
+    from adapters.preflight import train_problems
+
+    problems = train_problems(cfg, output_dir)
+    if problems:
+        raise cli.UsageError("; ".join(problems))
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -171,9 +179,10 @@ def _train(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise cli.UsageError(str(exc)) from exc
     if ctl.resume:
-        _check_resume(ctl)
+        _preflight(_check_resume(ctl), ctl.resume)
     else:
         _check_inputs(cfg)
+        _preflight(cfg, cfg.output.output_dir)
     from adapters.training.trainer import Trainer  # torch & co.: after the inputs are checked
 
     t0 = time.perf_counter()

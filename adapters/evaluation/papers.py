@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -459,10 +459,14 @@ def paper_table(suite: PaperSuite, results: Mapping[str, Any], skipped: Sequence
 
 
 def main_paper_suite(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, command: str | None = None
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    command: str | None = None,
+    check: Callable[[list[Benchmark]], None] | None = None,
 ) -> int:
     """``python -m adapters.evaluate --suite paper:NAME`` (called by :mod:`adapters.evaluate`
-    with its parsed arguments; ``command`` is shown in the report)."""
+    with its parsed arguments; ``command`` is shown in the report; ``check`` is called with the
+    benchmarks to play before any policy is built, and raises to stop the run)."""
     from adapters.evaluation.suite import ArgumentMismatch, _default_factory, write_atomic
 
     try:
@@ -504,6 +508,8 @@ def main_paper_suite(
             f"error: no benchmark of paper:{suite.name} found in {args.data_dir}", file=sys.stderr
         )
         return 2
+    if check is not None:
+        check(benches)
     try:
         run = paper_pass_args(suite, args, benches, policies)
     except ValueError as e:
