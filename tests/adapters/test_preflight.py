@@ -56,6 +56,40 @@ def test_the_registry_says_which_roles_run_programs():
         envs.EnvSpec("x", "envs.sokoban:env", roles=("a",), sandbox_roles=("b",))
 
 
+class _RecordingSandbox:
+    """The default sandbox, noting which agent was acting each time a program ran."""
+
+    def __init__(self) -> None:
+        import sandboxes
+
+        self.inner, self.env, self.seen = sandboxes.default(), None, set()
+
+    def run(self, *args, **kwargs):
+        self.seen.add(self.env.agent_selection)
+        return self.inner.run(*args, **kwargs)
+
+    def run_many(self, *args, **kwargs):
+        self.seen.add(self.env.agent_selection)
+        return self.inner.run_many(*args, **kwargs)
+
+
+@pytest.mark.parametrize("env_id", envs.list_envs())
+def test_sandbox_roles_are_the_roles_whose_oracle_steps_run_programs(env_id):
+    """Oracle episodes of every setting, on a sandbox that notes who runs programs: those are
+    among the declared ``sandbox_roles``, and a setting that declares none runs none."""
+    rec = _RecordingSandbox()
+    env = envs.make(env_id, sandbox=rec)
+    raw = rec.env = env.unwrapped
+    for seed in range(6):
+        env.reset(seed=seed)
+        while raw.agents:
+            agent = raw.agent_selection
+            done = raw.terminations[agent] or raw.truncations[agent]
+            env.step(None if done else raw.oracle(agent))
+    declared = envs.spec(env_id).sandbox_roles
+    assert rec.seen <= set(declared) and bool(rec.seen) == bool(declared), rec.seen
+
+
 def test_a_missing_bwrap_is_named_with_its_install_command(no_bwrap):
     line = preflight.sandbox_problem("sokoban", ["tool", "planner"])
     assert line is not None
