@@ -29,12 +29,15 @@ with seeds derived from ``--seed``, so two evaluations with the same seed see th
 instances. The table reports the success rate, the mean final team reward, mean turns and steps,
 and per agent the mean per-step reward and the mean episode return; ``--json`` writes the same
 numbers plus one record per episode, and the episode viewer beside it (``FILE.html``,
-:mod:`adapters.view`; ``--no-view`` skips it). A progress bar counts the finished episodes and
-shows the generation wave. The setting, its options, an explicit instance and every policy spec
-are checked before any model loads (a local path must exist, an ``openai:`` server must answer
-within 5 s), and so is what the run needs from the machine (:mod:`adapters.preflight`:
-bubblewrap when a setting's agents run programs, the embedded model's files); a mistake ends in
-one ``error:`` line and exit status 2 (:mod:`adapters.cli`).
+:mod:`adapters.view`; ``--no-view`` skips it). A progress bar counts agent steps, so it moves
+after every generation wave, with an ETA from the first wave on (its total, each episode's
+turns times agents, shrinks as episodes end early: :mod:`adapters.rollout.progress`); it shows
+the wave, the live episodes, those done and the tokens generated. The setting, its options, an
+explicit instance and every policy spec are checked before any model loads (a local path must
+exist, an ``openai:`` server must answer within 5 s), and so is what the run needs from the
+machine (:mod:`adapters.preflight`: bubblewrap when a setting's agents run programs, the
+embedded model's files); a mistake ends in one ``error:`` line and exit status 2
+(:mod:`adapters.cli`).
 
 Suites (:mod:`adapters.evaluation.suite`):
 
@@ -279,7 +282,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
     from adapters.evaluation import evaluate, with_prompt_prefixes
     from adapters.policies.base import MAX_NEW_TOKENS
     from adapters.policies.specs import assign_roles, build_policies, check_policy_specs
-    from adapters.rollout import env_roles
+    from adapters.rollout import env_roles, follow_steps
     from adapters.training.flags import parse_key_values, parse_value
 
     with cli.bad_input("--env"):
@@ -321,7 +324,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
             seed=args.seed,
         )
     episodes = 8 if args.episodes is None else args.episodes
-    with _progress(episodes, f"eval {args.env}", args.no_progress) as bar:
+    with _progress(f"eval {args.env}", args.no_progress) as bar:
         report = evaluate(
             args.env,
             policies,
@@ -334,8 +337,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
             top_p=_given(args.top_p, 1.0),
             max_new_tokens=max_new_tokens,
             instance=instance,
-            on_episode=lambda _e: bar.update(1),
-            on_wave=lambda w, live: bar.set_postfix_str(f"wave {w + 1}, {live} live"),
+            on_progress=follow_steps(bar),
         )
     print(report.table())
     if json_path is not None:
@@ -356,11 +358,12 @@ def _preflight(settings: Iterable[tuple[str, Mapping[str, Any]]], specs: Iterabl
         raise cli.UsageError("; ".join(problems))
 
 
-def _progress(total: int, desc: str, disabled: bool) -> Any:
-    """A progress bar over ``total`` episodes on stderr."""
+def _progress(desc: str, disabled: bool) -> Any:
+    """A progress bar on stderr over an evaluation's agent steps, its total estimated as it goes
+    (:func:`~adapters.rollout.progress.follow_steps`), its rate the mean since the start."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="ep", disable=disabled, dynamic_ncols=True)
+    return tqdm(desc=desc, unit="step", disable=disabled, dynamic_ncols=True, smoothing=0)
 
 
 def _output_file(name: str | None, flag: str) -> Path | None:

@@ -63,9 +63,11 @@ from adapters.rollout import (
     EpisodeSpec,
     RolloutConfig,
     RolloutEngine,
+    RolloutProgress,
     create_shared_objects,
     derive_seed,
     env_roles,
+    follow_share,
 )
 from verifiers.extract import clip_text
 
@@ -228,6 +230,7 @@ def play_pass(
     seed: int = 0,
     on_episode: Callable[[Any], None] | None = None,
     role_policy: Mapping[str, str] | None = None,
+    on_progress: Callable[[RolloutProgress], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Play problems ``first ..`` (the given ones) ``samples`` times each with ``policy`` in every
     role (or ``policy`` a mapping of policy ids with ``role_policy``, as the trainer has them); one
@@ -269,6 +272,7 @@ def play_pass(
             specs,
             seed=derive_seed(seed, "pass-generation", bench.label, first),
             on_episode=on_episode,
+            on_progress=on_progress,
         )
     finally:
         engine.close()
@@ -447,7 +451,12 @@ def _play_chunks(
     records: list[dict[str, Any]] = []
     template = ""
     chunks = range(0, len(problems), args.chunk_size)
-    with tqdm(total=len(problems) * args.samples, disable=not progress, unit="ep") as bar:
+    with tqdm(
+        total=len(problems) * args.samples,
+        disable=not progress,
+        unit="ep",
+        bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} ep [{elapsed}<{remaining}{postfix}]",
+    ) as bar:
         bar.set_postfix_str(f"{bench.label} {spec}")
         for c, first in enumerate(chunks):
             path = root / "units" / f"{_slug(bench.label, 0)[3:]}.{_slug(spec, pi)}.c{c:03d}.json"
@@ -460,6 +469,7 @@ def _play_chunks(
             else:
                 if spec not in built:
                     built[spec] = _prepared(policy_factory(spec), args)
+                start, size = float(bar.n), len(problems[first : first + args.chunk_size])
                 recs = play_pass(
                     bench,
                     built[spec],
@@ -471,8 +481,9 @@ def _play_chunks(
                     top_k=args.top_k,
                     max_new_tokens=args.max_new_tokens,
                     seed=args.seed,
-                    on_episode=lambda _e: bar.update(1),
+                    on_progress=follow_share(bar, size * args.samples, f"{bench.label} {spec}"),
                 )
+                bar.update(start + size * args.samples - bar.n)
                 data = {"unit": unit, "records": recs, "template": built[spec].template_note}  # type: ignore[attr-defined]
                 write_atomic(path, json.dumps(data))
             records.extend(data["records"])

@@ -34,6 +34,7 @@ from adapters.rollout import (
     EpisodeSpec,
     RolloutConfig,
     RolloutEngine,
+    RolloutProgress,
     Sample,
     create_shared_objects,
     derive_seed,
@@ -134,6 +135,7 @@ def evaluate(
     on_episode: Callable[[Episode], None] | None = None,
     batch_size: int | None = None,
     on_wave: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[RolloutProgress], None] | None = None,
 ) -> EvalReport:
     """Run ``episodes`` episodes (K = 1) and summarise them.
 
@@ -141,7 +143,8 @@ def evaluate(
     created, so an evaluation never changes a training run's pools. ``first`` numbers the
     episodes from ``first`` on (their instances are those episodes of a longer evaluation with the
     same seed). ``on_episode`` is called as each episode finishes, ``on_wave(wave, live)`` after
-    each generation wave (progress bars).
+    each generation wave, ``on_progress`` after the reset and each wave with the agent steps
+    taken and left (progress bars: :mod:`adapters.rollout.progress`).
 
     The episodes are played together: at every wave the prompts of all live episodes go to each
     policy in one ``generate`` call, decoded in batches of up to ``batch_size`` sequences
@@ -183,7 +186,13 @@ def evaluate(
         with contextlib.ExitStack() as scopes:
             for p in {id(p): p for p in engine.policies.values()}.values():
                 scopes.enter_context(p.evaluation_scope(batch_size or episodes))
-            result = engine.run(specs, seed=gen_seed, on_episode=on_episode, on_wave=on_wave)
+            result = engine.run(
+                specs,
+                seed=gen_seed,
+                on_episode=on_episode,
+                on_wave=on_wave,
+                on_progress=on_progress,
+            )
     finally:
         engine.close()
     seconds = time.perf_counter() - t0

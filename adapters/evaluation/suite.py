@@ -65,7 +65,7 @@ from adapters.evaluation import report as report_mod
 from adapters.evaluation.runner import evaluate, with_prompt_prefixes
 from adapters.policies.base import EVAL_TEMPERATURE, MAX_NEW_TOKENS, Policy
 from adapters.policies.specs import parse_policy_spec, split_role_spec
-from adapters.rollout import env_roles, has_team_reward
+from adapters.rollout import env_roles, follow_share, has_team_reward
 
 __all__ = [
     "SUITES",
@@ -351,12 +351,19 @@ def run_suite(
     total = sum(u.episodes for u in units)
     done = total - sum(units[i].episodes for i in todo)
     with tqdm(
-        total=total, initial=done, unit="ep", disable=not progress, dynamic_ncols=True
+        total=total,
+        initial=done,
+        unit="ep",
+        disable=not progress,
+        dynamic_ncols=True,
+        bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} ep [{elapsed}<{remaining}{postfix}]",
     ) as bar:
         for i in todo:
             u = units[i]
-            bar.set_postfix_str(f"{u.entry.key} {u.policy}", refresh=True)
-            data = _play(args, u, policy(u.policy), lambda _e: bar.update(1))
+            start = float(bar.n)
+            moved = follow_share(bar, u.episodes, f"{u.entry.key} {u.policy}")
+            data = _play(args, u, policy(u.policy), moved)
+            bar.update(start + u.episodes - bar.n)
             write_atomic(root / "units" / u.filename, json.dumps(data))
             saved[i] = data
             if after_unit is not None:
@@ -438,7 +445,7 @@ def _default_factory(args: SuiteArgs, concurrency: int) -> Callable[[str], Polic
     return build
 
 
-def _play(args: SuiteArgs, u: Unit, policy: Policy, on_episode: Any) -> dict[str, Any]:
+def _play(args: SuiteArgs, u: Unit, policy: Policy, on_progress: Any) -> dict[str, Any]:
     cfg = u.entry.env_config()
     roles = env_roles(u.entry.setting, cfg)
     policies: dict[str, Policy] = {u.policy: policy}
@@ -466,6 +473,6 @@ def _play(args: SuiteArgs, u: Unit, policy: Policy, on_episode: Any) -> dict[str
         top_p=args.top_p,
         max_new_tokens=args.max_new_tokens,
         first=u.first,
-        on_episode=on_episode,
+        on_progress=on_progress,
     )
     return {"unit": u.to_dict(), "report": rep.to_dict()}

@@ -7,6 +7,9 @@ module              what lives there
                     sampling, group keys, delayed awards) and :class:`RolloutConfig`
 ``keep``            keep rules: which of K candidates continue (:func:`select_candidates`)
 ``records``         :class:`Sample`, :class:`Episode`, :class:`RolloutResult`, :func:`write_jsonl`
+``progress``        :class:`RolloutProgress` (agent steps taken and left, the engine's
+                    ``on_progress``) and the bars that follow it (:func:`follow_steps`,
+                    :func:`follow_share`)
 ``envpool``         where env instances live: :class:`LocalEnvPool` (threads), branch ids, clones
 ``ray_pool``        :class:`RayEnvPool`: the same interface over Ray actors (needs ``ray``)
 ``episodes``        a setting's roles and shared objects, episode specs, seeds, oracle demos
@@ -43,6 +46,7 @@ from adapters.rollout.episodes import (
     progress_measure,
 )
 from adapters.rollout.keep import KEEP_RULES, KeepRule, select_candidates
+from adapters.rollout.progress import RolloutProgress, follow_share, follow_steps
 from adapters.rollout.records import Episode, RolloutResult, Sample, write_jsonl
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,6 +62,7 @@ __all__ = [
     "RayEnvPool",
     "RolloutConfig",
     "RolloutEngine",
+    "RolloutProgress",
     "RolloutResult",
     "Sample",
     "StepOutcome",
@@ -66,6 +71,8 @@ __all__ = [
     "env_roles",
     "episode_specs",
     "flush_dead_steps",
+    "follow_share",
+    "follow_steps",
     "has_team_reward",
     "progress_measure",
     "oracle_demos",

@@ -27,6 +27,7 @@ from adapters.policies.knobs import ConfigError, Section, knob
 from adapters.rollout.envpool import BranchView, EpisodeSpec, LocalEnvPool, StepOutcome
 from adapters.rollout.episodes import award_lookahead, delayed_rewards, derive_seed
 from adapters.rollout.keep import KEEP_RULES, KeepRule, select_candidates
+from adapters.rollout.progress import RolloutProgress
 from adapters.rollout.records import Episode, RolloutResult, Sample
 
 __all__ = ["RolloutConfig", "RolloutEngine"]
@@ -200,18 +201,21 @@ class RolloutEngine:
         instance_offset: int = 0,
         on_episode: Callable[[Episode], None] | None = None,
         on_wave: Callable[[int, int], None] | None = None,
+        on_progress: Callable[[RolloutProgress], None] | None = None,
     ) -> RolloutResult:
         """Roll out one episode tree (or K parallel episodes) per spec.
 
         ``instance_offset`` numbers the instances from there (``Sample.instance``, group keys):
         a process that rolls out instances ``[a, b)`` of a larger batch passes ``a``.
         ``on_episode`` is called with each episode as it finishes, ``on_wave(wave, live)`` after
-        each generation wave with the number of branches still live (both e.g. to move a
-        progress bar).
+        each generation wave with the number of branches still live, ``on_progress`` after the
+        reset and after each wave with the agent steps taken and left
+        (:class:`~adapters.rollout.progress.RolloutProgress`: what moves a progress bar within
+        the first wave's episodes).
         """
         self._on_episode = on_episode
         try:
-            return self._run(specs, seed, instance_offset, on_wave)
+            return self._run(specs, seed, instance_offset, on_wave, on_progress)
         finally:
             self._on_episode = None
 
@@ -221,6 +225,7 @@ class RolloutEngine:
         seed: int,
         instance_offset: int,
         on_wave: Callable[[int, int], None] | None = None,
+        on_progress: Callable[[RolloutProgress], None] | None = None,
     ) -> RolloutResult:
         """AT-GRPO Algorithm 1, lines 5-19 (the rollout phase), one wave per loop:
 
@@ -243,18 +248,45 @@ class RolloutEngine:
         samples: list[Sample] = []
         episodes: list[Episode] = []
         live = self._retire_done(self._roots(specs, instance_offset, parallel), episodes)
-        wave = 0
+        wave = steps = tokens = 0
+        if on_progress is not None:
+            on_progress(self._progress(0, live, episodes, 0, 0))
         while live:
             n = 1 if parallel else cfg.candidates
             completions = self._generate(live, n, seed=seed * 7919 + wave)
+            steps += len(live)
+            tokens += sum(_tokens(c) for comps in completions for c in comps)
             live = self._finish_wave(
                 live, completions, seed, wave, rng, sibling_rng, samples, episodes
             )
             if on_wave is not None:
                 on_wave(wave, len(live))
+            if on_progress is not None:
+                on_progress(self._progress(wave + 1, live, episodes, steps, tokens))
             wave += 1
         episodes.sort(key=lambda e: (e.instance, e.branch))
         return RolloutResult(samples=samples, episodes=episodes)
+
+    def _progress(
+        self, wave: int, live: list[_Branch], episodes: list[Episode], steps: int, tokens: int
+    ) -> RolloutProgress:
+        """The rollout's state for ``on_progress``: each live branch has at most its episode's
+        step budget left, or, when the setting has none, the most steps a finished episode took
+        (the ``max_steps`` cap before one has finished; :mod:`adapters.rollout.progress`)."""
+        cap = self.config.max_steps
+        seen = max((e.steps for e in episodes), default=cap)
+        left = 0
+        for b in live:
+            budget = min(cap, b.view.budget if b.view.budget is not None else seen)
+            left += max(1, budget - b.view.step)  # a live branch has a step to take
+        return RolloutProgress(
+            wave=wave,
+            live=len(live),
+            episodes=len(episodes),
+            steps=steps,
+            steps_left=left,
+            tokens=tokens,
+        )
 
     def _finish_wave(
         self,
@@ -575,3 +607,8 @@ class RolloutEngine:
     def close(self) -> None:
         if self._owns_pool:
             self.pool.close()
+
+
+def _tokens(c: Completion) -> int:
+    """Tokens of a completion: its ids, or its log-probs (a server that sends no ids)."""
+    return len(c.token_ids) or len(c.logprobs)

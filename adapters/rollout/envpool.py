@@ -55,6 +55,7 @@ class BranchView:
     instance_id: str
     preference: str = "high"  # which candidates an adaptive keep rule prefers from this agent
     progress: float = 0.0  # the task's own progress measure (env.progress(): boxes on goals, ...)
+    budget: int | None = None  # at most this many agent steps in the episode (env.step_budget())
 
 
 @dataclass
@@ -97,6 +98,7 @@ def view_of(branch_id: int, raw: Any) -> BranchView:
         instance_id=raw.instance_id,
         preference=pref,
         progress=float(raw.progress()) if hasattr(raw, "progress") else float(raw.success),
+        budget=raw.step_budget() if hasattr(raw, "step_budget") else None,
     )
 
 

@@ -79,7 +79,15 @@ from adapters.evaluation.references import (
     open_loop_reference,
     oracle_constants,
 )
-from adapters.rollout import RolloutResult, Sample, derive_seed, episode_specs, write_jsonl
+from adapters.rollout import (
+    RolloutProgress,
+    RolloutResult,
+    Sample,
+    derive_seed,
+    episode_specs,
+    follow_steps,
+    write_jsonl,
+)
 from adapters.training import checkpoints, distributed
 from adapters.training.batch import TrainItem, make_items
 from adapters.training.config import TrainConfig
@@ -90,6 +98,9 @@ from adapters.training.schedule import Produced, RolloutSchedule, lag_metrics, m
 __all__ = ["RESUMABLE_OVERRIDES", "Trainer"]
 
 SCHEDULE_KEY = checkpoints.SCHEDULE_KEY  # the rollouts produced ahead, the pipeline's work
+# the share of a training step its rollout is taken to be until the first step has measured it
+# (on a CPU generation is most of a step); the training bar moves by it (Trainer._step_bar)
+ROLLOUT_SHARE = 0.8
 
 # fields that may change on --resume without breaking exactness
 RESUMABLE_OVERRIDES = frozenset(
@@ -121,7 +132,8 @@ class Trainer:
     ) -> None:
         self.run: Run = build_run(config, models=models, resume=resume)
         self._log_fn = log
-        self._on_wave: Callable[[int, int], None] | None = None  # the progress bar's, in train()
+        # the training bar's, in train(): moved by the rollout's agent steps
+        self._on_progress: Callable[[RolloutProgress], None] | None = None
         self.step = 0
         self.comparison: str | None = None  # the before/after table of the last train()
         self.traj_path = self.run.out / "trajectories.jsonl"
@@ -231,7 +243,7 @@ class Trainer:
                 specs[mine.start : mine.stop],
                 seed=seed,
                 instance_offset=mine.start,
-                on_wave=self._on_wave,
+                on_progress=self._on_progress,
             )
             for s in result.samples:
                 s.policy_version = self.step  # generated after self.step updates
@@ -387,7 +399,7 @@ class Trainer:
         if not self.run.dist.is_main:  # rank 0 evaluates, the others wait
             self.run.dist.barrier(long=True)
             return None
-        with self._bar(cfg.eval.eval_episodes, f"eval {tag}", "ep") as bar:
+        with self._bar(None, f"eval {tag}", "step") as bar:
             report = evaluate(
                 cfg.env,
                 self.run.policies,
@@ -399,8 +411,7 @@ class Trainer:
                 temperature=self.run.cfg.eval.eval_temperature,
                 max_new_tokens=self.run.engine.generation.max_new_tokens,
                 instance=cfg.instance,
-                on_episode=lambda _e: bar.update(1),
-                on_wave=lambda w, live: bar.set_postfix_str(f"wave {w + 1}, {live} live"),
+                on_progress=follow_steps(bar),
             )
         if (
             cfg.eval.eval_dataset
@@ -457,9 +468,11 @@ class Trainer:
         path.write_text(json.dumps(data, indent=2))
         return data
 
-    def _bar(self, total: float, desc: str, unit: str, **kwargs: Any) -> Any:
+    def _bar(self, total: float | None, desc: str, unit: str, **kwargs: Any) -> Any:
         """A progress bar on stderr (rank 0, unless ``progress`` is off); its rate is the mean
-        over the whole bar (``smoothing=0``), which is what an ETA over similar steps needs."""
+        over the whole bar (``smoothing=0``), which is what an ETA over similar steps needs. An
+        evaluation's bar counts agent steps (:func:`~adapters.rollout.progress.follow_steps`:
+        it moves after every generation wave, its total re-estimated as episodes end)."""
         from tqdm.auto import tqdm
 
         return tqdm(
@@ -473,10 +486,12 @@ class Trainer:
             **kwargs,
         )
 
-    def _step_bar(self, steps: int) -> tuple[Any, Callable[[], None]]:
-        """The training bar: it moves after every generation wave (by the share of the step's
-        waves done, estimated from the previous steps) and counts a resumed run's earlier steps
-        with the time they took (``metrics.jsonl``), so its ETA is right from the start."""
+    def _step_bar(self, steps: int) -> tuple[Any, Callable[[dict[str, Any]], None]]:
+        """The training bar: it moves after every generation wave, by the share of the rollout's
+        agent steps done (:class:`~adapters.rollout.progress.RolloutProgress`) times the share of
+        a step the rollout takes (the last step's, :data:`ROLLOUT_SHARE` before one is done),
+        and counts a resumed run's earlier steps with the time they took (``metrics.jsonl``), so
+        its ETA is right from the start."""
         bar = self._bar(
             steps,
             f"train {self.run.cfg.env}",
@@ -489,21 +504,19 @@ class Trainer:
             bar.update(self.step)
             bar.start_t -= spent
             bar.refresh()
-        waves = {
-            "expected": max(1, len(self.run.roles) * int(self.run.env_config.get("max_turns", 4)))
-        }
+        rollout = {"share": ROLLOUT_SHARE}
 
-        def on_wave(wave: int, live: int) -> None:
-            waves["seen"] = wave + 1
-            share = min(wave + 1, waves["expected"] - 1) / waves["expected"]
-            bar.set_postfix_str(f"step {self.step + 1} wave {wave + 1}, {live} live", refresh=False)
-            bar.update(max(0.0, self.step + share - bar.n))
+        def on_progress(p: RolloutProgress) -> None:
+            bar.set_postfix_str(f"step {self.step + 1} {p.describe()}", refresh=False)
+            bar.update(max(0.0, self.step + rollout["share"] * p.share - bar.n))
 
-        def step_done() -> None:
-            waves["expected"] = max(waves["expected"], waves.pop("seen", 1) + 1)
+        def step_done(m: dict[str, Any]) -> None:
+            if m.get("time/step"):
+                spent = m.get("time/generation", 0.0) + m.get("time/env", 0.0)
+                rollout["share"] = min(1.0, spent / m["time/step"])
             bar.update(self.step - bar.n)
 
-        self._on_wave = on_wave
+        self._on_progress = on_progress
         return bar, step_done
 
     def train(self) -> list[dict[str, Any]]:
@@ -532,7 +545,7 @@ class Trainer:
                 m = self.train_step()
                 train_seconds += time.perf_counter() - t_step
                 history.append(m)
-                step_done()
+                step_done(m)
                 bar.set_postfix_str(
                     f"reward {m.get('reward/mean', 0.0):.3f}, "
                     f"success {m.get('success_rate', 0.0):.2f}"
@@ -547,7 +560,7 @@ class Trainer:
                     if rep is not None:
                         self.log(rep.table())
         finally:
-            self._on_wave = None
+            self._on_progress = None
             bar.close()
         self._finish(before, len(history), train_seconds, t_start)
         return history

@@ -246,6 +246,22 @@ class TurnBasedEnv(AECEnv):
     def _horizon_reached(self) -> bool:
         return self.turn >= self.config.max_turns
 
+    def step_budget(self) -> int | None:
+        """At most how many agent steps an episode of this configuration takes, or ``None`` when
+        the setting cannot say before the episode ends. Progress bars count on it (the ETA of a
+        rollout, :mod:`adapters.rollout.progress`); an episode that ends early takes fewer.
+
+        The default holds for the base schedule (round-robin, every agent once per turn, up to
+        ``max_turns`` turns); a setting that changes the schedule or the horizon says its own
+        budget, and is ``None`` until it does."""
+        base = TurnBasedEnv
+        own = type(self)
+        if own._next_agent is not base._next_agent or (
+            own._horizon_reached is not base._horizon_reached
+        ):
+            return None
+        return int(self.config.max_turns) * len(self.possible_agents)
+
     # ------------------------------------------------------------------ public helpers
     @property
     def sandbox(self) -> Any:

@@ -160,6 +160,10 @@ class ProgramEnv(TurnBasedEnv):
     def _horizon_reached(self) -> bool:
         return self.turn >= self.horizon
 
+    def step_budget(self) -> int | None:
+        """Every agent once per turn, up to :attr:`horizon` turns."""
+        return self.horizon * len(self.possible_agents)
+
     def _is_last_step(self, agent: str) -> bool:
         """Is this the final step before the horizon (the last agent of the last turn)?"""
         return self.turn >= self.horizon - 1 and agent == self.possible_agents[-1]

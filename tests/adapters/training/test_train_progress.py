@@ -1,6 +1,7 @@
 """Long work shows progress (issue 39, item 3): ``--steps 0`` evaluates once and says so; the
-training bar moves per generation wave and its ETA survives a resume; the training curve leads
-with the task measures and keeps equal series apart. Tiny char-level model from conftest."""
+training bar moves per generation wave, by the rollout's share of agent steps times the share of
+a step the rollout took, and its ETA survives a resume; the training curve leads with the task
+measures and keeps equal series apart. Tiny char-level model from conftest."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ pytest.importorskip("peft")
 
 from adapters.evaluation import evaluate
 from adapters.policies.oracle import OraclePolicy
+from adapters.rollout import RolloutProgress
 from adapters.training.metrics import MetricsLogger, curve_figure, read_jsonl
 from adapters.training.trainer import Trainer
 
@@ -50,16 +52,25 @@ def test_training_bar_moves_per_wave_and_its_eta_survives_resume(tmp_path):
         assert spent <= d["elapsed"] < spent + 5  # the earlier steps' time counts
         eta = bar.format_meter(**d).split("<")[1].split("]")[0]
         assert "?" not in eta  # an ETA at once, before any new step
-        waves: list[tuple[int, int]] = []
-        hook = tr._on_wave
-        tr._on_wave = lambda w, live: (waves.append((w, live)), hook(w, live))
+        seen: list[tuple[int, int, float]] = []
+        hook = tr._on_progress
+        assert hook is not None
+
+        def on_progress(p):
+            hook(p)
+            seen.append((p.wave, p.live, bar.n))
+
+        tr._on_progress = on_progress
         tr.rollout(4)
-        assert [w for w, _live in waves] == list(range(len(waves))) and len(waves) >= 2
-        assert waves[-1][1] == 0  # no branch live after the last wave
-        assert 3 < bar.n < 4  # moved within the step, short of its end
+        assert [w for w, _live, _n in seen] == list(range(len(seen))) and len(seen) >= 3
+        assert seen[-1][1] == 0  # no branch live after the last wave
+        assert 3 < seen[1][2] < seen[-1][2] < 4  # moved after the first wave, short of the end
         tr.step = 4
-        step_done()
+        step_done({"time/step": 2.0, "time/generation": 1.0, "time/env": 0.5})
         assert bar.n == 4
+        # the next step's rollout moves the bar by its share of the step as measured: 3/4
+        hook(RolloutProgress(wave=3, live=0, episodes=2, steps=6, steps_left=0, tokens=0))
+        assert bar.n == pytest.approx(4.75)
         bar.close()
     finally:
         tr.close()
