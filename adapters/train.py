@@ -31,7 +31,10 @@ options, an explicit instance and ``--model`` are checked before torch is import
 run directory is made, and so is what the run needs from the machine (:mod:`adapters.preflight`:
 bubblewrap when the setting's agents run programs, the model's files, 1 GiB free on the run
 directory's disk); a mistake ends in one ``error:`` line and exit status 2
-(:mod:`adapters.cli`; ``--debug`` shows the traceback).
+(:mod:`adapters.cli`; ``--debug`` shows the traceback). Once the model is loaded, the run header
+ends with a rough estimate of the wall time, from forward passes timed on this machine
+(:mod:`adapters.training.estimate`), and the progress bars count agent steps, so they move
+within an evaluation's first minutes (:mod:`adapters.rollout.progress`).
 
 **A file never names code.** ``--env package.module:id`` imports ``package.module`` (a setting
 registered outside this repository), because a person typed it. The env id of a file, the
@@ -53,6 +56,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import envs
 from adapters import cli
@@ -224,6 +228,7 @@ def _train(args: argparse.Namespace) -> int:
             note = envs.spec(c.env).cpu_note
             if note:
                 print(f"What this CPU run can show: {note}", flush=True)
+        _print_estimate(trainer)
     try:
         trainer.train()
     except Exception as exc:
@@ -243,6 +248,19 @@ def _train(args: argparse.Namespace) -> int:
     if trainer.run.dist.is_main and trainer.comparison is None:  # else its last lines are the table
         print(f"done in {time.perf_counter() - t0:.0f} s; outputs in {trainer.out}", flush=True)
     return 0
+
+
+def _print_estimate(trainer: Any) -> None:
+    """The header's rough estimate of the run's wall time (:mod:`adapters.training.estimate`);
+    a failure to make it is one line, never the end of the run."""
+    from adapters.training.estimate import estimate_line
+
+    try:
+        line = estimate_line(trainer)
+    except Exception as exc:  # the estimate is a courtesy: the run goes on without it
+        line = f"no wall-time estimate ({type(exc).__name__}: {exc})"
+    if line:
+        print(line, flush=True)
 
 
 def _launched_main(argv: Sequence[str] | None = None) -> int:
