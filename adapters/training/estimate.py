@@ -1,10 +1,12 @@
 """A rough estimate of a training run's wall time, for its header: measured here, scaled up.
 
-``python -m adapters.train`` prints, after the run header, a line such as::
+``python -m adapters.train`` prints, after the run header, a line such as (the CPU default,
+``--env sokoban``; docs/scaling.md compares it with the run's measured times)::
 
-    expected wall time (rough estimate): ~38 min to ~1.2 h = 2 evaluations x ~12 min + 6
-    training steps x ~2.2 to ~8.1 min (timed here in 1.3 s; completions of 320 tokens; a step's
-    episodes as short as the oracle's, 2 agent steps, to their full 8, every sample trained)
+    expected wall time (rough estimate): ~50 min to ~1.9 h = 2 evaluations x ~14 min + 6
+    training steps x ~3.6 to ~14 min (timed here in 2.5 s; every completion as long as
+    max_new_tokens allows; a step's episodes as short as the oracle's, 2 agent steps, to their
+    full 8; every sample trained)
 
 Right after the model is loaded, :func:`time_model` times the forward passes a run is made of,
 on random token ids, keeping nothing: the model that generates (the transformers backend's
@@ -12,7 +14,7 @@ generation copy, else the training module) prefills one prompt as long as the se
 prompt into the CPU decoder's cache (:func:`~adapters.policies.decoding.decode_cache`) and then
 decodes one step over as many copies of it as the run decodes together (an evaluation's
 episodes; a rollout's ``gen_batch_size``); the training module runs a forward pass over
-:data:`PROMPT_TOKENS` tokens under the update's autocast. That takes about a second on a CPU.
+:data:`PROMPT_TOKENS` tokens under the update's autocast. That takes a second or two on a CPU.
 :func:`estimate` scales the times by what the run will do (:class:`RunShape`, from
 :func:`run_shape`):
 
@@ -30,8 +32,7 @@ It is rough, and the line says what it assumed: completions that stop before ``m
 and samples the update leaves out (a group whose rewards are all equal) make a run faster;
 prompts that grow with the episode's history make it slower; scripted references, cold starts,
 checkpoints and exports are not counted. A run whose generation runs elsewhere (``--backend
-vllm``, ``vllm-server``) gets no estimate. docs/learning.md has the measured times of the CPU
-runs to compare with.
+vllm``, ``vllm-server``) gets no estimate.
 """
 
 from __future__ import annotations
