@@ -88,6 +88,7 @@ from typing import Any
 
 from adapters import cli
 from adapters.policies.graphs import MODES
+from adapters.policies.quantize import QUANTIZE_CHOICES
 
 __all__ = ["build_parser", "main"]
 
@@ -165,6 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=MODES,
         help="model policies: decode steps compiled over a static KV cache, CUDA graphs on CUDA "
         "(adapters/policies/graphs.py; as the trainer's --compile-decode)",
+    )
+    p.add_argument(
+        "--quantize",
+        default="none",
+        choices=QUANTIZE_CHOICES,
+        help="model policies: int8 linear layers (adapters/policies/quantize.py); auto: int8 for "
+        "a float32 model on a CPU without native bfloat16",
     )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument(
@@ -311,6 +319,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
         batch_size=args.batch_size,
         chat_template_kwargs=_template_kwargs(args),
         compile_decode=args.compile_decode,
+        quantize=args.quantize,
     )
     if args.system_prompt or args.demos:
         policies, role_policy = with_prompt_prefixes(

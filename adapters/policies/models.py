@@ -213,9 +213,11 @@ EMULATED_ISA = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
 }
-"""The variables that cap torch's own kernels, oneDNN's and MKL's at AVX2 (bfloat16 products
-emulated), set by :func:`apply_cpu_bf16_env` under ``MAS_CPU_BF16=emulated``."""
+"""The variables that cap torch's own kernels, oneDNN's, MKL's and fbgemm's (the int8 products
+of :mod:`adapters.policies.quantize`) at AVX2 (bfloat16 products emulated), set by
+:func:`apply_cpu_bf16_env` under ``MAS_CPU_BF16=emulated``."""
 
 
 def cpu_bf16_forced_off() -> bool:

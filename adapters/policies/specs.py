@@ -59,10 +59,12 @@ def parse_policy_spec(
     chat_template_kwargs: Mapping[str, Any] | None = None,
     max_prompt_tokens: int | None = None,
     compile_decode: str = "off",
+    quantize: str = "none",
 ) -> Policy:
-    """Build a policy from a spec string (see the module docstring). ``compile_decode`` applies
-    to the model policies the transformers backend runs (:mod:`adapters.policies.graphs`)."""
-    policy = _build(spec, device, dtype, batch_size, max_prompt_tokens, compile_decode)
+    """Build a policy from a spec string (see the module docstring). ``compile_decode``
+    and ``quantize`` apply to the model policies the transformers backend runs
+    (:class:`~adapters.policies.transformers_policy.TransformersPolicy`)."""
+    policy = _build(spec, device, dtype, batch_size, max_prompt_tokens, compile_decode, quantize)
     set_chat_template_kwargs(policy, chat_template_kwargs or {})
     return policy
 
@@ -109,6 +111,7 @@ def _build(
     batch_size: int,
     max_prompt_tokens: int | None,
     compile_decode: str = "off",
+    quantize: str = "none",
 ) -> Policy:
     if spec.lstrip().startswith("constant:"):  # the text is kept exactly, spaces included
         return constant_policy(spec.lstrip()[len("constant:") :])
@@ -141,6 +144,7 @@ def _build(
         "batch_size": batch_size,
         "max_prompt_tokens": max_prompt_tokens,
         "compile_decode": compile_decode,
+        "quantize": quantize,
     }
     if spec == "tiny":
         m, tok = tiny_model(device=device)
@@ -291,6 +295,7 @@ def build_policies(
     batch_size: int = 16,
     chat_template_kwargs: Mapping[str, Any] | None = None,
     compile_decode: str = "off",
+    quantize: str = "none",
 ) -> tuple[dict[str, Policy], dict[str, str]]:
     """``(policies, role_policy)`` from ``--policy`` values (``SPEC`` or ``ROLE=SPEC``)."""
     role_policy = assign_roles(specs, roles)
@@ -304,5 +309,6 @@ def build_policies(
                 batch_size=batch_size,
                 chat_template_kwargs=chat_template_kwargs,
                 compile_decode=compile_decode,
+                quantize=quantize,
             )
     return built, role_policy

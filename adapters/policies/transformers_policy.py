@@ -74,6 +74,7 @@ from adapters.policies.base import (
 from adapters.policies.chat import ChatPrompt
 from adapters.policies.decoding import decode_cache, use_decode_attention
 from adapters.policies.graphs import GraphDecoder, GraphSteps, check_mode, supports
+from adapters.policies.quantize import quantize_linears, resolve_quantize
 
 logger = logging.getLogger(__name__)
 
@@ -481,6 +482,9 @@ class TransformersPolicy(TokenLevelPolicy):
             (:mod:`adapters.policies.graphs`: ``"on"``, ``"cudagraphs"`` or a ``torch.compile``
             backend); ``"off"``: the eager loop. A model with sliding-window layers keeps the
             eager loop (logged).
+        quantize: ``"int8"`` replaces the model's linear layers (in place) with int8 ones
+            (:mod:`adapters.policies.quantize`; CPU only); ``"auto"``: int8 for a float32 model
+            on a CPU without native bfloat16; ``"none"`` (default): the model as given.
 
     Attributes:
         stats: a :class:`GenerationStats` that the calls add their phases' times and tokens
@@ -498,6 +502,7 @@ class TransformersPolicy(TokenLevelPolicy):
         chat_template_kwargs: dict[str, Any] | None = None,
         cpu_decoding: bool = True,
         compile_decode: str = "off",
+        quantize: str = "none",
     ) -> None:
         import torch
 
@@ -512,6 +517,9 @@ class TransformersPolicy(TokenLevelPolicy):
             self.device = resolve_device(device)
         self.model = model.to(self.device)
         self.model.eval()
+        self.quantize = resolve_quantize(quantize, self.device, next(model.parameters()).dtype)
+        if self.quantize == "int8":
+            quantize_linears(self.model)
         self.tokenizer = prepare_tokenizer(tokenizer)
         self.batch_size = batch_size
         self.max_prompt_tokens = max_prompt_tokens

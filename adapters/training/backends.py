@@ -138,8 +138,11 @@ class GenerationCopy:
 
     Generating with it skips peft's per-layer Python work and the two extra small products of
     every adapted layer, and can run in a faster dtype than the update (bfloat16 where the device
-    has it). Its log-probs are close to, not equal to, the training model's: the update then
-    recomputes the PPO ratio's denominator (``old_logprobs``).
+    has it), or with int8 linear layers on a CPU without it (``compute.generation_quant``,
+    :mod:`adapters.policies.quantize`: the policy quantizes the copy's layers when it is built,
+    :meth:`refresh` quantizes them again). Its log-probs are close to, not equal to, the
+    training model's: the update then recomputes the PPO ratio's denominator
+    (``old_logprobs``) and clips the ratio.
     """
 
     def __init__(self, pm: PolicyModel, dtype: Any) -> None:
@@ -171,15 +174,18 @@ class GenerationCopy:
         """Copy the training module's current weights in (merging the policy's adapter)."""
         import torch
 
+        from adapters.policies.quantize import repack
+
         with torch.no_grad():
             if self.pm.peft is None:
                 for p, q in zip(self.pm.model.parameters(), self.model.parameters()):
                     q.copy_(p)
-                return
-            adapter = self.pm.adapter
-            for name, mod in self._lora:
-                w = mod.base_layer.weight + mod.get_delta_weight(adapter)  # type: ignore[attr-defined]
-                self._targets[name].weight.copy_(w)
+            else:
+                adapter = self.pm.adapter
+                for name, mod in self._lora:
+                    w = mod.base_layer.weight + mod.get_delta_weight(adapter)  # type: ignore[attr-defined]
+                    self._targets[name].weight.copy_(w)
+        repack(self.model)  # an int8 copy (adapters.policies.quantize) quantizes the new weights
 
 
 def generation_dtype(cfg: TrainConfig, device: Any) -> Any:
@@ -239,6 +245,7 @@ class TransformersBackend(_RolePolicies):
                 name=name,
                 chat_template_kwargs=cfg.policy.chat_template_kwargs,
                 compile_decode=cfg.compute.compile_decode,
+                quantize=cfg.compute.generation_quant if copies else "none",
             )
 
         by_module: dict[int, Policy] = {}  # policies sharing one module share one generator

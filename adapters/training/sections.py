@@ -426,6 +426,12 @@ class ComputeConfig(Section):
         "the device has it, refreshed after each update (merged) | on the training modules "
         "(train)",
     )
+    generation_quant: Literal["none", "int8", "auto"] = knob(
+        "none",
+        "transformers backend, merged copies: int8 linear layers in the generation copy "
+        "(adapters/policies/quantize.py; re-quantized after each update) | auto: int8 where the "
+        "copy is float32 on a CPU without native bfloat16 | none",
+    )
     compile_decode: CompileMode = knob(
         "off",
         "transformers backend: decode steps compiled over a static KV cache, CUDA graphs on CUDA "
