@@ -32,7 +32,9 @@ It is rough, and the line says what it assumed: completions that stop before ``m
 and samples the update leaves out (a group whose rewards are all equal) make a run faster;
 prompts that grow with the episode's history make it slower; scripted references, cold starts,
 checkpoints and exports are not counted. A run whose generation runs elsewhere (``--backend
-vllm``, ``vllm-server``) gets no estimate.
+vllm``, ``vllm-server``) gets no estimate, nor does a run on several ranks (torchrun): only rank
+0 prints the header, and its timed forwards would keep the other ranks waiting at their first
+collective (past ``dist_timeout_s`` on a slow machine), or deadlock a sharded module's forward.
 """
 
 from __future__ import annotations
@@ -310,9 +312,13 @@ def _span(low: float, high: float) -> str:
 
 def estimate_line(trainer: Any) -> str | None:
     """The header's line for ``trainer``'s run (module docstring), or ``None`` when its
-    generation is not timed here or nothing is left to run."""
+    generation is not timed here, it runs on several ranks (only rank 0 prints the header: a
+    forward there alone would keep the others waiting at their first collective, and a sharded
+    module's forward is itself a collective) or nothing is left to run."""
     from adapters.training.update import precision
 
+    if trainer.run.dist.enabled:
+        return None
     model = generating_model(trainer.run)
     if model is None:
         return None
