@@ -86,7 +86,7 @@ def _embedded_problem(flag: str) -> str | None:
     """What the embedded model lacks: nothing once converted; else the GGUF and ``gguf``."""
     from adapters.policies import models
 
-    if models._is_complete(models.embedded_model_dir()):
+    if models.embedded_checkpoint_ready():
         return None
     try:
         models.embedded_gguf_path()

@@ -139,6 +139,12 @@ def _is_complete(path: Path) -> bool:
     return marker.get("format") == _FORMAT_VERSION
 
 
+def embedded_checkpoint_ready() -> bool:
+    """Whether the embedded model is converted already (:func:`ensure_embedded_checkpoint`
+    then only returns its directory)."""
+    return _is_complete(embedded_model_dir())
+
+
 def ensure_embedded_checkpoint() -> Path:
     """Return the converted embedded checkpoint directory, converting the GGUF on first use."""
     target = embedded_model_dir()
