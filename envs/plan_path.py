@@ -19,7 +19,9 @@ from the current position. Moves are executed in order; execution stops at the f
 Instances: a ``height`` x ``width`` grid (default 10 x 10) with walls drawn with probability
 ``wall_density``; start and goal are distinct free cells with the goal reachable (verified by BFS)
 and at least ``min_distance`` shortest-path steps apart. The shortest path length is recorded in
-``instance.shortest``. Explicit instance:
+``instance.shortest``. Splits: an instance's split is the hash of its symmetry class (the 8
+rotations and reflections of the map, each with start and goal also exchanged), so no
+validation instance is a turned, mirrored or reversed copy of a training one. Explicit instance:
 ``reset(options={"instance": {"grid": ["..#", "...", "#.."], "start": [0, 0], "goal": [2, 2]}})``
 (``#`` wall, ``.`` free, goal must be reachable). Its sides have the generator's limit, 200
 cells (any smaller size is fine), so its check (one breadth-first search over at most 40,000
@@ -72,6 +74,7 @@ from envs.core.base import wrap
 from envs.core.config import RewardConfig
 from envs.core.registry import roles_of
 from envs.core.render import Cell, CellGrid
+from envs.core.splits import canonical_form, dihedral_images
 from envs.core.toolplanner import Sim, ToolPlannerConfig, ToolPlannerEnv
 from verifiers.extract import Extraction, parse_move_list
 
@@ -256,6 +259,16 @@ class raw_env(ToolPlannerEnv):
 
     def _instance_key(self, instance: PlanPathInstance) -> dict[str, Any]:
         return instance.key()
+
+    def _split_key(self, instance: PlanPathInstance) -> dict[str, Any]:
+        """The smallest of the map's 8 rotations and reflections, each also with start and goal
+        exchanged (the reversed path solves it): all 16 twins share a split."""
+        images = dihedral_images(instance.grid, (instance.start, instance.goal))
+        return canonical_form(
+            {"grid": ["".join(row) for row in grid], "start": list(a), "goal": list(b)}
+            for grid, cells in images
+            for a, b in (cells, cells[::-1])
+        )
 
     def _instance_from_dict(self, data: Any) -> PlanPathInstance:
         if not isinstance(data, dict) or not {"grid", "start", "goal"} <= set(data):

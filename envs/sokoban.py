@@ -30,12 +30,11 @@ one such solution and ``instance.solution_pushes`` its number of pushes. No leve
 box off its goal in a dead square. 6 x 6 levels need 6 / 8 / 10 moves on average with 1 / 2 / 3
 boxes.
 
-Splits: as in every setting, a level's split is a function of its hash. Each generated level
-offers its images under the symmetries of the map's rectangle (8 for a square, else 4), which keep
-solvability and the optimal length; a reset returns a random one of those whose hash falls in the
-requested split. A val/test reset thus costs ~1.7 generations (~2.9 on non-square maps) instead
-of ~10, and because the generator's distribution is itself symmetric, each split remains a
-sample of it.
+Splits: a level's split is the hash of its symmetry class (its smallest image under the 8
+rotations and reflections), so no validation level is a turned or mirrored copy of a training
+or cold-start level. A reset generates until the class falls in the requested split (about ten
+levels for val/test) and returns a random image of it; the generator's distribution is itself
+symmetric, so each split remains a sample of it.
 
 Explicit instance: ``reset(options={"instance": {"map": ["#####", "#@$.#", "#####"]}})`` in XSB
 (``#`` wall, space floor, ``.`` goal, ``$`` box, ``*`` box on goal, ``@`` player, ``+`` player on
@@ -110,7 +109,7 @@ from envs.core.base import wrap
 from envs.core.config import RewardConfig
 from envs.core.registry import roles_of
 from envs.core.render import Cell, CellGrid
-from envs.core.splits import split_of, stable_hash
+from envs.core.splits import canonical_form, dihedral_images
 from envs.core.toolplanner import Sim, ToolPlannerConfig, ToolPlannerEnv
 from verifiers.extract import Extraction, parse_move_list
 from verifiers.sokoban import (
@@ -434,17 +433,23 @@ class raw_env(ToolPlannerEnv):
         )
 
     def _sample_instance(self, split: str, seed: int) -> SokobanInstance:
-        """Like the base rule (the split is a function of the level's hash) but every generated
-        level offers all its symmetric variants, so a val/test level takes ~1.7 generations
-        (~2.9 on non-square maps) instead of ~10. The variants have the generator's own distribution
-        (it is symmetric), so the splits stay independent samples of it."""
+        """The base rule (generate until the level falls in ``split``), returning one of the
+        level's symmetric images at random: the generator is symmetric, so this keeps its
+        distribution, and the split is that of the level's whole symmetry class
+        (:meth:`_split_key`), so a val/test level takes about ten generations."""
         for attempt in range(_MAX_ATTEMPTS):
             rng = np.random.default_rng([seed, attempt])
-            variants = symmetric_variants(self._generate_instance(rng))
-            fits = [v for v in variants if split_of(stable_hash(v.key())) == split]
-            if fits:
-                return fits[int(rng.integers(len(fits)))]
+            inst = self._generate_instance(rng)
+            if self.split_of_instance(inst) == split:
+                variants = symmetric_variants(inst)
+                return variants[int(rng.integers(len(variants)))]
         raise RuntimeError(f"no {split} instance found in {_MAX_ATTEMPTS} attempts")
+
+    def _split_key(self, instance: SokobanInstance) -> dict[str, Any]:
+        """The smallest of the level's 8 rotations and reflections: twins share a split."""
+        return canonical_form(
+            {"map": ["".join(row) for row in grid]} for grid, _ in dihedral_images(instance.map)
+        )
 
     def _instance_key(self, instance: SokobanInstance) -> dict[str, Any]:
         return instance.key()

@@ -33,11 +33,12 @@ Instances: a random full grid (seeded), then cells are blanked in a random order
 kept only while the puzzle stays uniquely solvable (proved by a solution-counting solver,
 :mod:`verifiers.sudoku`), until exactly ``blanks`` cells are blank. ``size`` is 4 (2x2 boxes,
 the paper's setting), 6 (boxes of 2 rows x 3 columns) or 9 (3x3 boxes); ``blanks`` defaults to
-10 / 20 / 45. Splits: the instance's split is the hash of its puzzle, as everywhere; to avoid
-generating ~10 puzzles per val/test reset, one generated puzzle is relabelled with random digit
-permutations (which keep uniqueness) until a relabelling hashes into the requested split, and
-the generator stream depends on the split, so ``seed=s`` gives unrelated puzzles in different
-splits. Explicit instance: ``reset(options={"instance": {"puzzle": [[...]]}})`` with 0 for
+10 / 20 / 45. Splits: a puzzle's split is the hash of its symmetry class, not of the puzzle:
+the rotations and reflections that keep boxes boxes (8 with square boxes, 4 with 2 x 3 ones),
+each with its digits renamed in order of first appearance, so a relabelled or turned copy of a
+training puzzle is never a validation puzzle (row and band swaps are not covered). A val/test
+reset generates about ten puzzles; each split has its own generator stream, so ``seed=s`` gives
+unrelated puzzles in different splits. Explicit instance: ``reset(options={"instance": {"puzzle": [[...]]}})`` with 0 for
 blanks (a square 4x4, 6x6 or 9x9 grid whose givens break no rule and that has exactly one
 solution; anything else raises ``ValueError`` saying why). Its size may differ from ``size``.
 Its check costs the host process little whatever the puzzle: the uniqueness search tries up to
@@ -88,11 +89,8 @@ a solving tool proposal).
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -101,7 +99,7 @@ from envs.core.base import wrap
 from envs.core.config import RewardConfig
 from envs.core.registry import roles_of
 from envs.core.render import Cell, CellGrid
-from envs.core.splits import check_split, split_of
+from envs.core.splits import canonical_form, check_split, dihedral_images
 from envs.core.toolplanner import Sim, ToolPlannerConfig, ToolPlannerEnv
 from verifiers.extract import Extraction
 from verifiers.sudoku import (
@@ -115,14 +113,12 @@ from verifiers.sudoku import (
     generate_puzzle,
     max_blanks,
     parse_proposal,
-    relabel,
     validate_grid_shape,
 )
 
 __all__ = ["SudokuConfig", "SudokuInstance", "SudokuRewards", "env", "raw_env", "grid_text"]
 
 _SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
-_RELABEL_TRIES = 64
 _MAX_BASE_TRIES = 1000
 
 
@@ -186,21 +182,18 @@ class SudokuInstance:
         return {"puzzle": [list(row) for row in self.puzzle]}
 
 
-@cache
-def _all_perms(n: int) -> tuple[tuple[int, ...], ...]:
-    return tuple(itertools.permutations(range(1, n + 1)))
+def _first_appearance(grid: Any) -> list[list[int]]:
+    """``grid`` with its digits renamed 1, 2, ... in row-major order of first appearance (blanks
+    stay 0): one name for all of a puzzle's relabellings.
 
-
-def _relabellings(rng: np.random.Generator, n: int) -> list[tuple[int, ...]]:
-    """Digit permutations to try, drawn with ``rng``: all 24 in random order for 4x4, else
-    ``_RELABEL_TRIES`` random ones."""
-    if n == 4:
-        perms = _all_perms(4)
-        return [perms[i] for i in rng.permutation(len(perms)).tolist()]
-    return [
-        tuple(p)
-        for p in (np.argsort(rng.random((_RELABEL_TRIES, n)), axis=1, kind="stable") + 1).tolist()
-    ]
+    >>> _first_appearance([[3, 0], [1, 3]])
+    [[1, 0], [2, 1]]
+    """
+    names: dict[int, int] = {0: 0}
+    for row in grid:
+        for d in row:
+            names.setdefault(int(d), len(names))
+    return [[names[int(d)] for d in row] for row in grid]
 
 
 def grid_text(grid: Any, box: tuple[int, int]) -> str:
@@ -303,23 +296,27 @@ class raw_env(ToolPlannerEnv):
         return SudokuInstance(_freeze(puzzle), _freeze(solution))
 
     def _sample_instance(self, split: str, seed: int) -> SudokuInstance:
+        """Generate until the puzzle's class (:meth:`_split_key`) falls in ``split``; each
+        split draws from its own seed stream."""
         check_split(split)
-        n = self.config.size
-        digits = "123456789"[:n]
         for attempt in range(_MAX_BASE_TRIES):
             rng = np.random.default_rng([seed, _SPLIT_STREAM[split], attempt])
-            puzzle, solution = generate_puzzle(rng, n, self.config.num_blanks)
-            # The canonical JSON of {"puzzle": ...} (what stable_hash hashes); relabelling the
-            # digits of that text relabels the puzzle (all digits are single characters).
-            text = '{"puzzle":' + json.dumps(puzzle, separators=(",", ":")) + "}"
-            for perm in _relabellings(rng, n):
-                table = str.maketrans(digits, "".join(map(str, perm)))
-                digest = hashlib.sha256(text.translate(table).encode()).hexdigest()
-                if split_of(digest) == split:
-                    return SudokuInstance(
-                        _freeze(relabel(puzzle, perm)), _freeze(relabel(solution, perm))
-                    )
+            puzzle, solution = generate_puzzle(rng, self.config.size, self.config.num_blanks)
+            inst = SudokuInstance(_freeze(puzzle), _freeze(solution))
+            if self.split_of_instance(inst) == split:
+                return inst
         raise RuntimeError(f"no {split} Sudoku found in {_MAX_BASE_TRIES} attempts")
+
+    def _split_key(self, instance: SudokuInstance) -> dict[str, Any]:
+        """The puzzle's cheap symmetry class: its rotations and reflections that keep the boxes
+        boxes (all 8 for square boxes, the 4 without a transpose otherwise), each with its
+        digits renamed in order of first appearance. Row and band permutations are left out
+        (9 x 9 has 1,296 of each)."""
+        br, bc = box_shape(len(instance.puzzle))
+        return canonical_form(
+            {"puzzle": _first_appearance(grid)}
+            for grid, _ in dihedral_images(instance.puzzle, transpose=br == bc)
+        )
 
     def _instance_key(self, instance: SudokuInstance) -> dict[str, Any]:
         return instance.key()

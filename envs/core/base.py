@@ -5,7 +5,9 @@ A setting subclasses :class:`TurnBasedEnv` and supplies only what is specific to
 - ``AGENTS`` / ``SINGLE_AGENTS``: agent names in turn order for ``mode="multi"`` / ``"single"``;
 - ``config_cls``: its frozen :class:`~envs.core.config.EnvConfig` subclass;
 - ``_generate_instance(rng)``: a fresh instance (generation + verification) from a numpy
-  ``Generator``; ``_instance_key(instance)``: its JSON-able canonical content (hashed for splits);
+  ``Generator``; ``_instance_key(instance)``: its JSON-able content (hashed for ``instance_id``);
+  ``_split_key(instance)``: what decides its split (default the instance key; a setting whose
+  instances have symmetric twins returns a canonical form, see :mod:`envs.core.splits`);
   ``_instance_from_dict(d)``: validation of an explicit instance from ``reset(options=...)``;
   or override ``_sample_instance(split, seed)`` wholesale for dataset-backed settings;
 - ``_reset_state(instance)``: the episode state;
@@ -34,7 +36,7 @@ call                  TurnBasedEnv, in order               ToolPlannerEnv, insid
                       explicit instance) or                ``_initial_state(instance)``, empty
                       ``_sample_instance(split, seed)``    history
                       (default: ``_generate_instance``
-                      until ``_instance_key`` hashes into
+                      until ``_split_key`` hashes into
                       the split); ``_instance_key``
                       (``instance_id``);
                       ``_reset_state(instance)``
@@ -181,6 +183,12 @@ class TurnBasedEnv(AECEnv):
     def _instance_key(self, instance: Any) -> Any:
         return instance
 
+    def _split_key(self, instance: Any) -> Any:
+        """What decides ``instance``'s split. Settings whose instances have twins (a rotated
+        level, a relabelled puzzle) return one representative of the class
+        (:func:`~envs.core.splits.canonical_form`), so all twins land in one split."""
+        return self._instance_key(instance)
+
     def _instance_from_dict(self, data: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not accept explicit instances")
 
@@ -314,11 +322,15 @@ class TurnBasedEnv(AECEnv):
         """The instance ``reset(seed=...)`` would produce for ``split`` (no episode started)."""
         return self._sample_instance(check_split(split), int(seed))
 
+    def split_of_instance(self, instance: Any) -> str:
+        """The split ``instance`` (or any of its twins) belongs to: train, val or test."""
+        return split_of(stable_hash(self._split_key(instance)))
+
     def _sample_instance(self, split: str, seed: int) -> Any:
         for attempt in range(_MAX_SPLIT_ATTEMPTS):
             rng = np.random.default_rng([seed, attempt])
             instance = self._generate_instance(rng)
-            if split_of(stable_hash(self._instance_key(instance))) == split:
+            if self.split_of_instance(instance) == split:
                 return instance
         raise RuntimeError(f"no {split} instance found in {_MAX_SPLIT_ATTEMPTS} attempts")
 

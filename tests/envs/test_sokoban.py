@@ -140,14 +140,15 @@ def test_symmetric_variants_keep_optimal_length():
         assert solve(board).length == inst.optimal_moves
 
 
-def test_val_and_test_resets_use_the_split_hash():
+def test_val_and_test_resets_use_the_split_of_the_symmetry_class():
     raw = envs.make("sokoban").unwrapped
     from envs.core.splits import split_of, stable_hash
 
     for split in ("train", "val", "test"):
         for seed in range(20):
             inst = raw.sample_instance(split, seed)
-            assert split_of(stable_hash(inst.key())) == split
+            assert split_of(stable_hash(raw._split_key(inst))) == split
+            assert all(raw.split_of_instance(v) == split for v in symmetric_variants(inst))
     assert raw.sample_instance("val", 3) == raw.sample_instance("val", 3)
 
 

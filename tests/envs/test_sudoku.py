@@ -10,7 +10,6 @@ import pytest
 
 import envs
 from envs.core.render import COLORS
-from envs.core.splits import split_of, stable_hash
 from envs.sudoku import SudokuInstance, grid_text
 from tests.envs.contract import GARBAGE, oracle_policy, play
 from verifiers.sudoku import (
@@ -68,7 +67,7 @@ def test_500_generated_puzzles_have_exactly_one_solution():
         assert count_solutions(puzzle, limit=2) == 1
         assert solve(puzzle) == [list(r) for r in inst.solution]
         assert is_solution(puzzle, inst.solution)
-        assert split_of(stable_hash(raws[n]._instance_key(inst))) == split
+        assert raws[n].split_of_instance(inst) == split
 
 
 def test_generation_is_deterministic_and_splits_use_unrelated_puzzles():
