@@ -24,7 +24,9 @@ of their types), and ``reset_seed``, ``reset_options`` and ``shared`` must have 
 before anything is built (:func:`checked_setting`).
 
 :func:`replay` makes the env, resets it with the recorded seed and options and steps it with the
-recorded completions (flushing terminated agents as the rollout engine does); it returns the
+recorded completions (flushing terminated agents as the rollout engine does; a reset that does
+not make the record's ``instance_id`` is refused, as from a version whose generator or split rule
+differs); it returns the
 rewards the env pays, which equal the recorded ones. That is how a reader audits what a model
 did on an instance without the model. :func:`play` takes hooks called before and after every
 step with the raw env, which is how the episode viewer (:mod:`adapters.evaluation.viewer`) reads
@@ -179,6 +181,14 @@ def play(
         config.update(create_shared_objects(env_id, config))
     raw = envs.make(env_id, **config).unwrapped
     raw.reset(seed=record["reset_seed"], options=record["reset_options"])
+    want = record.get("instance_id")
+    if isinstance(want, str) and want and raw.instance_id != want:
+        raise ValueError(
+            f"the record's instance {want} is not what this reset makes here "
+            f"({raw.instance_id}): it was recorded by a version that generated or split "
+            "instances differently; a record whose reset_options name the instance "
+            '({"instance": ...}) replays on any version'
+        )
     flush_dead_steps(raw)
     rewards: list[float] = []
     at_step: dict[int, int] = {}
