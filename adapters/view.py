@@ -6,6 +6,8 @@ Examples::
     python -m adapters.view runs/suite-default/results.json          # a suite, every policy
     python -m adapters.view report.json --out /tmp/report.html       # evaluate --env ... --json
     python -m adapters.view runs/my-run --serve                      # also serve it on localhost
+    python -m adapters.view benchmarks/results/learning/sokoban      # a table's rows, one each
+    python -m adapters.view runs/my-run --failures                   # what the team gets wrong
 
 It writes one self-contained HTML page (no server, no network) with every recorded episode step
 by step: prompts, completions, rewards with their components and reasons, delayed awards, the
@@ -63,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show the records as recorded, without replaying them (no boards)",
     )
+    p.add_argument(
+        "--failures",
+        action="store_true",
+        help="print what the agents get wrong instead (tool + planner settings: each failed "
+        "episode's primary cause and every turn's class, per evaluation; "
+        "adapters.evaluation.failures)",
+    )
     p.add_argument("--serve", action="store_true", help="serve the page on localhost afterwards")
     p.add_argument("--host", default="127.0.0.1", help="with --serve (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="with --serve; 0 picks a free port")
@@ -80,8 +89,14 @@ def _view(args: argparse.Namespace) -> int:
     cli.import_modules(args.imports)
     with cli.bad_input(""):  # the message names the path
         _kind, sources = find_sources(args.path)
-    if not args.no_replay:
+    if not args.no_replay or args.failures:
         _check_settings(args.path, sources)
+    if args.failures:
+        from adapters.evaluation.failures import breakdown, format_breakdown
+
+        with cli.bad_input(""):
+            print(format_breakdown(breakdown({s.label: s.report for s in sources})))
+        return 0
     page, n = write_viewer(args.path, args.out, replay_records=not args.no_replay)
     size = page.stat().st_size
     print(f"wrote {page} ({n} episodes, {size / 1024:.0f} KB)")

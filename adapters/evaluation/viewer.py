@@ -84,11 +84,34 @@ class Source:
     report: Mapping[str, Any]
 
 
+# a gzip-compressed report expands to at most this much (a planted archive cannot fill memory)
+MAX_REPORT_BYTES = 512 * 1024 * 1024
+
+
 def _read_json(path: Path) -> Any:
     try:
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rb") as f:
+                raw = f.read(MAX_REPORT_BYTES + 1)
+            if len(raw) > MAX_REPORT_BYTES:
+                raise ValueError(f"expands past {MAX_REPORT_BYTES >> 20} MiB")
+            return json.loads(raw)
         return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError) as exc:
         raise ValueError(f"cannot read {path}: {exc}") from None
+
+
+def _table_sources(table_dir: Path) -> list[Source]:
+    """The reports of a directory of them (a benchmark table's rows: ``ROW.json`` or
+    ``ROW.json.gz``, one evaluation each), labelled by file name, in name order."""
+    out = []
+    for f in sorted(table_dir.iterdir()):
+        name = f.name.removesuffix(".gz")
+        if f.is_file() and name.endswith(".json"):
+            data = _read_json(f)
+            if _is_report(data):
+                out.append(Source(name.removesuffix(".json"), data))
+    return out
 
 
 def _is_report(data: Any) -> bool:
@@ -126,8 +149,9 @@ def _suite_sources(results: Mapping[str, Any]) -> list[Source]:
 
 def find_sources(path: str | Path) -> tuple[str, list[Source]]:
     """``(kind, sources)`` of a training run directory, a suite's ``results.json`` (or its
-    directory) or an evaluation report; ``kind`` is ``"training run"``, ``"suite"`` or
-    ``"evaluation"``. Raises ``ValueError`` for anything else."""
+    directory), a directory of evaluation reports (a benchmark table's rows) or one report;
+    ``kind`` is ``"training run"``, ``"suite"``, ``"table"`` or ``"evaluation"``. Raises
+    ``ValueError`` for anything else."""
     p = Path(path)
     if not p.exists():
         raise ValueError(f"{p} does not exist")
@@ -137,9 +161,12 @@ def find_sources(path: str | Path) -> tuple[str, list[Source]]:
         sources = _run_sources(p)
         if sources:
             return "training run", sources
+        sources = _table_sources(p)
+        if sources:
+            return "table", sources
         raise ValueError(
-            f"{p} holds no evaluation records (a training run's eval_*.json or a suite's "
-            "results.json)"
+            f"{p} holds no evaluation records (a training run's eval_*.json, a suite's "
+            "results.json or evaluation reports NAME.json / NAME.json.gz)"
         )
     data = _read_json(p)
     if isinstance(data, dict) and isinstance(data.get("rows"), list):

@@ -618,7 +618,24 @@ class Trainer:
                 self.log(f"open-loop reference skipped: {exc}")
             self.comparison = compare_reports(before, after, references=refs)
             self.log(self.comparison)
+            self._log_failures(before, after)
         self._write_viewer()
+
+    def _log_failures(self, before: Any, after: Any) -> None:
+        """What the team still gets wrong, before and after (``failures.json``,
+        :mod:`adapters.evaluation.failures`), for the settings with a tool and a planner."""
+        from adapters.evaluation.failures import breakdown, classified, format_breakdown
+
+        if not self.run.dist.is_main or not classified(self.run.cfg.env, self.run.env_config):
+            return
+        try:
+            table = breakdown({"before": before.to_dict(), "after": after.to_dict()})
+        except Exception as exc:  # a record that does not replay: logged, the run stands
+            self.log(f"failure breakdown skipped: {type(exc).__name__}: {exc}")
+            return
+        (self.run.out / "failures.json").write_text(json.dumps(table, indent=2))
+        self.log("what the team gets wrong (adapters.evaluation.failures):")
+        self.log(format_breakdown(table))
 
     def _write_viewer(self) -> None:
         """The episode viewer of the run's evaluations (``episodes.html``,
