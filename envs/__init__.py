@@ -96,7 +96,7 @@ _SOKOBAN_CPU_OPTIONS = {**_COMPACT, "height": _SOKOBAN_CPU_SIDE, "width": _SOKOB
 _SOKOBAN_CPU_TRAINING: dict[str, tuple[Any, str]] = {
     **_CPU_GRID_TRAINING,
     "init": (
-        "shipped:sokoban-423d2cd7aff3cbd4",
+        "shipped:sokoban-1d163a04c8a6e2bf",
         "CPU: the shipped cold start (oracle episodes on 6 x 6 levels; its coldstart.json has the "
         "command), so that RL starts from a team that sometimes succeeds",
     ),

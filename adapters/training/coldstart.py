@@ -388,7 +388,9 @@ def cold_start_key(train_cfg: TrainConfig, cfg: ColdStartConfig) -> str:
             "prefix": prefix,
             "chat_template_kwargs": train_cfg.policy.chat_template_kwargs,
             "cold_start": asdict(cfg),
-            "format": 1,
+            # 2: instances split by symmetry class (envs.core.splits), so a cold start made
+            # under format 1 was trained on other instances of the same seeds
+            "format": 2,
         },
         sort_keys=True,
         default=str,

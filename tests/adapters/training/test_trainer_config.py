@@ -38,7 +38,7 @@ def test_defaults_resolve_per_device():
     for c in (cpu, gpu):
         assert envs.make(c.env, **c.env_config).unwrapped.config.max_turns == 4
     # a cold start from the tool's oracle turns, no demonstration (no answer key in a prompt)
-    assert cpu.policy.init == "shipped:sokoban-423d2cd7aff3cbd4" and cpu.demos == 0 == gpu.demos
+    assert cpu.policy.init == "shipped:sokoban-1d163a04c8a6e2bf" and cpu.demos == 0 == gpu.demos
     assert "6 x 6" in cpu.sources["init"]  # the shipped cold start, made on the default levels
     assert gpu.policy.init == "none"
     # the merged bfloat16 generation copy samples, so pi_old is the training model's: one

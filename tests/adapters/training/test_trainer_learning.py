@@ -68,7 +68,7 @@ def test_default_cpu_recipe_gives_a_team_that_reads_the_level(tmp_path):
         "at-grpo",
         4,
     )
-    assert resolved.policy.init == "shipped:sokoban-423d2cd7aff3cbd4"
+    assert resolved.policy.init == "shipped:sokoban-1d163a04c8a6e2bf"
     assert resolved.update.lr == 3e-4 and resolved.update.ppo_minibatches == 1
     run = tmp_path / "run"
     before = json.loads((run / "eval_before.json").read_text())
