@@ -52,3 +52,48 @@ def test_a_record_whose_instance_this_version_does_not_make_is_refused():
     rec["instance_id"] = "0" * 16  # not what its reset makes
     with pytest.raises(ValueError, match="recorded by a version that generated or split"):
         replay(rec)
+
+
+def test_record_run_writes_rows_that_replay_and_a_table(tmp_path: Path):
+    """benchmarks/record_run.py on a run directory of scripted evaluations (plan_path)."""
+    import sys
+
+    from adapters.evaluation import evaluate
+    from adapters.evaluation.viewer import find_sources
+    from adapters.policies.specs import build_policies
+
+    sys.path.insert(0, str(RESULTS.parents[1]))
+    from benchmarks.record_run import main
+
+    small = {"height": 5, "width": 5, "min_distance": 3, "wall_density": 0.1}
+    run = tmp_path / "run"
+    run.mkdir()
+
+    def ev(specs: list[str]) -> dict:
+        policies, mapping = build_policies(specs, ["tool", "planner"])
+        rep = evaluate("plan_path", policies, role_policy=mapping, episodes=3, env_config=small)
+        return rep.to_dict()
+
+    (run / "eval_before.json").write_text(json.dumps(ev(["tool=constant:", "planner=oracle"])))
+    (run / "eval_after.json").write_text(json.dumps(ev(["tool=oracle", "planner=oracle"])))
+    noop = ev(["tool=constant:", "planner=constant:"])
+    (run / "eval_references.json").write_text(json.dumps({"no-op": noop}))
+    out = tmp_path / "rows"
+    assert main([str(run), str(out), "--command", "python -m adapters.train --env plan_path"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "at-grpo.json.gz",
+        "cold-start.json.gz",
+        "noop.json.gz",
+        "table.md",
+    ]
+    first = (out / "at-grpo.json.gz").read_bytes()
+    assert main([str(run), str(out), "--command", "x"]) == 0
+    assert (out / "at-grpo.json.gz").read_bytes() == first  # same run, same bytes
+    kind, sources = find_sources(out)
+    assert kind == "table" and [s.label for s in sources] == ["at-grpo", "cold-start", "noop"]
+    for s in sources:
+        for rec in s.report["per_episode"]:
+            assert replay(rec) == pytest.approx([t["reward"] for t in rec["transcript"]])
+    table = (out / "table.md").read_text()
+    assert "before -> after" in table and "no-op" in table and "cut off" not in table
+    assert "failed episodes, by primary cause" in table
