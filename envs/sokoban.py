@@ -386,7 +386,8 @@ def solve(m):
     return ""
 
 
-print("[" + ",".join(solve(\"\"\"MAP\"\"\")) + "]")"""
+LEVEL = \"\"\"MAP\"\"\"
+print("[" + ",".join(solve(LEVEL)) + "]")"""
 
 
 class raw_env(ToolPlannerEnv):
