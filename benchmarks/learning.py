@@ -42,15 +42,16 @@ rows to run besides MAS (prompt-only) and the references. The one GPU run so far
 paper-sized Sokoban, 32 instances per step, two steps in its five minutes) and what it showed
 (the demonstration's answer learned, no task learning) are in ``docs/learning.md``.
 
-Measurements. The table with these rows has not been regenerated on an idle machine yet; what
-stands for it is the default Sokoban run (rows 3 and 4 on 64 unseen levels, ``docs/learning.md``):
-cold start only 0.953 success, cold start + AT-GRPO (shared) 1.000 (+0.047 [-0.006, +0.100],
-not significant at that ceiling), no-op 0.000, constant 0.000, the trained team's open loop
-0.031, oracle 1.000. The earlier table of this benchmark (no cold start; rows 2 and 4-5 with a
-one-line demonstration in every prompt; 16 levels per setting, 113 minutes on 2 cores) found every
-trained row equal to the untrained team and to the demonstration's answer on success, progress
-and team reward in all three settings, with only the shaped reward rising, to what repeating the
-demonstration's answer earns; ``docs/learning.md`` keeps those measurements.
+Measurements. This table has not been regenerated since the cold start and the split by
+symmetry class (``envs/core/splits.py``); its rows for ``swapped``, trajectory-level GRPO groups
+and single-agent training are not written yet. What stands for it is the default Sokoban run
+(rows "MAS, cold start only" and "cold start + AT-GRPO (shared policy)" on 64 unseen 8 x 8
+levels, with the no-op, constant, oracle and open-loop references), committed as replayable
+records with its table and failure breakdown in ``benchmarks/results/learning/sokoban/``
+(``benchmarks/record_run.py``; ``docs/learning.md`` reads them). The earlier table of this
+benchmark (no cold start; a one-line demonstration in every prompt; 16 levels per setting) found
+every trained row equal to the untrained team and to the demonstration's answer on success,
+progress and team reward in all three settings; ``docs/learning.md`` keeps those measurements.
 """
 
 from __future__ import annotations

@@ -53,7 +53,8 @@ _GRID_NOTE = (
 _SOKOBAN_NOTE = (
     "a team started from the shipped oracle cold start (--init) on levels larger than those it "
     "was made on, and what the AT-GRPO steps add on unseen levels beside the no-op, constant, "
-    "oracle and open-loop references (measured: docs/learning.md#the-default-run-8-x-8-levels)"
+    "oracle and open-loop references (measured: "
+    "docs/learning.md#the-default-run-under-symmetry-class-splits)"
 )
 _SUDOKU_NOTE = (
     "the pipeline end to end (rollouts, the paper's rewards, updates, a before/after evaluation "

@@ -38,9 +38,10 @@ the rotations and reflections that keep boxes boxes (8 with square boxes, 4 with
 each with its digits renamed in order of first appearance, so a relabelled or turned copy of a
 training puzzle is never a validation puzzle (row and band swaps are not covered). A val/test
 reset generates about ten puzzles; each split has its own generator stream, so ``seed=s`` gives
-unrelated puzzles in different splits. Explicit instance: ``reset(options={"instance": {"puzzle": [[...]]}})`` with 0 for
-blanks (a square 4x4, 6x6 or 9x9 grid whose givens break no rule and that has exactly one
-solution; anything else raises ``ValueError`` saying why). Its size may differ from ``size``.
+unrelated puzzles in different splits. Explicit instance:
+``reset(options={"instance": {"puzzle": [[...]]}})`` with 0 for blanks (a square 4x4, 6x6
+or 9x9 grid whose givens break no rule and that has exactly one solution; anything else raises
+``ValueError`` saying why). Its size may differ from ``size``.
 Its check costs the host process little whatever the puzzle: the uniqueness search tries up to
 20,000 branches in the host process and, when that is not enough, up to 500,000 in a bounded
 worker process (:func:`verifiers.sudoku.check_unique_bounded`; every puzzle people solve needs

@@ -64,7 +64,9 @@ def test_prompts_rewards_and_boards_come_from_replaying_the_record(tmp_path):
     per state. The boards come from the env, not from the prompt text: a record whose prompts
     say something else gets the same boards; one without prompts gets them rebuilt by the
     replay."""
-    rep = _report("sokoban", ["tool=oracle", "planner=constant:#### [U,L]"], episodes=2)
+    rep = _report(
+        "sokoban", ["tool=oracle", "planner=constant:#### [U,U,U,U,U,U,U,U,U,U]"], episodes=2
+    )
     src = rep["per_episode"][0]
     assert all(t["prompt"] for t in src["transcript"])  # evaluation records keep the prompts
     data = page_data(_write(tmp_path / "a.json", rep))
@@ -76,7 +78,7 @@ def test_prompts_rewards_and_boards_come_from_replaying_the_record(tmp_path):
         assert set(step["parts"]["components"]) in ({"fmt", "exec", "pot"}, {"fmt", "leg", "dlk"})
     tool, planner = ep["steps"][0], ep["steps"][1]
     assert tool["awarded_at"] == 1 and planner["awards"][0]["for_step"] == 0
-    assert "walks into a wall" in json.dumps(planner["parts"]["reasons"])  # [U,L]: a wall
+    assert "walks into a wall" in json.dumps(planner["parts"]["reasons"])  # ten moves up: a wall
     raw = envs.make("sokoban").unwrapped
     raw.reset(seed=src["reset_seed"], options=src["reset_options"])
     start = [data["palette"][i] for i in ep["grids"][0]["cells"]]
