@@ -20,8 +20,10 @@ Instances: a ``height`` x ``width`` grid (default 10 x 10) with walls drawn with
 ``wall_density``; start and goal are distinct free cells with the goal reachable (verified by BFS)
 and at least ``min_distance`` shortest-path steps apart. The shortest path length is recorded in
 ``instance.shortest``. Splits: an instance's split is the hash of its symmetry class (the 8
-rotations and reflections of the map, each with start and goal also exchanged), so no
-validation instance is a turned, mirrored or reversed copy of a training one. Explicit instance:
+rotations and reflections of map, start and goal together), so no validation instance is a
+turned or mirrored copy of a training one. A tiny configuration has few classes (a 3 x 3 map
+without walls, start and goal at least 2 apart, has 8: 6 train, 1 val, 1 test), so a split may
+hold few distinct instances or none. Explicit instance:
 ``reset(options={"instance": {"grid": ["..#", "...", "#.."], "start": [0, 0], "goal": [2, 2]}})``
 (``#`` wall, ``.`` free, goal must be reachable). Its sides have the generator's limit, 200
 cells (any smaller size is fine), so its check (one breadth-first search over at most 40,000
@@ -262,13 +264,13 @@ class raw_env(ToolPlannerEnv):
         return instance.key()
 
     def _split_key(self, instance: PlanPathInstance) -> dict[str, Any]:
-        """The smallest of the map's 8 rotations and reflections, each also with start and goal
-        exchanged (the reversed path solves it): all 16 twins share a split."""
+        """The smallest of the instance's 8 rotations and reflections (map, start and goal
+        together): all 8 twins share a split. Start and goal exchanged is another instance (its
+        answer is another path)."""
         images = dihedral_images(instance.grid, (instance.start, instance.goal))
         return canonical_form(
             {"grid": ["".join(row) for row in grid], "start": list(a), "goal": list(b)}
-            for grid, cells in images
-            for a, b in (cells, cells[::-1])
+            for grid, (a, b) in images
         )
 
     def _instance_from_dict(self, data: Any) -> PlanPathInstance:

@@ -1,5 +1,4 @@
-"""Twins share a split: a level's rotations and reflections (Sokoban, Plan-Path, with start and
-goal exchanged too) and a puzzle's relabelled or turned copies (Sudoku) are one class, and a
+"""Twins share a split: a level's rotations and reflections (Sokoban, Plan-Path) and a puzzle's relabelled or turned copies (Sudoku) are one class, and a
 class lies in one split. Small sizes make twins frequent, so the checks have something to
 catch: under a split on the exact instance, each of these samples would put twins of one class
 in different splits."""
@@ -31,7 +30,7 @@ def _twins(env_id: str, inst: Any) -> list[dict[str, Any]]:
         out = []
         for g, (a, b) in dihedral_images(inst.grid, (inst.start, inst.goal)):
             rows = ["".join(r) for r in g]
-            out += [{"grid": rows, "start": a, "goal": b}, {"grid": rows, "start": b, "goal": a}]
+            out.append({"grid": rows, "start": a, "goal": b})
         return out
     n = len(inst.puzzle)
     perm = list(range(n, 0, -1))  # digit d -> n + 1 - d

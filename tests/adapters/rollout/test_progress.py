@@ -22,7 +22,7 @@ from adapters.rollout import (
     follow_steps,
 )
 
-GRID = {"height": 4, "width": 4, "min_distance": 3, "wall_density": 0.0, "max_turns": 3}
+GRID = {"height": 4, "width": 4, "min_distance": 3, "wall_density": 0.2, "max_turns": 3}
 
 
 def _run(policy, episodes: int = 3, config=None, **rollout):
