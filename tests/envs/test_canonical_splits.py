@@ -1,7 +1,7 @@
-"""Twins share a split: a level's rotations and reflections (Sokoban, Plan-Path) and a puzzle's relabelled or turned copies (Sudoku) are one class, and a
-class lies in one split. Small sizes make twins frequent, so the checks have something to
-catch: under a split on the exact instance, each of these samples would put twins of one class
-in different splits."""
+"""Twins share a split: a level's rotations and reflections (Sokoban, Plan-Path) and a puzzle's
+relabelled or turned copies (Sudoku) are one class, and a class lies in one split. Small sizes
+make twins frequent, so the checks have something to catch: under a split on the exact instance,
+each of these samples would put twins of one class in different splits."""
 
 from __future__ import annotations
 

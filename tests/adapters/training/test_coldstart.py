@@ -42,7 +42,7 @@ def test_examples_are_the_prompts_the_policy_sees_on_train_instances_only():
     # the tool's completion is a search over the map copied from the prompt, not an answer
     tool = ex[0]["completion"][0]["content"]
     assert "deque" in tool and "def solve(m)" in tool
-    assert tool.splitlines()[-2] == "print(\"[\" + \",\".join(solve(LEVEL)) + \"]\")"  # map, then print
+    assert tool.splitlines()[-2] == 'print("[" + ",".join(solve(LEVEL)) + "]")'  # after the map
     assert ex[1]["completion"][0]["content"].startswith("The tool's proposal solves it.")
     only = oracle_examples("plan_path", TOY, 3, seed=0, roles=["tool"])
     assert [e["role"] for e in only] == ["tool"] * 3
