@@ -444,7 +444,11 @@ class raw_env(ToolPlannerEnv):
             if self.split_of_instance(inst) == split:
                 variants = symmetric_variants(inst)
                 return variants[int(rng.integers(len(variants)))]
-        raise RuntimeError(f"no {split} instance found in {_MAX_ATTEMPTS} attempts")
+        raise RuntimeError(
+            f"no {split} instance found in {_MAX_ATTEMPTS} attempts"
+            ": instances are split by symmetry class, and a small configuration may have few "
+            "or none in a split; use a larger size or another split"
+        )
 
     def _split_key(self, instance: SokobanInstance) -> dict[str, Any]:
         """The smallest of the level's 8 rotations and reflections: twins share a split."""

@@ -306,7 +306,11 @@ class raw_env(ToolPlannerEnv):
             inst = SudokuInstance(_freeze(puzzle), _freeze(solution))
             if self.split_of_instance(inst) == split:
                 return inst
-        raise RuntimeError(f"no {split} Sudoku found in {_MAX_BASE_TRIES} attempts")
+        raise RuntimeError(
+            f"no {split} Sudoku found in {_MAX_BASE_TRIES} attempts"
+            ": instances are split by symmetry class, and a small configuration may have few "
+            "or none in a split; use a larger size or another split"
+        )
 
     def _split_key(self, instance: SudokuInstance) -> dict[str, Any]:
         """The puzzle's cheap symmetry class: its rotations and reflections that keep the boxes

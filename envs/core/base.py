@@ -332,7 +332,11 @@ class TurnBasedEnv(AECEnv):
             instance = self._generate_instance(rng)
             if self.split_of_instance(instance) == split:
                 return instance
-        raise RuntimeError(f"no {split} instance found in {_MAX_SPLIT_ATTEMPTS} attempts")
+        raise RuntimeError(
+            f"no {split} instance found in {_MAX_SPLIT_ATTEMPTS} attempts"
+            ": instances are split by symmetry class, and a small configuration may have few "
+            "or none in a split; use a larger size or another split"
+        )
 
     # ------------------------------------------------------------------ AEC API
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
