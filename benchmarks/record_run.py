@@ -55,14 +55,42 @@ def rows_of_run(run: Path, before: str, after: str) -> dict[str, dict[str, Any]]
     return rows
 
 
+def _scripted_run(run: Path) -> None:
+    """A run directory of scripted Plan-Path evaluations (``--quick``): a tool that writes no
+    program before, the oracle after, the no-op as a reference."""
+    from adapters.evaluation import evaluate
+    from adapters.policies.specs import build_policies
+
+    small = {"height": 5, "width": 5, "min_distance": 3, "wall_density": 0.1}
+    run.mkdir(parents=True, exist_ok=True)
+
+    def ev(specs: list[str]) -> dict[str, Any]:
+        policies, mapping = build_policies(specs, ["tool", "planner"])
+        rep = evaluate("plan_path", policies, role_policy=mapping, episodes=2, env_config=small)
+        return rep.to_dict()
+
+    (run / "eval_before.json").write_text(json.dumps(ev(["tool=constant:", "planner=oracle"])))
+    (run / "eval_after.json").write_text(json.dumps(ev(["tool=oracle", "planner=oracle"])))
+    noop = ev(["tool=constant:", "planner=constant:"])
+    (run / "eval_references.json").write_text(json.dumps({"no-op": noop}))
+
+
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks._quick import parse_args
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("run", type=Path, help="a training run directory")
-    p.add_argument("out", type=Path, help="where the rows go")
-    p.add_argument("--command", required=True, help="the command that made the run")
+    p.add_argument("run", type=Path, nargs="?", help="a training run directory")
+    p.add_argument("out", type=Path, nargs="?", help="where the rows go")
+    p.add_argument("--command", default=None, help="the command that made the run (required)")
     p.add_argument("--before", default="cold-start", help="row name of the evaluation before")
     p.add_argument("--after", default="at-grpo", help="row name of the evaluation after")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)  # --quick: a scripted Plan-Path run, recorded under runs/
+    if args.quick:
+        args.run, args.out = Path("runs/record-quick/run"), Path("runs/record-quick/rows")
+        args.command = args.command or "(scripted evaluations)"
+        _scripted_run(args.run)
+    if args.run is None or args.out is None or args.command is None:
+        p.error("RUN, OUT and --command are required")
     from adapters.evaluation.failures import breakdown, classified, format_breakdown
     from adapters.evaluation.runner import compare_reports
 
