@@ -55,7 +55,7 @@ def rows_of_run(run: Path, before: str, after: str) -> dict[str, dict[str, Any]]
     return rows
 
 
-def _scripted_run(run: Path) -> None:
+def scripted_run(run: Path) -> None:
     """A run directory of scripted Plan-Path evaluations (``--quick``): a tool that writes no
     program before, the oracle after, the no-op as a reference."""
     from adapters.evaluation import evaluate
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.run, args.out = Path("runs/record-quick/run"), Path("runs/record-quick/rows")
         args.command = args.command or "(scripted evaluations)"
-        _scripted_run(args.run)
+        scripted_run(args.run)
     if args.run is None or args.out is None or args.command is None:
         p.error("RUN, OUT and --command are required")
     from adapters.evaluation.failures import breakdown, classified, format_breakdown

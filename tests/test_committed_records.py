@@ -58,26 +58,13 @@ def test_record_run_writes_rows_that_replay_and_a_table(tmp_path: Path):
     """benchmarks/record_run.py on a run directory of scripted evaluations (plan_path)."""
     import sys
 
-    from adapters.evaluation import evaluate
     from adapters.evaluation.viewer import find_sources
-    from adapters.policies.specs import build_policies
 
     sys.path.insert(0, str(RESULTS.parents[1]))
-    from benchmarks.record_run import main
+    from benchmarks.record_run import main, scripted_run
 
-    small = {"height": 5, "width": 5, "min_distance": 3, "wall_density": 0.1}
     run = tmp_path / "run"
-    run.mkdir()
-
-    def ev(specs: list[str]) -> dict:
-        policies, mapping = build_policies(specs, ["tool", "planner"])
-        rep = evaluate("plan_path", policies, role_policy=mapping, episodes=3, env_config=small)
-        return rep.to_dict()
-
-    (run / "eval_before.json").write_text(json.dumps(ev(["tool=constant:", "planner=oracle"])))
-    (run / "eval_after.json").write_text(json.dumps(ev(["tool=oracle", "planner=oracle"])))
-    noop = ev(["tool=constant:", "planner=constant:"])
-    (run / "eval_references.json").write_text(json.dumps({"no-op": noop}))
+    scripted_run(run)
     out = tmp_path / "rows"
     assert main([str(run), str(out), "--command", "python -m adapters.train --env plan_path"]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
