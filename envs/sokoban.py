@@ -328,22 +328,15 @@ def symmetric_variants(inst: SokobanInstance) -> list[SokobanInstance]:
     >>> [v.map[1] + " " + v.solution for v in symmetric_variants(inst)]
     ['#@$.# R', '#.$@# L']
     """
-    h, w = len(inst.map), len(inst.map[0])
+    square = len(inst.map) == len(inst.map[0])
+    ops = [t for t in range(8) if square or not t & 1]  # dihedral_images' order
     out, seen = [], set()
-    for t in range(8):
-        if t & 1 and h != w:
-            continue
-        rows, sol = list(inst.map), inst.solution
-        if t & 1:
-            rows = ["".join(col) for col in zip(*rows)]
-            sol = sol.translate(_TRANSPOSE) if sol is not None else None
-        if t & 2:
-            rows = rows[::-1]
-            sol = sol.translate(_FLIP_ROWS) if sol is not None else None
-        if t & 4:
-            rows = [r[::-1] for r in rows]
-            sol = sol.translate(_FLIP_COLS) if sol is not None else None
-        key = tuple(rows)
+    for t, (grid, _) in zip(ops, dihedral_images(inst.map, transpose=square)):
+        sol = inst.solution
+        if sol is not None:
+            for bit, table in ((1, _TRANSPOSE), (2, _FLIP_ROWS), (4, _FLIP_COLS)):
+                sol = sol.translate(table) if t & bit else sol
+        key = tuple("".join(row) for row in grid)
         if key not in seen:
             seen.add(key)
             out.append(SokobanInstance(key, inst.optimal_moves, sol, inst.solution_pushes))
