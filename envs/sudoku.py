@@ -2,7 +2,8 @@
 
 =================  ==========================================================
 id                 ``sudoku``
-agents             ``tool``, ``planner`` (``mode="single"``: ``planner``)
+agents             ``tool``, ``planner`` (``mode="single"``: ``planner``, or ``tool`` with
+                   ``single_agent="tool"``)
 actions            completion text (``str``)
 observations       ``{"prompt": str}``
 horizon            ``max_turns`` turns (default 4); ends when the grid is solved

@@ -2,7 +2,8 @@
 
 A setting subclasses :class:`TurnBasedEnv` and supplies only what is specific to it:
 
-- ``AGENTS`` / ``SINGLE_AGENTS``: agent names in turn order for ``mode="multi"`` / ``"single"``;
+- ``AGENTS`` / ``SINGLE_AGENTS``: agent names in turn order for ``mode="multi"`` / ``"single"``
+  (``_single_agents()`` when the single agent is an option, as in the tool + planner settings);
 - ``config_cls``: its frozen :class:`~envs.core.config.EnvConfig` subclass;
 - ``_generate_instance(rng)``: a fresh instance (generation + verification) from a numpy
   ``Generator``; ``_instance_key(instance)``: its JSON-able content (hashed for ``instance_id``);
@@ -153,7 +154,7 @@ class TurnBasedEnv(AECEnv):
             )
         self.render_mode = render_mode
         self._sandbox = sandbox
-        roles = self.SINGLE_AGENTS if self.config.mode == "single" else self.AGENTS
+        roles = self._single_agents() if self.config.mode == "single" else self.AGENTS
         if not roles:
             raise ValueError(f"{type(self).__name__} does not support mode={self.config.mode!r}")
         self.possible_agents = list(roles)
@@ -177,6 +178,11 @@ class TurnBasedEnv(AECEnv):
         self._untrainable: str | None = None
 
     # ------------------------------------------------------------------ setting hooks
+    def _single_agents(self) -> tuple[str, ...]:
+        """The agents of ``mode="single"`` (``SINGLE_AGENTS``; a setting whose config picks
+        which role acts alone overrides this)."""
+        return self.SINGLE_AGENTS
+
     def _generate_instance(self, rng: np.random.Generator) -> Any:
         raise NotImplementedError
 

@@ -5,7 +5,10 @@ and parses its printed output as a proposal (an action list, a grid, fill steps.
 **planner** then sees the task, the current state, the tool's code, its execution output, the
 parsed proposal and the history of earlier turns, and gives its final answer after a line that
 begins with ``####``. The planner's answer is applied to the state; the next turn starts from
-the new state. In ``mode="single"`` only the planner acts.
+the new state. In ``mode="single"`` one agent acts alone: the planner (``single_agent="planner"``,
+the default: AT-GRPO's single-agent baseline, a plan from the prompt), or the tool
+(``single_agent="tool"``: AT-GRPO Table 3's "tool agent in SA", whose program's printed proposal
+is applied as the turn's answer and earns the turn's team value at once).
 
 Prompt layout: the rules, then the role's instructions and answer format (identical for every
 instance of a role), then for the planner the tool's program and output, then the instance,
@@ -82,6 +85,8 @@ class ToolPlannerConfig(EnvConfig):
         line that prints the solution as a literal (an answer key: a policy imitating it learns
         to copy, never to compute). Both are correct tool answers with the same reward. Rewards
         and prompts do not depend on it.
+    single_agent: the role that acts in ``mode="single"``: ``"planner"`` (default) or ``"tool"``
+        (its printed proposal is the answer; ignored in ``mode="multi"``).
     tool_team: the tool's team term: ``"turn"`` (default; A.1.3-A.1.5: the team value of the
         state after the turn, paid by ``award()`` at the planner's step) or ``"proposal"`` (the
         team value of the state the tool's own proposal would produce, known at its step).
@@ -92,12 +97,15 @@ class ToolPlannerConfig(EnvConfig):
     tool_max_output_bytes: int = 65_536
     history_turns: int = 4
     oracle_tool: str = "search"
+    single_agent: str = "planner"
     tool_team: str = "turn"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.oracle_tool not in ("search", "answer"):
             raise ValueError(f"oracle_tool must be 'search' or 'answer', got {self.oracle_tool!r}")
+        if self.single_agent not in ("planner", "tool"):
+            raise ValueError(f"single_agent must be 'planner' or 'tool', got {self.single_agent!r}")
         if self.tool_team not in ("turn", "proposal"):
             raise ValueError(f"tool_team must be 'turn' or 'proposal', got {self.tool_team!r}")
 
@@ -135,6 +143,9 @@ class ToolPlannerEnv(TurnBasedEnv):
     config: ToolPlannerConfig
     _answer_format: ClassVar[str] = ""
     _tool_output_format: ClassVar[str] = ""
+
+    def _single_agents(self) -> tuple[str, ...]:
+        return (self.config.single_agent,)
 
     # ------------------------------------------------------------------ hooks
     def _parse_answer(self, text: str) -> Extraction:
@@ -249,7 +260,8 @@ class ToolPlannerEnv(TurnBasedEnv):
             reasons.setdefault("exec", sim.reason)
         comps = self._tool_components(sim if parsed.ok else None, ran_ok)
         comps["fmt"] = float(parsed.ok)
-        if self.config.tool_team == "proposal":
+        alone = self.config.mode == "single"
+        if alone or self.config.tool_team == "proposal":
             team = self._team(sim)
         else:
             team = 0.0
@@ -257,7 +269,10 @@ class ToolPlannerEnv(TurnBasedEnv):
         parts = RewardParts.build(
             "tool", comps, self.config.rewards, team=team, mask=mask, reasons=reasons
         )
-        self._tool_step = (self.num_steps, parts)
+        if alone:  # the tool's proposal is the turn's answer
+            self._end_turn(sim)
+        else:
+            self._tool_step = (self.num_steps, parts)
         return parts
 
     def _act_planner(self, completion: str) -> RewardParts:
@@ -277,6 +292,12 @@ class ToolPlannerEnv(TurnBasedEnv):
         comps["fmt"] = float(parsed.ok)
         team = self._team(sim)
         self._award_tool(team)
+        self._end_turn(sim)
+        return RewardParts.build("planner", comps, self.config.rewards, team=team, reasons=reasons)
+
+    def _end_turn(self, sim: Sim) -> None:
+        """The turn's answer (simulated in ``sim``) applied: the new state, success, history."""
+        rec = self._current
         self.state = sim.state
         rec.state_after = self._state_text()
         if self._is_solved(self.state):
@@ -284,7 +305,6 @@ class ToolPlannerEnv(TurnBasedEnv):
             self.end_episode()
         self.history.append(rec)
         self._current = TurnRecord(turn=self.turn + 1)
-        return RewardParts.build("planner", comps, self.config.rewards, team=team, reasons=reasons)
 
     def award_lookahead(self) -> int:
         """1 when the tool's team term arrives with the planner's step (``tool_team="turn"``
@@ -307,7 +327,8 @@ class ToolPlannerEnv(TurnBasedEnv):
         return clip_text(str(value), 1000)
 
     def _step_info(self, agent: str) -> dict[str, Any]:
-        rec = self.history[-1] if agent == "planner" and self.history else self._current
+        closes_turn = agent == "planner" or self.config.mode == "single"
+        rec = self.history[-1] if closes_turn and self.history else self._current
         if agent == "tool":
             return {"tool_output": rec.tool_output, "tool_proposal": rec.tool_proposal}
         return {"answer": rec.answer}
@@ -320,13 +341,14 @@ class ToolPlannerEnv(TurnBasedEnv):
         lines = ["History of earlier turns (oldest first):"]
         for r in recs:
             lines.append(f"- Turn {r.turn + 1}:")
-            if self.config.mode == "multi":
+            if "tool" in self.possible_agents:
                 lines.append(
                     f"  tool proposal: {r.tool_proposal or '(none: ' + str(r.tool_error) + ')'}"
                 )
-            lines.append(f"  planner answer: {r.answer or '(none)'}")
-            if r.answer_error:
-                lines.append(f"  problem: {r.answer_error}")
+            if "planner" in self.possible_agents:
+                lines.append(f"  planner answer: {r.answer or '(none)'}")
+                if r.answer_error:
+                    lines.append(f"  problem: {r.answer_error}")
             if r.state_after:
                 lines.append("  state afterwards:\n" + _indent(r.state_after, 4))
         return "\n".join(lines)

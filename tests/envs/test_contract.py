@@ -43,6 +43,12 @@ def test_api(case):
     api_test(envs.make(env_id, mode=mode), num_cycles=200)
 
 
+@pytest.mark.parametrize("env_id", ["sokoban", "plan_path", "sudoku"])
+def test_api_tool_alone(env_id):
+    """The tool + planner settings' second single agent (single_agent="tool")."""
+    api_test(envs.make(env_id, mode="single", single_agent="tool"), num_cycles=200)
+
+
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_seed(case):
     env_id, mode = case

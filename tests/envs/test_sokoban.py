@@ -295,6 +295,31 @@ def test_tool_crash_and_bad_output():
     assert "printed output" in p["reasons"]["fmt"]
 
 
+def test_tool_alone_applies_its_proposal_as_the_turn_answer():
+    # AT-GRPO Table 3's "tool agent in SA": mode="single", single_agent="tool"
+    env = _env(L1, mode="single", single_agent="tool")
+    assert env.possible_agents == ["tool"] and env.unwrapped.award_lookahead() == 0
+    # pushes the box away from its goal (psi -2 -> -3: pot 0); team 0, known at once
+    env.step(tool_code("[U,R,R,D,L]"))
+    p = _parts(env, "tool")
+    assert p["components"] == {"fmt": 1.0, "exec": 1.0, "pot": 0.0}
+    assert p["team"] == 0.0 and "team" not in p["reasons"]
+    board = env.unwrapped.state.board
+    assert board.player == (2, 3) and board.boxes == {(2, 2)}  # the proposal was applied
+    assert env.unwrapped.turn == 1 and env.infos["tool"]["tool_proposal"] == "[U,R,R,D,L]"
+    env.step("no code at all")  # a format failure leaves the state as it was
+    p = _parts(env, "tool")
+    assert p["components"]["fmt"] == 0.0 and env.unwrapped.state.board.player == (2, 3)
+    prompt = env.observe("tool")["prompt"]
+    assert "tool proposal: [U,R,R,D,L]" in prompt and "planner answer" not in prompt
+    env.step(tool_code("[U,L,L,D,R,R,R]"))  # around the box, then three pushes solve it
+    p = _parts(env, "tool")
+    assert p["team"] == 1.0 and p["reward"] == pytest.approx(1.0)
+    assert env.infos["tool"]["success"] and env.terminations["tool"]
+    with pytest.raises(ValueError, match="single_agent"):
+        envs.make("sokoban", mode="single", single_agent="critic")
+
+
 def test_rewards_override():
     env = envs.make("sokoban", mode="single", rewards={"lam": 0.0})
     env.reset(options={"instance": {"map": L1}})
