@@ -9,6 +9,13 @@ one group keyed by ``(instance, branch, agent, turn, step)``. A keep rule
 Plain parallel sampling (``sampling="parallel"``): ``K`` independent episodes per instance, one
 sample per step; groups are keyed by ``(instance, agent, turn, step)`` across the ``K`` episodes.
 
+Trajectory-level groups (``group_by="trajectory"``, parallel sampling only): the ``K`` episodes of
+an instance form one group, and every sample of an episode carries that episode's reward (the
+final team reward, or with ``trajectory_reward="return"`` the acting role's episode return), so
+GRPO ranks whole trajectories as a single-agent GRPO run ranks answers. This is the baseline
+AT-GRPO's agent- and turn-wise grouping is measured against (``benchmarks/learning.py``, row
+``mas-grpo``).
+
 Generation is batched: at each wave, the prompts of all live branches are grouped by the policy
 that serves the acting agent's role and sent in one ``generate`` call per policy. The result is a
 :class:`~adapters.rollout.records.RolloutResult` (samples and finished episodes).
@@ -70,6 +77,16 @@ class RolloutConfig(Section):
         "tree sampling: keep per branch, or per instance across branches (MarsRL)",
         auto=True,
     )
+    group_by: Literal["turn", "trajectory"] = knob(
+        "turn",
+        "turn: one group per (instance, agent, turn) (AT-GRPO) | trajectory: one group per "
+        "instance over its K parallel episodes, each sample rewarded with its episode's reward",
+    )
+    trajectory_reward: Literal["team", "return"] = knob(
+        "team",
+        "group_by=trajectory: an episode's reward is its final team reward (team) or the acting "
+        "role's episode return (return)",
+    )
     max_branches: int = knob(16, "tree sampling: cap on live branches per instance when keep_n > 1")
     max_steps: int = knob(64, "safety cap on agent steps per episode")
 
@@ -82,6 +99,16 @@ class RolloutConfig(Section):
             raise ConfigError(f"sampling must be 'tree' or 'parallel', got {self.sampling!r}")
         if self.keep not in (None, *KEEP_RULES):
             raise ConfigError(f"keep must be one of {KEEP_RULES}, got {self.keep!r}")
+        if self.group_by not in (None, "turn", "trajectory"):
+            raise ConfigError(f"group_by must be 'turn' or 'trajectory', got {self.group_by!r}")
+        if self.trajectory_reward not in (None, "team", "return"):
+            raise ConfigError(
+                f"trajectory_reward must be 'team' or 'return', got {self.trajectory_reward!r}"
+            )
+        if self.group_by == "trajectory" and self.sampling == "tree":
+            raise ConfigError(
+                "group_by='trajectory' needs sampling='parallel' (K whole episodes per instance)"
+            )
         if self.keep_scope not in (None, "branch", "instance"):
             raise ConfigError(f"keep_scope must be 'branch' or 'instance', got {self.keep_scope!r}")
         if (
@@ -265,6 +292,8 @@ class RolloutEngine:
                 on_progress(self._progress(wave + 1, live, episodes, steps, tokens))
             wave += 1
         episodes.sort(key=lambda e: (e.instance, e.branch))
+        if cfg.group_by == "trajectory":
+            _trajectory_groups(samples, episodes, cfg.trajectory_reward)
         return RolloutResult(samples=samples, episodes=episodes)
 
     def _progress(
@@ -607,6 +636,18 @@ class RolloutEngine:
     def close(self) -> None:
         if self._owns_pool:
             self.pool.close()
+
+
+def _trajectory_groups(
+    samples: list[Sample], episodes: list[Episode], reward: Literal["team", "return"]
+) -> None:
+    """``group_by="trajectory"``: each sample joins its instance's group and carries its
+    episode's reward (the step's own reward stays in ``reward_parts``)."""
+    of = {(e.instance, e.branch): e for e in episodes}
+    for s in samples:
+        e = of[(s.instance, s.branch)]
+        s.group = f"{s.instance}"
+        s.reward = e.final_team if reward == "team" else float(e.returns.get(s.role, 0.0))
 
 
 def _tokens(c: Completion) -> int:

@@ -220,6 +220,45 @@ def test_parallel_sampling_gives_k_episodes_per_instance():
         assert len({s.instance for s in group}) == 1
 
 
+@pytest.mark.parametrize("reward", ["team", "return"])
+def test_trajectory_groups_rank_whole_episodes(reward):
+    # the mas-grpo baseline: one group per instance over its K episodes, each sample rewarded
+    # with its episode's final team reward (or its role's return); the team workflow, tool and
+    # planner both acting
+    policies = {"tool": random_tool(3), "planner": random_planner(4)}
+    engine = RolloutEngine(
+        "plan_path",
+        policies,
+        RolloutConfig(
+            candidates=4, sampling="parallel", group_by="trajectory", trajectory_reward=reward
+        ),
+        env_config=SMALL,
+        role_policy={"tool": "tool", "planner": "planner"},
+    )
+    try:
+        result = engine.run(specs(3), seed=1)
+    finally:
+        engine.close()
+    groups = by_group(result.samples)
+    assert sorted(groups) == ["0", "1", "2"]
+    episode = {(e.instance, e.branch): e for e in result.episodes}
+    for s in result.samples:
+        e = episode[(s.instance, s.branch)]
+        want = e.final_team if reward == "team" else e.returns[s.role]
+        assert s.reward == pytest.approx(want)
+    # the turn's own reward stays in reward_parts: the shaped step rewards differ from the
+    # episode's reward somewhere (the scripted team rarely solves these instances)
+    assert any(s.reward_parts["reward"] != s.reward for s in result.samples)
+    assert len({s.role for s in groups["0"]}) == 2  # both roles in one group
+
+
+def test_trajectory_groups_need_parallel_sampling():
+    with pytest.raises(ValueError, match="parallel"):
+        RolloutConfig(sampling="tree", group_by="trajectory")
+    with pytest.raises(ValueError, match="group_by"):
+        RolloutConfig(group_by="episode")
+
+
 def test_oracle_solves_every_instance_with_tree_sampling():
     result = RolloutEngine(
         "plan_path", OraclePolicy(), RolloutConfig(candidates=2), env_config=SMALL
