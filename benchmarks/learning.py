@@ -1,106 +1,120 @@
-"""A small-scale replica of AT-GRPO's main table (Table 2) with the embedded model.
+"""AT-GRPO's comparisons (Tables 1 and 3) at small scale, with replayable records per row.
 
-    python benchmarks/learning.py --budget-min 60                 # the three grid settings
-    python benchmarks/learning.py --budget-min 20 --envs plan_path --episodes 32
-    python benchmarks/learning.py --device cuda --envs sokoban --methods shared \
+    python benchmarks/learning.py --envs sokoban                    # every row, CPU defaults
+    python benchmarks/learning.py --envs plan_path --methods at-grpo,per-role --steps 4
+    python benchmarks/learning.py --device cuda --envs sokoban --methods at-grpo \
         --set instances_per_step=32 --set max_new_tokens=128      # paper-sized levels on a GPU
 
-For Sokoban, Plan-Path and Sudoku (the settings' default CPU recipes: instances shrunk for CPU,
-the paper's protocol and rewards) it evaluates, on the same validation instances, the rows of
-AT-GRPO's Table 2 at small scale (``--methods`` picks the trained ones):
+For each grid setting (Sokoban, Plan-Path, Sudoku at the settings' CPU training defaults: the
+sizes, cold start and prompts of ``python -m adapters.train --env ID``) it evaluates these rows
+on the same ``--episodes`` unseen validation instances (distinct, split by symmetry class):
 
-1. **Single agent (untrained)**: ``mode="single"``, the planner alone, the base model;
-2. **MAS (untrained)**: tool + planner, one role-sharing base model;
-3. **MAS, cold start only**: the recipe's ``init`` (the oracle's turns as a first fine-tune,
-   ``adapters/training/coldstart.py``) and no RL;
-4. **cold start + AT-GRPO (shared policy)**: the default recipe;
-5. **cold start + AT-GRPO (per-role policies)**: ``at-grpo-per-role`` (one LoRA per role);
-6. **Single agent, cold start + GRPO**: the paper's single-agent baseline trained the same way;
+=====================  ==========================================================================
+``single``             the planner alone (``mode="single"``), no RL (AT-GRPO's "Single agent")
+``single-grpo``        the planner alone, trained with GRPO (parallel sampling, K episodes)
+``cold-start``         the team (tool + planner, one shared policy), no RL ("MAS")
+``at-grpo``            the team trained with AT-GRPO, shared policy (tree sampling, agent- and
+                       turn-wise groups; the setting's default run)
+``per-role``           the team trained with AT-GRPO, one policy per role
+``swapped``            ``per-role``'s two policies exchanged between the roles (Table 3)
+``sa-tool``            the tool alone (``single_agent="tool"``: its program's output is the
+                       answer), trained with GRPO and evaluated alone (Table 3)
+``sa-train-mas-eval``  the team made of ``sa-tool``'s tool and ``single-grpo``'s planner: each
+                       role trained in its single-agent setting, evaluated together (Table 3)
+``mas-grpo``           the team trained with GRPO on trajectory-level groups (parallel sampling,
+                       one group per instance over its K episodes, every sample rewarded with its
+                       episode's team reward: ``group_by="trajectory"``); isolates the algorithm
+``noop``, ``constant``, ``oracle``   scripted references (:mod:`adapters.evaluation.references`)
+``open-loop``          the open loop of ``at-grpo`` (its most frequent completion per role and
+                       turn, replayed: what a fixed plan scores)
+=====================  ==========================================================================
 
-and, on the same instances, the scripted references (:mod:`adapters.evaluation.references`):
-the no-op (every role answers nothing), a constant (a training level's oracle answers, what a
-policy that ignores the instance can score), the demonstration's answer where a prompt shows one,
-the oracle, and each trained row's open loop. For each setting it prints one block, methods as
-rows, with the task's measures first: success rate, the setting's own progress measure at the end
-of the episode (``env.progress()``: boxes on goals, distance closed, cells solved) and the final
-team reward, then the shaped mean per-step reward, each a mean with its 95% interval; then the
-paired differences (95% intervals) of each trained row against the untrained MAS, the cold start
-and the references on the task's measures. A trained team has learned the task only where those
-intervals lie above zero; a shaped-reward gain alone is no evidence. ``--budget-min`` is the
-total training wall time, split evenly over the trained runs (each trains until its share is
-spent, at least one step); evaluations are not counted. Every trained run is evaluated every
-``--eval-every`` steps too, and ``learning_curves.png`` draws the progress measure at those
-validation points. Everything (tables, curves, the raw reports with replayable episode records)
-goes to ``--out``; the table and raw reports are rewritten after each setting, so a run stopped
-early keeps the settings it finished.
+Every row starts from the same weights: the setting's cold start (the oracle's team turns as a
+first fine-tune; ``single`` and ``cold-start`` are those weights untrained), so a row's difference
+from another is the training alone. Every trained row gets the same budget, ``--steps`` steps of
+``instances_per_step`` instances with ``K`` samples each (tree sampling: K candidates per agent
+turn; parallel: K episodes per instance), the setting's defaults unless ``--set`` changes them;
+``sa-train-mas-eval`` is made of two such runs, one per role.
 
-``--device cuda`` resolves the recipes' CUDA values (the paper's instance sizes and protocol,
-full fine-tuning at the paper's learning rate, no demonstration); ``--set KEY=VALUE`` changes a
-TrainConfig value for every run of the benchmark (e.g. the CPU recipe's demonstration and LoRA
-step on a GPU: ``--set demos=1 --set lora_rank=8 --set lr=1e-3``), and ``--methods`` picks the
-rows to run besides MAS (prompt-only) and the references. The one GPU run so far (an H200,
-paper-sized Sokoban, 32 instances per step, two steps in its five minutes) and what it showed
-(the demonstration's answer learned, no task learning) are in ``docs/learning.md``.
-
-Measurements. This table has not been regenerated since the cold start and the split by
-symmetry class (``envs/core/splits.py``); its rows for ``swapped``, trajectory-level GRPO groups
-and single-agent training are not written yet. What stands for it is the default Sokoban run
-(rows "MAS, cold start only" and "cold start + AT-GRPO (shared policy)" on 64 unseen 8 x 8
-levels, with the no-op, constant, oracle and open-loop references), committed as replayable
-records with its table and failure breakdown in ``benchmarks/results/learning/sokoban/``
-(``benchmarks/record_run.py``; ``docs/learning.md`` reads them). The earlier table of this
-benchmark (no cold start; a one-line demonstration in every prompt; 16 levels per setting) found
-every trained row equal to the untrained team and to the demonstration's answer on success,
-progress and team reward in all three settings; ``docs/learning.md`` keeps those measurements.
+Output, per setting, in ``--out/SETTING/``: ``ROW.json.gz`` for every row (the evaluation report:
+every episode's record replays on a fresh env; ``python -m adapters.view DIR`` renders them) and
+``table.md``: the command, each row's success, progress measure and final team reward (means with
+95% intervals), the paired differences of every row against ``cold-start``, ``single-grpo``,
+``mas-grpo`` and ``open-loop`` (95% intervals; * where zero is outside), whether the paper's
+ordering holds, and the failure breakdown of every team row (:mod:`adapters.evaluation.failures`).
+The table is rewritten after every row, so a stopped run keeps the rows it finished. Sizes and
+learning rates are chosen on training or test splits, never on the validation instances reported
+here. ``docs/learning.md`` holds the measured tables.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import shlex
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._quick import parse_args
+from benchmarks.record_run import write_report
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SETTINGS = ("sokoban", "plan_path", "sudoku")
-# rows: key -> (label, mode, init: None = the recipe's, "none" = the base model, trained)
-ROWS = (
-    ("single", "Single agent (untrained)"),
-    ("mas", "MAS (untrained)"),
-    ("cold", "MAS, cold start only"),
-    ("shared", "cold start + AT-GRPO (shared policy)"),
-    ("per_role", "cold start + AT-GRPO (per-role policies)"),
-    ("single_grpo", "Single agent, cold start + GRPO"),
-)
-# scripted references on the same instances (adapters.evaluation.references), no model
-REFERENCES = (
-    ("ref:no-op", "no-op (answers nothing)"),
-    ("ref:constant", "constant: a train level's oracle answers"),
-    ("ref:demo answer", "constant: the demo's answer"),
-    ("ref:oracle", "oracle"),
-    ("ref:open loop", "open loop of the shared row"),
-)
-TRAINED = tuple(r for r in ROWS if r[0] in ("shared", "per_role", "single_grpo"))
-METHODS = ("single", "shared", "per_role", "single_grpo")
+LABELS = {
+    "single": "planner alone, no RL",
+    "single-grpo": "planner alone + GRPO",
+    "cold-start": "team, no RL",
+    "at-grpo": "team + AT-GRPO (shared)",
+    "per-role": "team + AT-GRPO (per-role)",
+    "swapped": "per-role, policies swapped",
+    "sa-tool": "tool alone + GRPO",
+    "sa-train-mas-eval": "trained alone, eval as team",
+    "mas-grpo": "team + GRPO (trajectory groups)",
+    "noop": "no-op",
+    "constant": "constant (a train answer)",
+    "demo-answer": "constant (the demo's answer)",
+    "oracle": "oracle",
+    "open-loop": "open loop of at-grpo",
+}
+# the rows --methods picks (cold-start and the references always run); what each brings along
+METHODS = {
+    "single": ("single",),
+    "single-grpo": ("single-grpo",),
+    "at-grpo": ("at-grpo", "open-loop"),
+    "per-role": ("per-role", "swapped"),
+    "sa-train-mas-eval": ("sa-tool", "single-grpo", "sa-train-mas-eval"),
+    "mas-grpo": ("mas-grpo",),
+}
+BASELINES = ("cold-start", "single-grpo", "mas-grpo", "open-loop")
+MODEL_ROWS = tuple(r for r in LABELS if r not in ("noop", "constant", "demo-answer", "oracle"))
+TEAM_ROWS = ("cold-start", "at-grpo", "per-role", "swapped", "sa-train-mas-eval", "mas-grpo")
+REFERENCE_ROWS = {"no-op": "noop", "open loop": "open-loop", "demo answer": "demo-answer"}
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--budget-min", type=float, default=60.0, help="total training minutes")
     p.add_argument("--envs", default=",".join(SETTINGS), help="comma-separated setting ids")
-    p.add_argument("--episodes", type=int, default=32, help="validation instances")
     p.add_argument(
-        "--eval-every", type=int, default=4, help="steps between curve points (0: ends only)"
+        "--methods",
+        default=",".join(METHODS),
+        help="comma-separated rows to train besides cold-start and the references: "
+        + ", ".join(METHODS),
     )
-    p.add_argument("--max-steps", type=int, default=1000, help="cap on steps per run")
+    p.add_argument(
+        "--episodes", type=int, default=None, help="validation instances (default: the setting's)"
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="training steps per trained row (default: the setting's)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--model", default="smollm2")
@@ -111,283 +125,331 @@ def build_parser() -> argparse.ArgumentParser:
         "CUDA values: the paper's instance sizes and protocol)",
     )
     p.add_argument(
-        "--methods",
-        default=",".join(METHODS),
-        help="comma-separated rows to run besides MAS (untrained), the cold start and the "
-        "references: " + ", ".join(METHODS),
-    )
-    p.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a TrainConfig value for every run (repeatable), e.g. --set max_new_tokens=256 "
-        "--set instances_per_step=32; the table's header lists them",
+        help="a TrainConfig value for every row (repeatable), e.g. --set instances_per_step=8",
+    )
+    p.add_argument(
+        "--env-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting option for every row (repeatable), e.g. --env-config height=10",
     )
     p.add_argument("--out", default="runs/learning-benchmark")
     return p
 
 
-def _evaluate(trainer: Any, env_config: dict[str, Any], tag: str) -> Any:
+class Setting:
+    """The rows of one setting: trainers built on the same cold start, reports kept as dicts."""
+
+    def __init__(self, env_id: str, args: argparse.Namespace, out: Path, command: str) -> None:
+        self.env_id = env_id
+        self.args = args
+        self.out = out
+        self.command = command
+        self.reports: dict[str, dict[str, Any]] = {}
+        self.budget: dict[str, str] = {}
+        self.init: str | None = None  # the cold start every row starts from
+
+    def config(self, row: str, env_config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+        from adapters.training.config import TrainConfig
+
+        a = self.args
+        values: dict[str, Any] = {
+            "env": self.env_id,
+            "model": a.model,
+            "seed": a.seed,
+            "threads": a.threads,
+            "device": a.device,
+            "progress": False,
+            "plot_every": 0,
+            "save_final": False,
+            "save_every": 10_000,
+            "output_dir": str(self.out / "runs" / row),
+            **({"steps": a.steps} if a.steps is not None else {}),
+            **({"eval_episodes": a.episodes} if a.episodes is not None else {}),
+            **({"init": self.init} if self.init is not None else {}),
+            **a.overrides,
+            **kw,
+        }
+        options = {**a.env_config, **(env_config or {})}
+        if options:
+            values["env_config"] = options
+        return TrainConfig(**values)
+
+    def trainer(self, row: str, env_config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+        from adapters.training.trainer import Trainer
+
+        return Trainer(self.config(row, env_config, **kw), log=lambda s: None)
+
+    def record(self, row: str, report: Any) -> None:
+        rep = report.to_dict() if hasattr(report, "to_dict") else dict(report)
+        self.reports[row] = rep
+        where = self.out / f"{row}.json.gz"
+        write_report(rep, where)
+        print(
+            f"  {self.env_id} {row}: success {rep['success_rate']:.3f}, {rep['progress_label']} "
+            f"{rep['progress']:.3f}, team {rep['team_reward']:.3f} ({rep['seconds']:.0f} s)",
+            flush=True,
+        )
+        (self.out / "table.md").write_text(table(self) + "\n")
+
+    def train(self, row: str, trainer: Any) -> None:
+        cfg = trainer.cfg
+        t0 = time.perf_counter()
+        while trainer.step < cfg.schedule.steps:
+            trainer.train_step()
+        k = cfg.rollout.candidates
+        self.budget[row] = (
+            f"{trainer.step} steps x {cfg.schedule.instances_per_step} instances x K={k} "
+            f"({cfg.rollout.sampling}, {cfg.update.algorithm}"
+            + (", trajectory groups" if cfg.rollout.group_by == "trajectory" else "")
+            + f"; {time.perf_counter() - t0:.0f} s)"
+        )
+
+
+def _evaluate(
+    trainer: Any,
+    env_config: Mapping[str, Any] | None = None,
+    policies: Mapping[str, Any] | None = None,
+    role_policy: Mapping[str, str] | None = None,
+) -> Any:
+    """The greedy evaluation a run does (``Trainer.evaluate``), optionally of other policies or
+    another role mapping on the trainer's instances."""
     from adapters.evaluation import evaluate
 
-    cfg = trainer.cfg
+    cfg = trainer.run.cfg
     return evaluate(
         cfg.env,
-        trainer.run.policies,
+        policies or trainer.run.policies,
         episodes=cfg.eval.eval_episodes,
-        env_config=env_config,
-        role_policy=trainer.run.role_policy,
+        env_config=env_config or trainer.run.env_config,
+        role_policy=role_policy or trainer.run.role_policy,
         split=cfg.eval.eval_split,
         seed=cfg.seed,
-        temperature=trainer.run.cfg.eval.eval_temperature,
+        temperature=cfg.eval.eval_temperature,
         max_new_tokens=trainer.run.engine.generation.max_new_tokens,
     )
 
 
-def _point(step: int, rep: Any) -> tuple[int, float, float, float]:
-    """A curve point: (step, progress measure, success rate, shaped mean reward)."""
-    return (step, rep.progress, rep.success_rate, rep.mean_reward)
+def _policy_of(trainer: Any, role: str) -> Any:
+    pid = trainer.run.role_policy.get(role) or next(iter(trainer.run.policies))
+    return trainer.run.policies[pid]
 
 
-def _config(env_id: str, args: argparse.Namespace, out: Path, row: str, **kw: Any) -> Any:
-    from adapters.training.config import TrainConfig
+def run_setting(s: Setting, rows: set[str]) -> None:
+    """Every row of ``rows`` for one setting (module docstring)."""
+    from adapters.evaluation.references import open_loop_reference
 
-    values = {
-        "env": env_id,
-        "model": args.model,
-        "steps": args.max_steps,
-        "eval_episodes": args.episodes,
-        "seed": args.seed,
-        "threads": args.threads,
-        "device": args.device,
-        "progress": False,
-        "plot_every": 0,
-        "save_final": False,
-        "save_every": 10_000,
-        "output_dir": str(out / f"{env_id}-{row}"),
-        **args.overrides,
-        **kw,
-    }
-    return TrainConfig(**values)
-
-
-def _train(trainer: Any, env_config: dict[str, Any], args: argparse.Namespace, share_s: float):
-    """Train until the budget share is spent (at least one step); the curve of evaluations."""
-    curve = []
-    train_s = 0.0
-    while trainer.step < args.max_steps and (trainer.step == 0 or train_s < share_s):
-        t = time.perf_counter()
-        trainer.train_step()
-        train_s += time.perf_counter() - t
-        if args.eval_every and trainer.step % args.eval_every == 0:
-            curve.append(_point(trainer.step, _evaluate(trainer, env_config, "curve")))
-    return curve, train_s
-
-
-def run_setting(env_id: str, args: argparse.Namespace, share_s: float, out: Path) -> dict:
-    """The rows of one setting (module docstring): reports and learning curves."""
-    from adapters.evaluation.references import (
-        evaluate_references,
-        open_loop_reference,
-        oracle_constants,
-    )
-    from adapters.training.trainer import Trainer
-
-    methods = args.methods  # parsed once by main()
-    result: dict[str, Any] = {"reports": {}, "curves": {}, "steps": {}, "train_s": {}}
-    reps = result["reports"]
-    # the untrained team and the references
-    base = Trainer(_config(env_id, args, out, "mas", init="none", steps=0), log=lambda s: None)
-    env_config = dict(base.run.env_config)
-    t_eval = time.perf_counter()
-    reps["mas"] = _evaluate(base, env_config, "mas")
-    refs = evaluate_references(
-        env_id,
-        base.run.roles,
-        base.run.demos,
-        oracle_constants(env_id, env_config, args.seed),
-        episodes=args.episodes,
-        env_config=env_config,
-        split=base.cfg.eval.eval_split,
-        seed=args.seed,
-        max_new_tokens=base.cfg.generation.max_new_tokens,
-    )
-    reps.update({f"ref:{k}": r for k, r in refs.items()})
-    base.close()
-    print(f"  {env_id}: untrained MAS and references in {time.perf_counter() - t_eval:.0f} s")
-    if "single" in methods or "single_grpo" in methods:
-        single_cfg = {**env_config, "mode": "single"}
-        cfg = _config(env_id, args, out, "single", init="none", steps=0, env_config=single_cfg)
-        single = Trainer(cfg, log=lambda s: None)
-        reps["single"] = _evaluate(single, single_cfg, "single")
-        single.close()
-    runs = [
-        ("shared", {}),
-        ("per_role", {"recipe": "at-grpo-per-role"}),
-        ("single_grpo", {"algorithm": "grpo", "init": "cold-start"}),
-    ]
-    for row, kw in runs:
-        if row not in methods:
-            continue
-        if row == "single_grpo":
-            kw = {**kw, "env_config": {**env_config, "mode": "single"}}
-        trainer = Trainer(_config(env_id, args, out, row, **kw), log=lambda s: None)
-        row_env = dict(trainer.run.env_config)
-        t0 = time.perf_counter()
-        before = _evaluate(trainer, row_env, "before")
-        if row == "shared" or ("cold" not in reps and row == "per_role"):
-            reps["cold"] = before  # every MAS row starts from the same cold-started team
-        curve, train_s = _train(trainer, row_env, args, share_s)
-        after = _evaluate(trainer, row_env, "after")
-        curve = [_point(0, before), *curve]
-        if curve[-1][0] != trainer.step:
-            curve.append(_point(trainer.step, after))
-        reps[row] = after
-        if row == "shared":
-            reps["ref:open loop"] = open_loop_reference(after)
-        result["curves"][row] = curve
-        result["steps"][row] = trainer.step
-        result["train_s"][row] = train_s
-        print(
-            f"  {env_id} {row}: {trainer.step} steps in {train_s:.0f} s of training "
-            f"({time.perf_counter() - t0:.0f} s with evaluations), init {trainer.cfg.policy.init}",
-            flush=True,
-        )
-        trainer.close()
-    return result
+    # the team after the cold start, and the references on its instances
+    with s.trainer("at-grpo") as team:
+        s.init = team.run.init_dir
+        team_config = dict(team.run.env_config)
+        s.record("cold-start", _evaluate(team))
+        for name, rep in team.references().items():
+            s.record(REFERENCE_ROWS.get(name, name.replace(" ", "-")), rep)
+        if "at-grpo" in rows:
+            s.train("at-grpo", team)
+            after = _evaluate(team)
+            s.record("at-grpo", after)
+            s.record("open-loop", open_loop_reference(after))
+    single = {**team_config, "mode": "single"}
+    if "single" in rows:
+        with s.trainer("single", single, steps=0) as t:
+            s.record("single", _evaluate(t))
+    if "per-role" in rows:
+        with s.trainer("per-role", recipe="at-grpo-per-role") as t:
+            s.train("per-role", t)
+            s.record("per-role", _evaluate(t))
+            mapping = t.run.role_policy
+            swapped = {"tool": mapping["planner"], "planner": mapping["tool"]}
+            s.record("swapped", _evaluate(t, role_policy=swapped))
+    if "mas-grpo" in rows:
+        with s.trainer("mas-grpo", algorithm="grpo", group_by="trajectory") as t:
+            s.train("mas-grpo", t)
+            s.record("mas-grpo", _evaluate(t))
+    if "single-grpo" in rows:
+        with s.trainer("single-grpo", single, algorithm="grpo") as planner:
+            s.train("single-grpo", planner)
+            s.record("single-grpo", _evaluate(planner))
+            if "sa-train-mas-eval" in rows:
+                tool_alone = {**single, "single_agent": "tool"}
+                with s.trainer("sa-tool", tool_alone, algorithm="grpo") as tool:
+                    s.train("sa-tool", tool)
+                    s.record("sa-tool", _evaluate(tool))
+                    policies = {
+                        "tool": _policy_of(tool, "tool"),
+                        "planner": _policy_of(planner, "planner"),
+                    }
+                    mapping = {"tool": "tool", "planner": "planner"}
+                    s.record(
+                        "sa-train-mas-eval",
+                        _evaluate(tool, team_config, policies=policies, role_policy=mapping),
+                    )
 
 
-def _metrics(rep: Any) -> list[tuple[str, str]]:
-    """(label, per-episode key): the task's measures first, the shaped reward last."""
+# ---------------------------------------------------------------------------- the table
+def _measures(rep: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows = [("success", "success")]
-    if rep.progress_label != "solved":
-        rows.append((rep.progress_label, "progress"))
-    return [*rows, ("team reward", "team"), ("mean reward (shaped)", "reward")]
+    if rep.get("progress_label", "solved") != "solved":
+        rows.append((str(rep["progress_label"]), "progress"))
+    return [*rows, ("team reward", "team")]
 
 
-def table(results: dict[str, dict]) -> str:
-    """One block per setting: methods and scripted references as rows, the task's measures
-    (success, the setting's progress measure, final team reward) then the shaped mean reward as
-    columns, each a mean with its 95% interval; then the paired differences of each trained row
-    against MAS (prompt-only) and the references on the task's measures."""
-    from adapters.evaluation.stats import mean_interval, paired_difference
+def _values(rep: Mapping[str, Any], key: str) -> list[float]:
+    return [float(e.get(key, 0.0)) for e in rep["per_episode"]]
 
-    lines: list[str] = []
-    for e, res in results.items():
-        reps = res["reports"]
-        metrics = _metrics(reps["mas"])
-        rows = [(k, label) for k, label in (*ROWS, *REFERENCES) if k in reps]
-        n = reps["mas"].episodes
-        lines += [
-            f"{e}: {n} validation instances, mean [95% interval]",
-            f"{'method':<36}" + "".join(f"{label:>22}" for label, _ in metrics),
-        ]
-        for key, label in rows:
-            cells = []
-            for _m, field in metrics:
-                iv = mean_interval(reps[key].values(field))
-                cells.append(f"{iv.mean:.3f} [{iv.low:.2f},{iv.high:.2f}]")
-            lines.append(f"{label:<36}" + "".join(f"{c:>22}" for c in cells))
-        task = metrics[:-1]
+
+def _same_instances(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    ids = [e["instance_id"] for e in a["per_episode"]]
+    return ids == [e["instance_id"] for e in b["per_episode"]]
+
+
+def _row_cells(rep: Mapping[str, Any], measures: list[tuple[str, str]]) -> list[str]:
+    from adapters.evaluation.stats import mean_interval
+
+    cells = []
+    for _label, key in measures:
+        iv = mean_interval(_values(rep, key))
+        cells.append(f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]")
+    return cells
+
+
+def _difference(reps: Mapping[str, Mapping[str, Any]], row: str, other: str, key: str) -> Any:
+    from adapters.evaluation.stats import paired_difference
+
+    return paired_difference(_values(reps[other], key), _values(reps[row], key))
+
+
+def ordering(reps: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The paper's ordering on success, checked: the better of at-grpo and per-role above
+    single-grpo, cold-start and open-loop (95% intervals above 0), swapped below per-role."""
+    lines = []
+    trained = [r for r in ("at-grpo", "per-role") if r in reps]
+    if trained:
+        best = max(trained, key=lambda r: reps[r]["success_rate"])
+        for other in ("single-grpo", "cold-start", "open-loop"):
+            if other in reps:
+                d = _difference(reps, best, other, "success")
+                verdict = "holds" if d.low > 0 else "does not hold"
+                lines.append(
+                    f"- {best} above {other}: {d.mean_diff:+.3f} [{d.low:+.3f}, {d.high:+.3f}]: "
+                    f"{verdict}"
+                )
+    if "swapped" in reps and "per-role" in reps:
+        d = _difference(reps, "swapped", "per-role", "success")
+        verdict = "holds" if d.high < 0 else "does not hold"
         lines.append(
-            "paired difference, trained row - other row ("
-            + " / ".join(label for label, _ in task)
-            + "), 95% interval; * excludes zero:"
+            f"- swapped below per-role: {d.mean_diff:+.3f} [{d.low:+.3f}, {d.high:+.3f}]: {verdict}"
         )
-        for key, label in TRAINED:
-            if key not in reps:
+    return lines
+
+
+def table(s: Setting) -> str:
+    """``table.md`` of one setting (module docstring)."""
+    from adapters.evaluation.failures import breakdown, classified, format_breakdown
+
+    reps = s.reports
+    first = next(iter(reps.values()))
+    measures = _measures(first)
+    order = [r for r in LABELS if r in reps] + [r for r in reps if r not in LABELS]
+    n = len(first["per_episode"])
+    out = [
+        f"# {s.env_id}: AT-GRPO's comparisons at small scale",
+        "",
+        f"Command: `{s.command}`. {n} unseen {first['split']} instances, the same for every row "
+        "(each row's records: `ROW.json.gz`; `python -m adapters.view` on this directory "
+        "renders them). Every row starts from the same cold start.",
+        "",
+        "| row | what | " + " | ".join(f"{m} [95%]" for m, _ in measures) + " |",
+        "|---|---|" + "---|" * len(measures),
+    ]
+    for row in order:
+        cells = _row_cells(reps[row], measures)
+        out.append(f"| `{row}` | {LABELS.get(row, row)} | " + " | ".join(cells) + " |")
+    if s.budget:
+        out += ["", "Training budget per trained row:", ""]
+        out += [f"- `{row}`: {b}" for row, b in s.budget.items()]
+    bases = [b for b in BASELINES if b in reps]
+    for m, key in measures:
+        out += [
+            "",
+            f"Paired differences of {m}, row minus baseline, mean [95% interval]; * the "
+            "interval excludes 0:",
+            "",
+            "| row | " + " | ".join(f"- `{b}`" for b in bases) + " |",
+            "|---|" + "---|" * len(bases),
+        ]
+        for row in order:
+            if row not in MODEL_ROWS:
                 continue
-            others = [("cold", "the cold start"), ("mas", "MAS (untrained)"), *REFERENCES]
-            for other, other_label in others:
-                if other not in reps or other == "ref:oracle":
+            cells = []
+            for base in bases:
+                if row == base or not _same_instances(reps[row], reps[base]):
+                    cells.append("")
                     continue
-                parts = []
-                for _m, field in task:
-                    d = paired_difference(reps[other].values(field), reps[key].values(field))
-                    mark = "*" if d.excludes_zero else " "
-                    parts.append(f"{d.mean_diff:+.3f} [{d.low:+.3f},{d.high:+.3f}]{mark}")
-                lines.append(f"  {label} - {other_label}: " + "  ".join(parts))
-        lines.append("")
-    return "\n".join(lines).rstrip()
-
-
-def plot(results: dict[str, dict], png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.2), squeeze=False)
-    for ax, (env_id, res) in zip(axes[0], results.items()):
-        for key, label in TRAINED:
-            pts = res["curves"].get(key, [])
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-        reps = res["reports"]
-        lines = [("mas", "MAS (untrained)", "--"), ("single", "single agent", ":")]
-        lines += [("ref:no-op", "no-op", "-."), ("ref:constant", "constant", (0, (1, 3)))]
-        lines += [("ref:open loop", "open loop", (0, (3, 1, 1, 1)))]
-        for key, label, style in lines:
-            if key in reps:
-                ax.axhline(reps[key].progress, color="gray", linestyle=style, label=label)
-        ax.set_title(f"{env_id}: validation {reps['mas'].progress_label}", fontsize=9)
-        ax.set_xlabel("training step")
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(png, dpi=90)
-    plt.close(fig)
+                d = _difference(reps, row, base, key)
+                star = "*" if d.excludes_zero else ""
+                cells.append(f"{d.mean_diff:+.3f} [{d.low:+.3f}, {d.high:+.3f}]{star}")
+            out.append(f"| `{row}` | " + " | ".join(cells) + " |")
+    checks = ordering(reps)
+    if checks:
+        out += ["", "The paper's ordering (success):", "", *checks]
+    meta = first["per_episode"][0]
+    if classified(meta["env"], meta.get("env_config")):
+        team = {r: reps[r] for r in TEAM_ROWS if r in reps}
+        out += [
+            "",
+            "What each team gets wrong (`python -m adapters.view DIR --failures`):",
+            "",
+            "```",
+            format_breakdown(breakdown(team)),
+            "```",
+        ]
+    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    quick = dict(envs="sokoban", model="tiny", episodes=2, eval_every=0, max_steps=1, threads=1)
-    quick["methods"] = "shared"
-    args = parse_args(build_parser(), argv, budget_min=0.05, **quick)
+    quick: dict[str, Any] = dict(envs="plan_path", model="tiny", episodes=2, steps=1, threads=1)
+    quick["overrides"] = ["instances_per_step=1", "candidates=2", "max_new_tokens=8"]
+    quick["env_config"] = ["height=4", "width=4", "min_distance=2", "wall_density=0.3"]
+    args = parse_args(build_parser(), argv, **quick)
     from adapters.training.flags import parse_key_values
 
-    args.methods = {m.strip() for m in args.methods.split(",") if m.strip()}
-    unknown = args.methods - set(METHODS)
+    picked = {m.strip() for m in args.methods.split(",") if m.strip()}
+    unknown = picked - set(METHODS)
     if unknown:
         raise SystemExit(f"--methods: unknown rows {sorted(unknown)} ({', '.join(METHODS)})")
-    set_text = " ".join(args.overrides)
+    rows = {r for m in picked for r in METHODS[m]}
     args.overrides = parse_key_values(args.overrides, "--set")
+    args.env_config = parse_key_values(args.env_config, "--env-config")
     import torch
 
     torch.set_num_threads(args.threads)
+    command = "python benchmarks/learning.py " + shlex.join(
+        argv if argv is not None else sys.argv[1:]
+    )
     envs_ = [e.strip() for e in args.envs.split(",") if e.strip()]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    trained = args.methods & {"shared", "per_role", "single_grpo"}
-    share_s = args.budget_min * 60.0 / max(1, len(trained) * len(envs_))
+    root = Path(args.out)
     print(
-        f"learning benchmark: {envs_}, {args.episodes} validation instances, "
-        f"{args.budget_min:g} min of training in all ({share_s / 60:.1f} min per trained run), "
-        f"model {args.model} on {args.device}, {args.threads} torch threads"
-        + (f", overrides {set_text}" if set_text else ""),
+        f"learning benchmark: {envs_}, rows {sorted(rows)}, model {args.model} on {args.device}",
         flush=True,
     )
     t0 = time.perf_counter()
-    results: dict[str, dict] = {}
-    for e in envs_:  # the table and raw reports are rewritten after each setting
-        results[e] = run_setting(e, args, share_s, out)
-        text = table(results)
-        (out / "table.txt").write_text(text + "\n")
-        raw = {
-            e: {
-                "reports": {k: v.to_dict() for k, v in r["reports"].items()},
-                "curves": r["curves"],
-                "steps": r["steps"],
-                "train_s": r["train_s"],
-            }
-            for e, r in results.items()
-        }
-        (out / "results.json").write_text(json.dumps(raw, indent=2))
-    print()
-    print(text)
-    plot(results, out / "learning_curves.png")
-    print(f"\nwall time {time.perf_counter() - t0:.0f} s; table, curves and reports in {out}")
+    for e in envs_:
+        out = root / e
+        out.mkdir(parents=True, exist_ok=True)
+        s = Setting(e, args, out, command)
+        run_setting(s, rows)
+        text = table(s)
+        (out / "table.md").write_text(text + "\n")
+        print()
+        print(text)
+    print(f"\nwall time {time.perf_counter() - t0:.0f} s; tables and records in {root}")
     return 0
 
 

