@@ -42,7 +42,9 @@ every episode's record replays on a fresh env; ``python -m adapters.view DIR`` r
 95% intervals), the paired differences of every row against ``cold-start``, ``single-grpo``,
 ``mas-grpo`` and ``open-loop`` (95% intervals; * where zero is outside), whether the paper's
 ordering holds, and the failure breakdown of every team row (:mod:`adapters.evaluation.failures`).
-The table is rewritten after every row, so a stopped run keeps the rows it finished. Sizes and
+The table is rewritten after every row, so a stopped run keeps the rows it finished, and
+``--resume`` continues it: a row whose ``ROW.json.gz`` is already in ``--out/SETTING/`` (and plays
+the cold start's instances) is read instead of trained and evaluated again. Sizes and
 learning rates are chosen on training or test splits, never on the validation instances reported
 here. ``docs/learning.md`` holds the measured tables.
 """
@@ -50,6 +52,8 @@ here. ``docs/learning.md`` holds the measured tables.
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
 import os
 import shlex
 import sys
@@ -92,6 +96,7 @@ METHODS = {
     "mas-grpo": ("mas-grpo",),
 }
 BASELINES = ("cold-start", "single-grpo", "mas-grpo", "open-loop")
+TRAINED = ("at-grpo", "per-role", "mas-grpo", "single-grpo", "sa-tool")
 MODEL_ROWS = tuple(r for r in LABELS if r not in ("noop", "constant", "demo-answer", "oracle"))
 TEAM_ROWS = ("cold-start", "at-grpo", "per-role", "swapped", "sa-train-mas-eval", "mas-grpo")
 REFERENCE_ROWS = {"no-op": "noop", "open loop": "open-loop", "demo answer": "demo-answer"}
@@ -140,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a setting option for every row (repeatable), e.g. --env-config height=10",
     )
     p.add_argument("--out", default="runs/learning-benchmark")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="read the rows already recorded in --out instead of running them again",
+    )
     return p
 
 
@@ -154,6 +164,7 @@ class Setting:
         self.reports: dict[str, dict[str, Any]] = {}
         self.budget: dict[str, str] = {}
         self.init: str | None = None  # the cold start every row starts from
+        self.started = time.strftime("%Y%m%d-%H%M%S")  # the trainers' scratch directories
 
     def config(self, row: str, env_config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
         from adapters.training.config import TrainConfig
@@ -169,7 +180,7 @@ class Setting:
             "plot_every": 0,
             "save_final": False,
             "save_every": 10_000,
-            "output_dir": str(self.out / "runs" / row),
+            "output_dir": str(self.out / "runs" / f"{row}-{self.started}"),
             **({"steps": a.steps} if a.steps is not None else {}),
             **({"eval_episodes": a.episodes} if a.episodes is not None else {}),
             **({"init": self.init} if self.init is not None else {}),
@@ -185,6 +196,24 @@ class Setting:
         from adapters.training.trainer import Trainer
 
         return Trainer(self.config(row, env_config, **kw), log=lambda s: None)
+
+    def recorded(self, *rows: str) -> bool:
+        """``--resume``: whether every one of ``rows`` is recorded already (then read it)."""
+        if not self.args.resume:
+            return False
+        paths = [self.out / f"{row}.json.gz" for row in rows]
+        if not all(p.is_file() for p in paths):
+            return False
+        for row, path in zip(rows, paths):
+            rep = json.loads(gzip.decompress(path.read_bytes()))
+            base = self.reports.get("cold-start", rep)
+            if not _same_instances(rep, base):
+                raise SystemExit(f"--resume: {path} did not play the cold start's instances")
+            self.reports[row] = rep
+            if row in TRAINED:
+                self.budget.setdefault(row, "(recorded by an earlier run, read by --resume)")
+            print(f"  {self.env_id} {row}: read from {path}", flush=True)
+        return True
 
     def record(self, row: str, report: Any) -> None:
         rep = report.to_dict() if hasattr(report, "to_dict") else dict(report)
@@ -249,30 +278,34 @@ def run_setting(s: Setting, rows: set[str]) -> None:
     with s.trainer("at-grpo") as team:
         s.init = team.run.init_dir
         team_config = dict(team.run.env_config)
-        s.record("cold-start", _evaluate(team))
+        if not s.recorded("cold-start"):
+            s.record("cold-start", _evaluate(team))
         for name, rep in team.references().items():
-            s.record(REFERENCE_ROWS.get(name, name.replace(" ", "-")), rep)
-        if "at-grpo" in rows:
+            row = REFERENCE_ROWS.get(name, name.replace(" ", "-"))
+            if not s.recorded(row):
+                s.record(row, rep)
+        if "at-grpo" in rows and not s.recorded("at-grpo", "open-loop"):
             s.train("at-grpo", team)
             after = _evaluate(team)
             s.record("at-grpo", after)
             s.record("open-loop", open_loop_reference(after))
     single = {**team_config, "mode": "single"}
-    if "single" in rows:
-        with s.trainer("single", single, steps=0) as t:
-            s.record("single", _evaluate(t))
-    if "per-role" in rows:
+    if "per-role" in rows and not s.recorded("per-role", "swapped"):
         with s.trainer("per-role", recipe="at-grpo-per-role") as t:
             s.train("per-role", t)
             s.record("per-role", _evaluate(t))
             mapping = t.run.role_policy
             swapped = {"tool": mapping["planner"], "planner": mapping["tool"]}
             s.record("swapped", _evaluate(t, role_policy=swapped))
-    if "mas-grpo" in rows:
+    if "mas-grpo" in rows and not s.recorded("mas-grpo"):
         with s.trainer("mas-grpo", algorithm="grpo", group_by="trajectory") as t:
             s.train("mas-grpo", t)
             s.record("mas-grpo", _evaluate(t))
-    if "single-grpo" in rows:
+    if "single" in rows and not s.recorded("single"):
+        with s.trainer("single", single, steps=0) as t:
+            s.record("single", _evaluate(t))
+    sa_rows = ("sa-tool", "sa-train-mas-eval") if "sa-train-mas-eval" in rows else ()
+    if "single-grpo" in rows and not s.recorded("single-grpo", *sa_rows):
         with s.trainer("single-grpo", single, algorithm="grpo") as planner:
             s.train("single-grpo", planner)
             s.record("single-grpo", _evaluate(planner))
