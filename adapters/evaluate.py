@@ -286,6 +286,11 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
         return _main_suite(parser, args, argv)
     if args.dataset:
         return _main_passes(parser, args, argv)
+    if args.out:  # one setting writes a report file, not a directory
+        parser.error(
+            "--out is the directory of --suite and --dataset runs; with --env, "
+            "--json FILE writes the report"
+        )
     import envs
     from adapters.evaluation import evaluate, with_prompt_prefixes
     from adapters.policies.base import MAX_NEW_TOKENS

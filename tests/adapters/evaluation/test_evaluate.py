@@ -209,3 +209,10 @@ def test_compile_decode_reaches_model_policies(tmp_path, graph_starts):
     assert texts[0] == texts[1]
     with pytest.raises(SystemExit):
         main(["--env", "plan_path", "--policy", "tiny", "--compile-decode", "fast"])
+
+
+def test_out_with_one_setting_is_refused_not_ignored(capsys):
+    # --out is a suite's directory; one setting's report goes to --json
+    with pytest.raises(SystemExit):
+        main(["--env", "plan_path", "--policy", "oracle", "--out", "somewhere"])
+    assert "--json FILE" in capsys.readouterr().err

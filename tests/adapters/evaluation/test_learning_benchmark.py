@@ -1,8 +1,10 @@
 """``benchmarks/learning.py``: the rows it runs (``--methods``), TrainConfig values for every run
-(``--set``), the table with the scripted references, and the raw reports written per setting."""
+(``--set``), the table with the scripted references, the records written per row, ``--resume``,
+and its verdicts on the paper's ordering."""
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 from pathlib import Path
@@ -26,30 +28,79 @@ def test_methods_and_overrides(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     code = _benchmark().main(
         [
-            "--envs", "plan_path", "--model", "tiny", "--methods", "shared", "--budget-min", "0",
-            "--episodes", "2", "--eval-every", "0", "--threads", "1", "--out", str(out),
-            "--set", "max_new_tokens=64", "--set", "instances_per_step=2",
+            "--envs", "plan_path", "--model", "tiny", "--methods", "at-grpo", "--steps", "1",
+            "--episodes", "2", "--threads", "1", "--out", str(out),
+            "--set", "max_new_tokens=16", "--set", "instances_per_step=2",
+            "--env-config", "height=4", "--env-config", "width=4",
+            "--env-config", "min_distance=2", "--env-config", "wall_density=0.3",
         ]
     )  # fmt: skip
     assert code == 0
-    text = (out / "table.txt").read_text()
-    assert "MAS (untrained)" in text and "cold start + AT-GRPO (shared policy)" in text
-    assert "per-role" not in text and "Single agent" not in text  # not asked for
-    assert "no-op" in text and "oracle" in text and "open loop" in text
-    raw = json.loads((out / "results.json").read_text())["plan_path"]
-    want = {"mas", "cold", "shared", "ref:no-op", "ref:constant", "ref:oracle", "ref:open loop"}
-    assert set(raw["reports"]) >= want
-    assert "per_role" not in raw["reports"] and "single" not in raw["reports"]
-    assert raw["steps"] == {"shared": 1}  # at least one step, whatever the budget
-    assert raw["reports"]["mas"]["episodes"] == 2
-    config = (out / "plan_path-shared" / "config.yaml").read_text()
-    assert "max_new_tokens: 64  # user" in config
-    assert "instances_per_step: 2  # user" in config
-    assert not (out / "plan_path-per_role").exists()
+    where = out / "plan_path"
+    text = (where / "table.md").read_text()
+    for row in ("cold-start", "at-grpo", "noop", "constant", "oracle", "open-loop"):
+        assert f"| `{row}` |" in text
+        report = json.loads(gzip.decompress((where / f"{row}.json.gz").read_bytes()))
+        assert report["episodes"] == 2
+    assert "per-role" not in text and "single-grpo" not in text  # not asked for
+    assert "- `at-grpo`: 1 steps x 2 instances x K=4 (tree, at-grpo" in text
+    assert "at-grpo above cold-start" in text  # the paper's ordering, checked
+    (config,) = (where / "runs").glob("at-grpo-*/config.yaml")
+    assert "max_new_tokens: 16  # user" in config.read_text()
+    assert "instances_per_step: 2  # user" in config.read_text()
+    assert "height: 4" in config.read_text()
+    # --resume reads every recorded row instead of running it again
+    before = {p.name: p.read_bytes() for p in where.glob("*.json.gz")}
+    assert _benchmark().main(
+        [
+            "--envs", "plan_path", "--model", "tiny", "--methods", "at-grpo", "--steps", "1",
+            "--episodes", "2", "--threads", "1", "--out", str(out), "--resume",
+            "--set", "max_new_tokens=16", "--set", "instances_per_step=2",
+            "--env-config", "height=4", "--env-config", "width=4",
+            "--env-config", "min_distance=2", "--env-config", "wall_density=0.3",
+        ]
+    ) == 0  # fmt: skip
+    assert {p.name: p.read_bytes() for p in where.glob("*.json.gz")} == before
+    assert "read by --resume" in (where / "table.md").read_text()
 
 
 def test_unknown_method_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="unknown rows"):
         _benchmark().main(
-            ["--envs", "plan_path", "--methods", "shared,bogus", "--out", str(tmp_path)]
+            ["--envs", "plan_path", "--methods", "at-grpo,bogus", "--out", str(tmp_path)]
         )
+
+
+def _report(solved: int, n: int = 64) -> dict:
+    eps = [
+        {"instance_id": f"i{i}", "success": float(i < solved), "progress": 0.0, "team": 0.0}
+        for i in range(n)
+    ]
+    return {"success_rate": solved / n, "per_episode": eps}
+
+
+def test_ordering_holds_only_where_the_interval_says_so():
+    reps = {
+        "cold-start": _report(20),
+        "single-grpo": _report(10),
+        "open-loop": _report(2),
+        "at-grpo": _report(40),
+        "per-role": _report(22),  # below at-grpo: at-grpo is the one compared
+        "swapped": _report(21),  # within one level of per-role: not significantly below
+    }
+    lines = _benchmark().ordering(reps)
+    assert lines[0].startswith("- at-grpo above single-grpo") and lines[0].endswith(": holds")
+    assert lines[1].startswith("- at-grpo above cold-start") and lines[1].endswith(": holds")
+    assert lines[3].startswith("- swapped below per-role") and "does not hold" in lines[3]
+    reps["swapped"] = _report(2)
+    reps["at-grpo"] = _report(21)  # one level more than the cold start: not significant
+    lines = _benchmark().ordering(reps)
+    assert "per-role above cold-start" in lines[1] and "does not hold" in lines[1]
+    assert lines[3].endswith(": holds")
+
+
+def test_every_method_brings_known_rows():
+    mod = _benchmark()
+    for rows in mod.METHODS.values():
+        assert set(rows) <= set(mod.LABELS)
+    assert set(mod.BASELINES) <= set(mod.LABELS)
