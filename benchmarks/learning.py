@@ -327,36 +327,27 @@ def run_setting(s: Setting, rows: set[str]) -> None:
 
 
 # ---------------------------------------------------------------------------- the table
-def _measures(rep: Mapping[str, Any]) -> list[tuple[str, str]]:
-    rows = [("success", "success")]
-    if rep.get("progress_label", "solved") != "solved":
-        rows.append((str(rep["progress_label"]), "progress"))
-    return [*rows, ("team reward", "team")]
-
-
-def _values(rep: Mapping[str, Any], key: str) -> list[float]:
-    return [float(e.get(key, 0.0)) for e in rep["per_episode"]]
-
-
 def _same_instances(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     ids = [e["instance_id"] for e in a["per_episode"]]
     return ids == [e["instance_id"] for e in b["per_episode"]]
 
 
 def _row_cells(rep: Mapping[str, Any], measures: list[tuple[str, str]]) -> list[str]:
+    from adapters.evaluation.runner import episode_values
     from adapters.evaluation.stats import mean_interval
 
     cells = []
     for _label, key in measures:
-        iv = mean_interval(_values(rep, key))
+        iv = mean_interval(episode_values(rep, key))
         cells.append(f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]")
     return cells
 
 
 def _difference(reps: Mapping[str, Mapping[str, Any]], row: str, other: str, key: str) -> Any:
+    from adapters.evaluation.runner import episode_values
     from adapters.evaluation.stats import paired_difference
 
-    return paired_difference(_values(reps[other], key), _values(reps[row], key))
+    return paired_difference(episode_values(reps[other], key), episode_values(reps[row], key))
 
 
 def ordering(reps: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -386,10 +377,11 @@ def ordering(reps: Mapping[str, Mapping[str, Any]]) -> list[str]:
 def table(s: Setting) -> str:
     """``table.md`` of one setting (module docstring)."""
     from adapters.evaluation.failures import breakdown, classified, format_breakdown
+    from adapters.evaluation.runner import task_measures
 
     reps = s.reports
     first = next(iter(reps.values()))
-    measures = _measures(first)
+    measures = task_measures(first, shaped=False)
     order = [r for r in LABELS if r in reps] + [r for r in reps if r not in LABELS]
     n = len(first["per_episode"])
     out = [

@@ -44,7 +44,14 @@ from adapters.rollout import (
     progress_measure,
 )
 
-__all__ = ["EvalReport", "compare_reports", "evaluate", "with_prompt_prefixes"]
+__all__ = [
+    "EvalReport",
+    "compare_reports",
+    "episode_values",
+    "evaluate",
+    "task_measures",
+    "with_prompt_prefixes",
+]
 
 
 @dataclass
@@ -336,7 +343,7 @@ def compare_reports(
         if [e["instance_id"] for e in other["per_episode"]] != ids_a:
             raise ValueError("the evaluations did not play the same instances in the same order")
     pct = f"{round(confidence * 100)}%"
-    rows = _metric_rows(a)
+    rows = task_measures(a)
     lines = [
         f"before -> after training, {len(ids_a)} {a['split']} instances never trained on "
         f"(same seeds), paired per instance:",
@@ -344,7 +351,7 @@ def compare_reports(
     ]
     starred = False
     for label, key in rows:
-        d = paired_difference(_values(b, key), _values(a, key), confidence)
+        d = paired_difference(episode_values(b, key), episode_values(a, key), confidence)
         mark = " *" if d.excludes_zero else ""
         starred = starred or d.excludes_zero
         lines.append(
@@ -368,11 +375,11 @@ def compare_reports(
         for name, ref in [("after", a), *refs.items()]:
             cells = []
             for _label, key in rows:
-                mean = sum(_values(ref, key)) / max(1, len(ref["per_episode"]))
+                mean = sum(episode_values(ref, key)) / max(1, len(ref["per_episode"]))
                 if ref is a:
                     cells.append(f"{mean:>30.3f}")
                     continue
-                d = paired_difference(_values(ref, key), _values(a, key), confidence)
+                d = paired_difference(episode_values(ref, key), episode_values(a, key), confidence)
                 mark = "*" if d.excludes_zero else " "
                 cells.append(
                     f"{mean:>8.3f} ({d.mean_diff:+.3f} [{d.low:+.3f},{d.high:+.3f}]){mark}"
@@ -381,15 +388,20 @@ def compare_reports(
     return "\n".join(lines)
 
 
-def _metric_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(label, per-episode key) of the compared measures, the task's first."""
+def task_measures(report: Mapping[str, Any], shaped: bool = True) -> list[tuple[str, str]]:
+    """(label, per-episode key) of the measures a comparison shows, the task's first: success,
+    the setting's progress measure (unless it is success itself), the final team reward and,
+    with ``shaped``, the mean shaped per-step reward."""
     rows = [("success rate", "success")]
     label = str(report.get("progress_label", "solved"))
     if label != "solved":  # "solved" progress is success itself
         rows.append((label, "progress"))
-    rows += [("team reward (final)", "team"), ("mean reward (shaped)", "reward")]
+    rows.append(("team reward (final)", "team"))
+    if shaped:
+        rows.append(("mean reward (shaped)", "reward"))
     return rows
 
 
-def _values(report: Mapping[str, Any], key: str) -> list[float]:
+def episode_values(report: Mapping[str, Any], key: str) -> list[float]:
+    """One measure of a report's ``per_episode`` records, in episode order (missing: 0)."""
     return [float(e.get(key, 0.0)) for e in report["per_episode"]]
