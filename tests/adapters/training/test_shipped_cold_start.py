@@ -39,16 +39,17 @@ def _run_config(card: dict) -> tuple[TrainConfig, ColdStartConfig]:
 
 
 def test_something_is_shipped():
-    assert [p.name.split("-")[0] for p in SHIPPED_DIRS] == ["sokoban"]
+    assert [p.name.split("-")[0] for p in SHIPPED_DIRS] == ["plan_path", "sokoban"]
 
 
-def test_the_default_cpu_run_names_a_shipped_one():
-    cfg = TrainConfig(env="sokoban").resolved(cuda=False)
+@pytest.mark.parametrize("env", ["sokoban", "plan_path"])
+def test_the_default_cpu_run_names_a_shipped_one(env: str):
+    cfg = TrainConfig(env=env).resolved(cuda=False)
     where = shipped_init(cfg.policy.init)
-    assert where in SHIPPED_DIRS
+    assert where in SHIPPED_DIRS and where.name.startswith(env + "-")
     with pytest.raises(ConfigError, match="no shipped cold start of that name"):
         TrainConfig(init="shipped:nothing-here").resolved(cuda=False)
-    with pytest.raises(ConfigError, match="shipped: \\['sokoban-"):
+    with pytest.raises(ConfigError, match=r"shipped: \['plan_path-[0-9a-f]+', 'sokoban-"):
         TrainConfig(init="shipped:../coldstarts").resolved(cuda=False)
 
 

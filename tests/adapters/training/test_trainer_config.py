@@ -47,7 +47,7 @@ def test_defaults_resolve_per_device():
     assert "one optimizer step" in cpu.sources["old_logprobs"]
     exact = TrainConfig(generation_model="train", update_precision="float32").resolved(cuda=False)
     assert exact.update.old_logprobs == "rollout"
-    assert TrainConfig(env="plan_path").resolved(cuda=False).update.old_logprobs == "recompute"
+    assert TrainConfig(env="sudoku").resolved(cuda=False).update.old_logprobs == "recompute"
     kl_reward = TrainConfig(env="sokoban", algorithm="reinforce++", kl_reward_coef=0.01)
     assert kl_reward.resolved(cuda=False).update.old_logprobs == "recompute"  # read before it
     for bad in ({"ppo_minibatches": 2}, {"ppo_epochs": 2}, {"minibatch_size": 8}):
@@ -86,8 +86,11 @@ def test_defaults_resolve_per_device():
     assert cpu.update.lr == 3e-4 and cpu.policy.lora_rank == 8 and cpu.policy.lora_alpha == 16.0
     assert cpu.update.ppo_minibatches == 1 and "a smaller step" in cpu.sources["lr"]
     plan = TrainConfig(env="plan_path").resolved(cuda=False)
-    assert (plan.update.lr, plan.update.ppo_minibatches) == (1e-3, 4)
-    assert plan.policy.init == "cold-start:tool,planner=8"
+    assert (plan.update.lr, plan.update.ppo_minibatches) == (3e-4, 1)
+    assert plan.policy.init.startswith("shipped:plan_path-")
+    assert (plan.env_config["height"], plan.env_config["width"]) == (14, 14)
+    sudoku = TrainConfig(env="sudoku").resolved(cuda=False)
+    assert (sudoku.update.lr, sudoku.update.ppo_minibatches) == (1e-3, 4)
     # another algorithm than the recipe's brings its own sampling (GRPO: K parallel episodes)
     grpo = TrainConfig(algorithm="grpo").resolved(cuda=False)
     assert (
