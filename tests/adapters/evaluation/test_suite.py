@@ -72,9 +72,9 @@ def test_suites_cover_every_setting_and_both_modes():
     )
     assert full.episodes > default.episodes and all(not e.options for e in full.entries)
     # a setting's CPU training sizes are its CPU evaluation sizes where it states both, but for
-    # Sokoban's training map (8 x 8, where its cold start has room to grow; the suite keeps the
-    # quicker 6 x 6 levels)
-    larger = {("sokoban", "height"), ("sokoban", "width")}
+    # the training maps of Sokoban (8 x 8) and Plan-Path (14 x 14), where their shipped cold
+    # starts have room to grow (the suite keeps the quicker 6 x 6 ones)
+    larger = {(s, side) for s in ("sokoban", "plan_path") for side in ("height", "width")}
     for setting in envs.list_envs():
         for key, (value, _why) in envs.spec(setting).cpu_train_options.items():
             if (setting, key) in larger:
