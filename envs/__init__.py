@@ -93,34 +93,29 @@ _SMALL_STEP: dict[str, tuple[Any, str]] = {
     "lr": (3e-4, "CPU: a smaller step, so the tool's program format survives the first update"),
     "ppo_minibatches": (1, "CPU: one optimizer step per batch (a smaller step)"),
 }
+
+
+def _shipped_cpu_training(name: str, made_on: str) -> dict[str, tuple[Any, str]]:
+    """The grid CPU values, starting from the shipped cold start ``name``, with the smaller step."""
+    why = (
+        f"CPU: the shipped cold start (oracle episodes on {made_on}; its coldstart.json has the "
+        "command), so that RL starts from a team that sometimes succeeds"
+    )
+    return {**_CPU_GRID_TRAINING, "init": (f"shipped:{name}", why), **_SMALL_STEP}
+
+
 # Sokoban on a CPU: levels larger than the cold start's 6 x 6 (which it nearly always solves), so
 # that AT-GRPO has something to add; a smaller step than the AT-GRPO CPU scale-down's, whose four
 # PPO mini-batches broke the tool's program format in one step at this size (docs/learning.md)
 _SOKOBAN_CPU_SIDE = (8, "CPU: 8 x 8 levels, where the cold start often fails")
 _SOKOBAN_CPU_OPTIONS = {**_COMPACT, "height": _SOKOBAN_CPU_SIDE, "width": _SOKOBAN_CPU_SIDE}
-_SOKOBAN_CPU_TRAINING: dict[str, tuple[Any, str]] = {
-    **_CPU_GRID_TRAINING,
-    "init": (
-        "shipped:sokoban-1d163a04c8a6e2bf",
-        "CPU: the shipped cold start (oracle episodes on 6 x 6 levels; its coldstart.json has the "
-        "command), so that RL starts from a team that sometimes succeeds",
-    ),
-    **_SMALL_STEP,
-}
+_SOKOBAN_CPU_TRAINING = _shipped_cpu_training("sokoban-1d163a04c8a6e2bf", "6 x 6 levels")
 # Plan-Path on a CPU, the same way: maps larger than the shipped cold start's 10 x 10 (of which it
 # solves 60 of 64 unseen ones, benchmarks/results/learning/plan_path/; 14 x 14 chosen on the test
 # split, where it solved 9 of 16), and Sokoban's smaller step (its programs are as long)
 _PLAN_PATH_CPU_SIDE = (14, "CPU: 14 x 14 maps, where the cold start (made on 10 x 10) often fails")
 _PLAN_PATH_CPU_OPTIONS = {**_COMPACT, "height": _PLAN_PATH_CPU_SIDE, "width": _PLAN_PATH_CPU_SIDE}
-_PLAN_PATH_CPU_TRAINING: dict[str, tuple[Any, str]] = {
-    **_CPU_GRID_TRAINING,
-    "init": (
-        "shipped:plan_path-413c9f3d84456da8",
-        "CPU: the shipped cold start (oracle episodes on 10 x 10 maps; its coldstart.json has the "
-        "command), so that RL starts from a team that sometimes succeeds",
-    ),
-    **_SMALL_STEP,
-}
+_PLAN_PATH_CPU_TRAINING = _shipped_cpu_training("plan_path-413c9f3d84456da8", "10 x 10 maps")
 # AT-GRPO A.2.1 fixes the prompt length of its math and code runs
 _LONG_PROMPTS = {
     "max_prompt_tokens": (8192, "AT-GRPO A.2.1: maximum prompt length 8192 (math and code)")
