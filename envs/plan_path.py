@@ -415,7 +415,7 @@ class raw_env(ToolPlannerEnv):
             "".join(row) for row in rows
         )
 
-    def _state_text(self) -> str:
+    def _map_rows(self) -> tuple[str, ...]:
         inst, pos = self.instance, self.state.pos
         rows = []
         for r, row in enumerate(inst.grid):
@@ -425,9 +425,13 @@ class raw_env(ToolPlannerEnv):
             if pos[0] == r:
                 chars[pos[1]] = "@"
             rows.append("".join(chars))
+        return tuple(rows)
+
+    def _state_text(self) -> str:
+        inst, pos = self.instance, self.state.pos
         return (
             f"You are at {list(pos)} (@); the goal G is at {list(inst.goal)}; "
-            f"Manhattan distance {_manhattan(pos, inst.goal)}.\n" + "\n".join(rows)
+            f"Manhattan distance {_manhattan(pos, inst.goal)}.\n" + "\n".join(self._map_rows())
         )
 
     def _render_text(self) -> str:
@@ -459,7 +463,7 @@ class raw_env(ToolPlannerEnv):
         )
 
     def _oracle_code(self) -> str:
-        return _ORACLE_PROGRAM.replace("MAP", self._state_text().split("\n", 1)[1])
+        return _ORACLE_PROGRAM.replace("MAP", "\n".join(self._map_rows()))
 
 
 def env(**kwargs: Any):

@@ -572,11 +572,14 @@ class raw_env(ToolPlannerEnv):
             "again, so the puzzle is lost."
         )
 
+    def _map_rows(self) -> tuple[str, ...]:
+        return tuple(self.state.board.to_xsb())
+
     def _state_text(self) -> str:
         board = self.state.board
         boxes = sorted(board.boxes)
         return (
-            "\n".join(board.to_xsb())
+            "\n".join(self._map_rows())
             + f"\nYou (@) are at {list(board.player)}. Boxes at {[list(b) for b in boxes]} "
             f"({board.boxes_on_goals} of {len(boxes)} on goals). "
             f"Goals at {[list(g) for g in sorted(board.goals)]}."
@@ -625,7 +628,7 @@ class raw_env(ToolPlannerEnv):
         return "[" + ",".join(self.solution_from_current() or "") + "]"
 
     def _oracle_code(self) -> str:
-        return _ORACLE_PROGRAM.replace("MAP", "\n".join(self.state.board.to_xsb()))
+        return _ORACLE_PROGRAM.replace("MAP", "\n".join(self._map_rows()))
 
 
 def env(**kwargs: Any):

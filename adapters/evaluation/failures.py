@@ -11,6 +11,9 @@ tool turn
     ``cut off at the limit`` (the code block never closes: the completion ran into the token
     limit), ``no code block`` (none, or several), ``does not compile`` (a ``SyntaxError`` /
     ``IndentationError``), ``crashes or times out`` (any other failed run),
+    ``map miscopied`` (it runs and what it prints does not solve the position, and it pastes the
+    position's map with a row dropped, repeated or changed: at least half of the map's rows are
+    in the program, the whole map is not; Sokoban and Plan-Path, whose tools paste the map),
     ``wrong or partial plan`` (it runs, but what it prints does not parse, is illegal, or does
     not solve the position).
 planner turn
@@ -39,6 +42,7 @@ __all__ = [
     "EpisodeFailures",
     "classified",
     "classify_record",
+    "miscopies_map",
     "breakdown",
     "format_breakdown",
 ]
@@ -49,6 +53,7 @@ TOOL_CLASSES = (
     "no code block",
     "does not compile",
     "crashes or times out",
+    "map miscopied",
     "wrong or partial plan",
 )
 PLANNER_CLASSES = (
@@ -75,6 +80,23 @@ class EpisodeFailures:
     cause: str | None = None
 
 
+def miscopies_map(code: str, rows: Sequence[str]) -> bool:
+    """Whether ``code`` pastes the map ``rows`` with a row dropped, repeated or changed: at least
+    half of the rows are in it, the whole map (rows joined by newlines) is not.
+
+    >>> rows = ["#####", "#@.G#", "#...#", "#####"]
+    >>> miscopies_map("LEVEL = '" + "\\n".join(rows[:2] + rows[3:]) + "'", rows)
+    True
+    >>> miscopies_map("LEVEL = '" + "\\n".join(rows) + "'", rows)
+    False
+    >>> miscopies_map("print('[L]')", rows)
+    False
+    """
+    if not rows or "\n".join(rows) in code:
+        return False
+    return 2 * sum(row in code for row in rows) >= len(rows)
+
+
 def _tool_class(raw: Any) -> tuple[str, bool]:
     """The class of the tool turn just played, and whether its plan solves the position."""
     rec = raw._current
@@ -83,18 +105,19 @@ def _tool_class(raw: Any) -> tuple[str, bool]:
         return (
             "cut off at the limit" if error == "unclosed code block" else "no code block"
         ), False
+    wrong = "map miscopied" if miscopies_map(rec.tool_code, raw._map_rows()) else None
     if rec.tool_proposal is None:
         if error.startswith("the program crashed: ") and any(e in error for e in _COMPILE_ERRORS):
             return "does not compile", False
         if error.startswith("printed output: ") or not error:
-            return "wrong or partial plan", False
+            return wrong or "wrong or partial plan", False
         return "crashes or times out", False
     parsed = raw._parse_answer(rec.tool_output or "")
     if not parsed.ok:
-        return "wrong or partial plan", False
+        return wrong or "wrong or partial plan", False
     sim = raw._simulate(parsed.value)
     solves = bool(sim.ok and raw._is_solved(sim.state))
-    return ("solves" if solves else "wrong or partial plan"), solves
+    return ("solves" if solves else wrong or "wrong or partial plan"), solves
 
 
 def classified(env_id: str, env_config: Mapping[str, Any] | None = None) -> bool:

@@ -185,6 +185,12 @@ class ToolPlannerEnv(TurnBasedEnv):
     def _state_text(self) -> str:
         raise NotImplementedError
 
+    def _map_rows(self) -> tuple[str, ...]:
+        """The current position's map, row by row, as the state text shows it: what a tool
+        program that pastes the position carries (the oracle's does). ``()`` for a setting whose
+        state has no such map; the failure breakdown then cannot tell a miscopied map apart."""
+        return ()
+
     def _initial_state(self, instance: Any) -> Any:
         raise NotImplementedError
 

@@ -69,6 +69,19 @@ def test_a_scripted_flaw_gets_its_class(specs, tool, planner, cause):
             assert ep.cause == cause
 
 
+def test_a_program_that_pastes_the_map_with_a_row_dropped_miscopies_it():
+    # the oracle's own program, its map pasted without the goal's row: it runs and finds no path
+    for rec in _records(["tool=oracle", "planner=oracle"]):
+        tool = rec["transcript"][0]
+        assert tool["role"] == "tool" and "LEVEL" in tool["completion"]
+        head, rest = tool["completion"].split('LEVEL = """')
+        rows, tail = rest.split('"""', 1)
+        kept = [row for row in rows.split("\n") if "G" not in row]
+        assert len(kept) == len(rows.split("\n")) - 1
+        tool["completion"] = head + 'LEVEL = """' + "\n".join(kept) + '"""' + tail
+        assert classify_record(rec).turns["tool"][0] == "map miscopied"
+
+
 def test_the_table_counts_each_report_and_the_viewer_prints_it(tmp_path, capsys):
     good = {"per_episode": _records(["tool=oracle", "planner=oracle"], 3)}
     bad = {"per_episode": _records(["tool=constant:```python\nprint(1)", "planner=constant:"], 3)}
