@@ -42,6 +42,9 @@ every episode's record replays on a fresh env; ``python -m adapters.view DIR`` r
 95% intervals), the paired differences of every row against ``cold-start``, ``single-grpo``,
 ``mas-grpo`` and ``open-loop`` (95% intervals; * where zero is outside), whether the paper's
 ordering holds, and the failure breakdown of every team row (:mod:`adapters.evaluation.failures`).
+Each trained row's policies stay in ``--out/SETTING/runs/ROW-TIME/final`` (LoRA adapters, about
+10 MB a policy), so a row can be evaluated again, e.g. under another evaluation protocol,
+without training it again.
 The table is rewritten after every row, so a stopped run keeps the rows it finished, and
 ``--resume`` continues it: a row whose ``ROW.json.gz`` is already in ``--out/SETTING/`` (and plays
 the cold start's instances) is read instead of trained and evaluated again. Sizes and
@@ -179,7 +182,7 @@ class Setting:
             "device": a.device,
             "progress": False,
             "plot_every": 0,
-            "save_final": False,
+            "save_final": True,  # the trained policies stay in runs/ROW-TIME/final
             "save_every": 10_000,
             "output_dir": str(self.out / "runs" / f"{row}-{self.started}"),
             **({"steps": a.steps} if a.steps is not None else {}),
