@@ -42,9 +42,10 @@ every episode's record replays on a fresh env; ``python -m adapters.view DIR`` r
 95% intervals), the paired differences of every row against ``cold-start``, ``single-grpo``,
 ``mas-grpo`` and ``open-loop`` (95% intervals; * where zero is outside), whether the paper's
 ordering holds, and the failure breakdown of every team row (:mod:`adapters.evaluation.failures`).
-Each trained row's policies stay in ``--out/SETTING/runs/ROW-TIME/final`` (LoRA adapters, about
-10 MB a policy), so a row can be evaluated again, e.g. under another evaluation protocol,
-without training it again.
+Each trained row keeps its last checkpoint in ``--out/SETTING/runs/ROW-TIME/checkpoints/``, and
+``--resume`` continues a row that has one instead of training it from the start: a row stopped
+part-way resumes at its last step, and a trained row whose evaluation was lost is evaluated again
+without training.
 The table is rewritten after every row, so a stopped run keeps the rows it finished, and
 ``--resume`` continues it: a row whose ``ROW.json.gz`` is already in ``--out/SETTING/`` (and plays
 the cold start's instances) is read instead of trained and evaluated again. Sizes and
@@ -182,7 +183,7 @@ class Setting:
             "device": a.device,
             "progress": False,
             "plot_every": 0,
-            "save_final": True,  # the trained policies stay in runs/ROW-TIME/final
+            "save_final": False,
             "save_every": 10_000,
             "output_dir": str(self.out / "runs" / f"{row}-{self.started}"),
             **({"steps": a.steps} if a.steps is not None else {}),
@@ -196,9 +197,25 @@ class Setting:
             values["env_config"] = options
         return TrainConfig(**values)
 
-    def trainer(self, row: str, env_config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+    def trainer(
+        self,
+        row: str,
+        env_config: Mapping[str, Any] | None = None,
+        resumable: bool = True,
+        **kw: Any,
+    ) -> Any:
+        """The row's trainer; with ``--resume`` (and ``resumable``), continued from the newest
+        checkpoint an earlier run of this row left in ``--out/SETTING/runs/``."""
+        from adapters.training.checkpoints import latest_checkpoint
         from adapters.training.trainer import Trainer
 
+        if self.args.resume and resumable:
+            earlier = sorted((self.out / "runs").glob(f"{row}-*"), key=lambda p: p.name)
+            for run in reversed(earlier):
+                if latest_checkpoint(run) is not None:
+                    cfg = self.config(row, env_config, **kw, output_dir=str(run))
+                    print(f"  {self.env_id} {row}: resumed from {run}", flush=True)
+                    return Trainer(cfg, log=lambda s: None, resume=True)
         return Trainer(self.config(row, env_config, **kw), log=lambda s: None)
 
     def recorded(self, *rows: str) -> bool:
@@ -279,7 +296,8 @@ def run_setting(s: Setting, rows: set[str]) -> None:
     from adapters.evaluation.references import open_loop_reference
 
     # the team after the cold start, and the references on its instances
-    with s.trainer("at-grpo") as team:
+    # the cold start is evaluated with this trainer's weights: resumed only once it is recorded
+    with s.trainer("at-grpo", resumable=(s.out / "cold-start.json.gz").is_file()) as team:
         s.init = team.run.init_dir
         team_config = dict(team.run.env_config)
         if not s.recorded("cold-start"):
@@ -297,7 +315,8 @@ def run_setting(s: Setting, rows: set[str]) -> None:
     if "per-role" in rows and not s.recorded("per-role", "swapped"):
         with s.trainer("per-role", recipe="at-grpo-per-role") as t:
             s.train("per-role", t)
-            s.record("per-role", _evaluate(t))
+            if not s.recorded("per-role"):
+                s.record("per-role", _evaluate(t))
             mapping = t.run.role_policy
             swapped = {"tool": mapping["planner"], "planner": mapping["tool"]}
             s.record("swapped", _evaluate(t, role_policy=swapped))

@@ -62,6 +62,26 @@ def test_methods_and_overrides(tmp_path: Path) -> None:
     ) == 0  # fmt: skip
     assert {p.name: p.read_bytes() for p in where.glob("*.json.gz")} == before
     assert "read by --resume" in (where / "table.md").read_text()
+    # a trained row whose records were lost: --resume continues its trainer from the checkpoint
+    # (no second training run) and evaluates the same trained weights again
+    for row in ("at-grpo", "open-loop"):
+        (where / f"{row}.json.gz").unlink()
+    assert _benchmark().main(
+        [
+            "--envs", "plan_path", "--model", "tiny", "--methods", "at-grpo", "--steps", "1",
+            "--episodes", "2", "--threads", "1", "--out", str(out), "--resume",
+            "--set", "max_new_tokens=16", "--set", "instances_per_step=2",
+            "--env-config", "height=4", "--env-config", "width=4",
+            "--env-config", "min_distance=2", "--env-config", "wall_density=0.3",
+        ]
+    ) == 0  # fmt: skip
+    assert len(list((where / "runs").glob("at-grpo-*"))) == 1
+    for row in ("at-grpo", "open-loop"):
+        old, new = (
+            json.loads(gzip.decompress(b))["per_episode"]
+            for b in (before[f"{row}.json.gz"], (where / f"{row}.json.gz").read_bytes())
+        )
+        assert [e["transcript"] for e in new] == [e["transcript"] for e in old]
 
 
 def test_unknown_method_is_refused(tmp_path: Path) -> None:
