@@ -42,13 +42,12 @@ every episode's record replays on a fresh env; ``python -m adapters.view DIR`` r
 95% intervals), the paired differences of every row against ``cold-start``, ``single-grpo``,
 ``mas-grpo`` and ``open-loop`` (95% intervals; * where zero is outside), whether the paper's
 ordering holds, and the failure breakdown of every team row (:mod:`adapters.evaluation.failures`).
-Each trained row keeps its last checkpoint in ``--out/SETTING/runs/ROW-TIME/checkpoints/``, and
-``--resume`` continues a row that has one instead of training it from the start: a row stopped
-part-way resumes at its last step, and a trained row whose evaluation was lost is evaluated again
-without training.
 The table is rewritten after every row, so a stopped run keeps the rows it finished, and
 ``--resume`` continues it: a row whose ``ROW.json.gz`` is already in ``--out/SETTING/`` (and plays
-the cold start's instances) is read instead of trained and evaluated again. Sizes and
+the cold start's instances) is read instead of trained and evaluated again, and a row with a
+checkpoint in ``--out/SETTING/runs/ROW-TIME/checkpoints/`` continues from it (a row stopped
+part-way resumes at its last step; a trained row whose evaluation was lost is evaluated again
+without training). Sizes and
 learning rates are chosen on training or test splits, never on the validation instances reported
 here. ``docs/learning.md`` holds the measured tables.
 """
@@ -210,8 +209,7 @@ class Setting:
         from adapters.training.trainer import Trainer
 
         if self.args.resume and resumable:
-            earlier = sorted((self.out / "runs").glob(f"{row}-*"), key=lambda p: p.name)
-            for run in reversed(earlier):
+            for run in sorted((self.out / "runs").glob(f"{row}-*"), reverse=True):
                 if latest_checkpoint(run) is not None:
                     cfg = self.config(row, env_config, **kw, output_dir=str(run))
                     print(f"  {self.env_id} {row}: resumed from {run}", flush=True)

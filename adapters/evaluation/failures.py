@@ -105,19 +105,20 @@ def _tool_class(raw: Any) -> tuple[str, bool]:
         return (
             "cut off at the limit" if error == "unclosed code block" else "no code block"
         ), False
-    wrong = "map miscopied" if miscopies_map(rec.tool_code, raw._map_rows()) else None
+    code = rec.tool_code
+    wrong = "map miscopied" if miscopies_map(code, raw._map_rows()) else "wrong or partial plan"
     if rec.tool_proposal is None:
         if error.startswith("the program crashed: ") and any(e in error for e in _COMPILE_ERRORS):
             return "does not compile", False
         if error.startswith("printed output: ") or not error:
-            return wrong or "wrong or partial plan", False
+            return wrong, False
         return "crashes or times out", False
     parsed = raw._parse_answer(rec.tool_output or "")
     if not parsed.ok:
-        return wrong or "wrong or partial plan", False
+        return wrong, False
     sim = raw._simulate(parsed.value)
     solves = bool(sim.ok and raw._is_solved(sim.state))
-    return ("solves" if solves else wrong or "wrong or partial plan"), solves
+    return ("solves" if solves else wrong), solves
 
 
 def classified(env_id: str, env_config: Mapping[str, Any] | None = None) -> bool:

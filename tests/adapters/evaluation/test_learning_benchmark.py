@@ -26,15 +26,14 @@ def _benchmark():
 
 def test_methods_and_overrides(tmp_path: Path) -> None:
     out = tmp_path / "bench"
-    code = _benchmark().main(
-        [
-            "--envs", "plan_path", "--model", "tiny", "--methods", "at-grpo", "--steps", "1",
-            "--episodes", "2", "--threads", "1", "--out", str(out),
-            "--set", "max_new_tokens=16", "--set", "instances_per_step=2",
-            "--env-config", "height=4", "--env-config", "width=4",
-            "--env-config", "min_distance=2", "--env-config", "wall_density=0.3",
-        ]
-    )  # fmt: skip
+    args = [
+        "--envs", "plan_path", "--model", "tiny", "--methods", "at-grpo", "--steps", "1",
+        "--episodes", "2", "--threads", "1", "--out", str(out),
+        "--set", "max_new_tokens=16", "--set", "instances_per_step=2",
+        "--env-config", "height=4", "--env-config", "width=4",
+        "--env-config", "min_distance=2", "--env-config", "wall_density=0.3",
+    ]  # fmt: skip
+    code = _benchmark().main(args)
     assert code == 0
     where = out / "plan_path"
     text = (where / "table.md").read_text()
@@ -51,30 +50,14 @@ def test_methods_and_overrides(tmp_path: Path) -> None:
     assert "height: 4" in config.read_text()
     # --resume reads every recorded row instead of running it again
     before = {p.name: p.read_bytes() for p in where.glob("*.json.gz")}
-    assert _benchmark().main(
-        [
-            "--envs", "plan_path", "--model", "tiny", "--methods", "at-grpo", "--steps", "1",
-            "--episodes", "2", "--threads", "1", "--out", str(out), "--resume",
-            "--set", "max_new_tokens=16", "--set", "instances_per_step=2",
-            "--env-config", "height=4", "--env-config", "width=4",
-            "--env-config", "min_distance=2", "--env-config", "wall_density=0.3",
-        ]
-    ) == 0  # fmt: skip
+    assert _benchmark().main([*args, "--resume"]) == 0
     assert {p.name: p.read_bytes() for p in where.glob("*.json.gz")} == before
     assert "read by --resume" in (where / "table.md").read_text()
     # a trained row whose records were lost: --resume continues its trainer from the checkpoint
     # (no second training run) and evaluates the same trained weights again
     for row in ("at-grpo", "open-loop"):
         (where / f"{row}.json.gz").unlink()
-    assert _benchmark().main(
-        [
-            "--envs", "plan_path", "--model", "tiny", "--methods", "at-grpo", "--steps", "1",
-            "--episodes", "2", "--threads", "1", "--out", str(out), "--resume",
-            "--set", "max_new_tokens=16", "--set", "instances_per_step=2",
-            "--env-config", "height=4", "--env-config", "width=4",
-            "--env-config", "min_distance=2", "--env-config", "wall_density=0.3",
-        ]
-    ) == 0  # fmt: skip
+    assert _benchmark().main([*args, "--resume"]) == 0
     assert len(list((where / "runs").glob("at-grpo-*"))) == 1
     for row in ("at-grpo", "open-loop"):
         old, new = (
