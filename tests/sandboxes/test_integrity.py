@@ -216,7 +216,13 @@ def test_jobs_die_with_the_host(kind):
         else:
             import docker
 
-            alive = [c.id for c in docker.from_env().containers.list(all=True) if c.id == ident]
+            # The low-level listing: ``containers.list`` inspects every container it
+            # lists and fails when a parallel test removes one in between.
+            client = docker.from_env()
+            try:
+                alive = [c["Id"] for c in client.api.containers(all=True, filters={"id": ident})]
+            finally:
+                client.close()
         if not alive:
             break
         time.sleep(0.2)
