@@ -24,7 +24,11 @@ spec without ``ROLE=`` serves every role that has no explicit one. With ``--suit
 ``--policy`` is one policy to compare, and each plays every role.
 
 Decoding is greedy by default (``--temperature 0``, the AT-GRPO validation setting), one episode
-per instance (parallel sampling with K = 1). Instances come from ``--split`` (default ``val``)
+per instance (parallel sampling with K = 1). Every role may write ``--max-new-tokens``;
+``--role-max-new-tokens ROLE=N`` (repeatable) gives a role a smaller limit, as a training run's
+``role_sampling`` does (the grid settings' CPU runs train their planner under 64 tokens; a run's
+own evaluations follow it with ``--eval-role-limits``), and the report's ``token_limits`` says
+each role's. Instances come from ``--split`` (default ``val``)
 with seeds derived from ``--seed``, so two evaluations with the same seed see the same
 instances. The table reports the success rate, the mean final team reward, mean turns and steps,
 and per agent the mean per-step reward and the mean episode return; ``--json`` writes the same
@@ -139,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"(default: {MAX_NEW_TOKENS}; --suite: the suite's; --dataset: 4096; paper:NAME: the "
         "paper's)",
+    )
+    p.add_argument(
+        "--role-max-new-tokens",
+        action="append",
+        default=[],
+        metavar="ROLE=N",
+        help="repeatable (--env): a smaller token limit for one role, as a training run's "
+        "role_sampling sets (the grid settings' CPU runs: planner=64)",
     )
     p.add_argument(
         "--chat-template-kwargs",
@@ -269,6 +281,8 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
         args.chat_template_kwargs = _template_kwargs(args)
     except ValueError as e:
         parser.error(str(e))
+    if args.role_max_new_tokens and (args.suite is not None or args.dataset):
+        parser.error("--role-max-new-tokens is for one setting's episodes (--env)")
     if args.setup and not (args.suite or "").startswith("paper:"):
         parser.error("--setup chooses CoMAS's inference setups of --suite paper:comas")
     if args.suite is not None and args.suite.startswith("paper:"):
@@ -307,6 +321,8 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
         if args.max_turns:
             env_config["max_turns"] = args.max_turns
         roles = env_roles(args.env, env_config)
+    with cli.bad_input(""):
+        role_limits = _role_limits(args.role_max_new_tokens, roles)
     instance = parse_value(args.instance) if args.instance else None
     if instance is not None:
         with cli.bad_input("--instance"):
@@ -350,6 +366,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Any) 
             temperature=_given(args.temperature, 0.0),
             top_p=_given(args.top_p, 1.0),
             max_new_tokens=max_new_tokens,
+            role_max_new_tokens=role_limits,
             instance=instance,
             on_progress=follow_steps(bar),
         )
@@ -468,6 +485,21 @@ def _main_suite(
 
 def _given(value: float | None, default: float) -> float:
     return default if value is None else value
+
+
+def _role_limits(items: list[str], roles: Sequence[str]) -> dict[str, int]:
+    """``--role-max-new-tokens ROLE=N`` items: each a role of the setting and a positive
+    integer."""
+    from adapters.training.config import ConfigError
+    from adapters.training.flags import parse_key_values
+
+    out = parse_key_values(items, "--role-max-new-tokens")
+    for role, n in out.items():
+        if role not in roles:
+            raise ConfigError(f"--role-max-new-tokens: no role {role!r} (roles: {list(roles)})")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"--role-max-new-tokens {role}={n!r}: expects a positive integer")
+    return out
 
 
 def _template_kwargs(args: argparse.Namespace) -> dict[str, object]:

@@ -281,6 +281,7 @@ def _evaluate(
         seed=cfg.seed,
         temperature=cfg.eval.eval_temperature,
         max_new_tokens=trainer.run.engine.generation.max_new_tokens,
+        role_max_new_tokens=trainer.eval_token_limits(),
     )
 
 

@@ -8,7 +8,13 @@ charts). ``python -m adapters.evaluate`` is the command line.
 
 from __future__ import annotations
 
-from adapters.evaluation.runner import EvalReport, compare_reports, evaluate, with_prompt_prefixes
+from adapters.evaluation.runner import (
+    EvalReport,
+    compare_reports,
+    evaluate,
+    role_token_limits,
+    with_prompt_prefixes,
+)
 from adapters.evaluation.suite import (
     SUITES,
     ArgumentMismatch,
@@ -29,6 +35,7 @@ __all__ = [
     "compare_reports",
     "evaluate",
     "resolve_suite",
+    "role_token_limits",
     "run_suite",
     "with_prompt_prefixes",
 ]

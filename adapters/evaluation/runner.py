@@ -49,6 +49,7 @@ __all__ = [
     "compare_reports",
     "episode_values",
     "evaluate",
+    "role_token_limits",
     "task_measures",
     "with_prompt_prefixes",
 ]
@@ -73,6 +74,9 @@ class EvalReport:
     per_episode: list[dict[str, Any]] = field(default_factory=list)
     progress: float = 0.0  # mean of the setting's own progress measure at the episodes' ends
     progress_label: str = "solved"  # what it measures (the env's PROGRESS)
+    # each role's new-token limit (empty in records made before it was recorded: every role
+    # then had the evaluation's max_new_tokens)
+    token_limits: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -135,6 +139,7 @@ def evaluate(
     temperature: float = EVAL_TEMPERATURE,
     top_p: float = 1.0,
     max_new_tokens: int = MAX_NEW_TOKENS,
+    role_max_new_tokens: Mapping[str, int] | None = None,
     instance: Any = None,
     shared: Mapping[str, Any] | None = None,
     pool: Any = None,
@@ -151,7 +156,10 @@ def evaluate(
     episodes from ``first`` on (their instances are those episodes of a longer evaluation with the
     same seed). ``on_episode`` is called as each episode finishes, ``on_wave(wave, live)`` after
     each generation wave, ``on_progress`` after the reset and each wave with the agent steps
-    taken and left (progress bars: :mod:`adapters.rollout.progress`).
+    taken and left (progress bars: :mod:`adapters.rollout.progress`). ``role_max_new_tokens``
+    gives some roles a smaller token limit than ``max_new_tokens`` (the limits a training run's
+    ``role_sampling`` sets, so that a role is evaluated as it is trained:
+    :func:`role_token_limits`).
 
     The episodes are played together: at every wave the prompts of all live episodes go to each
     policy in one ``generate`` call, decoded in batches of up to ``batch_size`` sequences
@@ -176,8 +184,19 @@ def evaluate(
         start=first,
         distinct=True,  # n episodes are n different instances (a small split can repeat levels)
     )
+    limits = dict(role_max_new_tokens or {})
+    unknown = sorted(set(limits) - set(env_roles(env_id, full_cfg)))
+    if unknown:
+        raise ValueError(
+            f"role token limits for {unknown}: {env_id} has the roles {env_roles(env_id, full_cfg)}"
+        )
     rcfg = RolloutConfig(candidates=1, sampling="parallel")
-    gen = GenerationConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    gen = GenerationConfig(
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        role_sampling={role: {"max_new_tokens": int(n)} for role, n in limits.items()},
+    )
     engine = RolloutEngine(
         env_id,
         policies,
@@ -231,10 +250,25 @@ def evaluate(
         policies=names,
         seconds=seconds,
         completion_tokens=sum(_completion_tokens(s) for s in result.samples),
+        token_limits={r: int(limits.get(r, max_new_tokens)) for r in roles},
         per_episode=[
             _episode_record(e, first, result.samples, specs[e.instance], list(shared)) for e in eps
         ],
     )
+
+
+def role_token_limits(
+    generation: GenerationConfig, env_id: str, env_config: Mapping[str, Any] | None = None
+) -> dict[str, int]:
+    """The per-role token limits a run's ``role_sampling`` sets, for the roles ``env_id`` has in
+    this config: what :func:`evaluate`'s ``role_max_new_tokens`` takes to evaluate each role as
+    it is trained (``eval_role_limits``)."""
+    roles = set(env_roles(env_id, env_config))
+    return {
+        role: int(params["max_new_tokens"])
+        for role, params in generation.role_sampling.items()
+        if role in roles and params.get("max_new_tokens")
+    }
 
 
 def _episode_record(

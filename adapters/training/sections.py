@@ -378,6 +378,11 @@ class EvalConfig(Section):
         auto=True,
         why="suite default: greedy validation",
     )
+    eval_role_limits: bool = knob(
+        False,
+        "evaluate each role under the token limit it is trained with (role_sampling's "
+        "max_new_tokens) instead of max_new_tokens for every role",
+    )
     eval_dataset: list[str] = knob(
         doc="benchmarks to pass over at each evaluation point: NAME or NAME=PATH, comma-separated "
         "(e.g. aime24=aime_2024.jsonl,aime25); needs --eval-episodes > 0",

@@ -72,7 +72,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from adapters.evaluation import EvalReport, compare_reports, evaluate
+from adapters.evaluation import EvalReport, compare_reports, evaluate, role_token_limits
 from adapters.evaluation.passes import evaluate_datasets
 from adapters.evaluation.references import (
     evaluate_references,
@@ -410,6 +410,7 @@ class Trainer:
                 seed=cfg.seed,
                 temperature=self.run.cfg.eval.eval_temperature,
                 max_new_tokens=self.run.engine.generation.max_new_tokens,
+                role_max_new_tokens=self.eval_token_limits(),
                 instance=cfg.instance,
                 on_progress=follow_steps(bar),
             )
@@ -435,6 +436,14 @@ class Trainer:
             self.references()
         self.run.dist.barrier(long=True)
         return report
+
+    def eval_token_limits(self) -> dict[str, int]:
+        """The per-role token limits of this run's evaluations: the ones its training samples
+        under (``role_sampling``) with ``eval_role_limits``, else none (every role gets
+        ``max_new_tokens``)."""
+        if not self.run.cfg.eval.eval_role_limits:
+            return {}
+        return role_token_limits(self.run.engine.generation, self.run.cfg.env, self.run.env_config)
 
     def references(self) -> dict[str, Any]:
         """The scripted reference policies (no-op, a constant answer, the demonstration's

@@ -216,3 +216,41 @@ def test_out_with_one_setting_is_refused_not_ignored(capsys):
     with pytest.raises(SystemExit):
         main(["--env", "plan_path", "--policy", "oracle", "--out", "somewhere"])
     assert "--json FILE" in capsys.readouterr().err
+
+
+def test_role_token_limits_cap_that_role_only(capsys):
+    """``role_max_new_tokens`` evaluates a role under a smaller limit (the one its training
+    samples under: the grid CPU runs' planner, 64 tokens); the other roles keep
+    ``max_new_tokens`` and the report says each role's limit. The CLI refuses a role the setting
+    lacks and a limit that is not a positive integer."""
+    calls: dict[str, list[tuple[int, int]]] = {"tool": [], "planner": []}
+    policies = {}
+    for role in calls:
+        policy = parse_policy_spec("tiny")
+        generate = policy.generate
+
+        def recorded(prompts, params=None, _role=role, _generate=generate):
+            out = _generate(prompts, params)
+            calls[_role] += [(params.max_new_tokens, len(c.token_ids)) for cs in out for c in cs]
+            return out
+
+        policy.generate = recorded  # type: ignore[method-assign]
+        policies[role] = policy
+    report = evaluate(
+        "plan_path",
+        policies,
+        role_policy={"tool": "tool", "planner": "planner"},
+        episodes=2,
+        env_config={**SMALL, "max_turns": 1},
+        max_new_tokens=12,
+        role_max_new_tokens={"planner": 3},
+    )
+    assert report.token_limits == {"tool": 12, "planner": 3}
+    assert calls["planner"] and {n for n, _ in calls["planner"]} == {3}
+    assert max(k for _, k in calls["planner"]) <= 3
+    assert {n for n, _ in calls["tool"]} == {12} and max(k for _, k in calls["tool"]) > 3
+    with pytest.raises(ValueError, match="role token limits for \\['critic'\\]"):
+        evaluate("plan_path", OraclePolicy(), episodes=1, role_max_new_tokens={"critic": 3})
+    for bad, said in (("critic=3", "no role 'critic'"), ("planner=0", "positive integer")):
+        assert main(["--env", "plan_path", "--policy", "oracle", "--role-max-new-tokens", bad])
+        assert said in capsys.readouterr().err

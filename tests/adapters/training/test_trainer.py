@@ -290,6 +290,27 @@ def test_oracle_demonstrations_prefix_the_prompts(tmp_path):
     tr.close()
 
 
+def test_eval_role_limits_evaluate_each_role_under_its_training_limit(tmp_path):
+    """``eval_role_limits`` gives each role of the evaluation the token limit it samples under in
+    training (``role_sampling``); off (the default), every role gets ``max_new_tokens``."""
+    got = {}
+    for on in (False, True):
+        tr = trainer(
+            tmp_path,
+            f"limits-{on}",
+            steps=0,
+            eval_episodes=1,
+            max_new_tokens=8,
+            role_sampling={"planner": {"max_new_tokens": 3}},
+            eval_role_limits=on,
+        )
+        tr.train()
+        tr.close()
+        got[on] = json.loads((tmp_path / f"limits-{on}" / "eval_before.json").read_text())
+    assert got[False]["token_limits"] == {"tool": 8, "planner": 8}
+    assert got[True]["token_limits"] == {"tool": 8, "planner": 3}
+
+
 # ------------------------------------------------------------------------------ outputs
 
 
