@@ -183,7 +183,10 @@ class Setting:
             "progress": False,
             "plot_every": 0,
             "save_final": False,
-            "save_every": 10_000,
+            # a checkpoint after every step (LoRA weights and optimizer state, tens of MB), so a
+            # row stopped part-way continues at its last step with --resume
+            "save_every": 1,
+            "keep_checkpoints": 1,
             "output_dir": str(self.out / "runs" / f"{row}-{self.started}"),
             **({"steps": a.steps} if a.steps is not None else {}),
             **({"eval_episodes": a.episodes} if a.episodes is not None else {}),

@@ -67,6 +67,37 @@ def test_methods_and_overrides(tmp_path: Path) -> None:
         assert [e["transcript"] for e in new] == [e["transcript"] for e in old]
 
 
+def test_a_row_stopped_part_way_resumes_at_its_last_step(tmp_path: Path, monkeypatch) -> None:
+    """Every row checkpoints after each step, so ``--resume`` continues a row killed during its
+    second step from the first (the same run directory, one more step), not from scratch."""
+    from adapters.training.trainer import Trainer
+
+    out = tmp_path / "bench"
+    args = [
+        "--envs", "plan_path", "--model", "tiny", "--methods", "at-grpo", "--steps", "2",
+        "--episodes", "1", "--threads", "1", "--out", str(out),
+        "--set", "max_new_tokens=8", "--set", "instances_per_step=1",
+        "--env-config", "height=4", "--env-config", "width=4",
+        "--env-config", "min_distance=2", "--env-config", "wall_density=0.3",
+    ]  # fmt: skip
+    real_step = Trainer.train_step
+
+    def killed_in_step_two(self):
+        if self.step == 1:
+            raise KeyboardInterrupt("killed")
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", killed_in_step_two)
+    with pytest.raises(KeyboardInterrupt):
+        _benchmark().main(args)
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    assert _benchmark().main([*args, "--resume"]) == 0
+    (run,) = (out / "plan_path" / "runs").glob("at-grpo-*")
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
+    assert (out / "plan_path" / "at-grpo.json.gz").is_file()
+
+
 def test_unknown_method_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="unknown rows"):
         _benchmark().main(
