@@ -185,11 +185,10 @@ def evaluate(
         distinct=True,  # n episodes are n different instances (a small split can repeat levels)
     )
     limits = dict(role_max_new_tokens or {})
-    unknown = sorted(set(limits) - set(env_roles(env_id, full_cfg)))
+    setting_roles = env_roles(env_id, full_cfg)
+    unknown = sorted(set(limits) - set(setting_roles))
     if unknown:
-        raise ValueError(
-            f"role token limits for {unknown}: {env_id} has the roles {env_roles(env_id, full_cfg)}"
-        )
+        raise ValueError(f"role token limits for {unknown}: {env_id} has the roles {setting_roles}")
     rcfg = RolloutConfig(candidates=1, sampling="parallel")
     gen = GenerationConfig(
         temperature=temperature,
