@@ -181,10 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--quantize",
-        default="none",
+        default="auto",
         choices=QUANTIZE_CHOICES,
-        help="model policies: int8 linear layers (adapters/policies/quantize.py); auto: int8 for "
-        "a float32 model on a CPU without native bfloat16",
+        help="model policies: float16-weight (fp16) or int8 linear layers "
+        "(adapters/policies/quantize.py); auto (default): fp16 for a float32 model on a CPU "
+        "without native bfloat16, else none",
     )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument(

@@ -215,7 +215,7 @@ def _train(args: argparse.Namespace) -> int:
             f"keep {c.rollout.keep} x{c.rollout.keep_n}), "
             f"{c.schedule.instances_per_step} instances/step, {c.schedule.steps} steps, "
             f"device {trainer.run.device}"
-            f"{ranks}",
+            f"{ranks}{_generation_note(trainer)}",
             flush=True,
         )
         scaled = ", ".join(f"{k}={v!r}" for k, v in c.cpu_scale_down().items())
@@ -248,6 +248,14 @@ def _train(args: argparse.Namespace) -> int:
     if trainer.run.dist.is_main and trainer.comparison is None:  # else its last lines are the table
         print(f"done in {time.perf_counter() - t0:.0f} s; outputs in {trainer.out}", flush=True)
     return 0
+
+
+def _generation_note(trainer: Any) -> str:
+    """``", generation DTYPE[ + fp16|int8]"`` of the run's local models (``""`` if none)."""
+    from adapters.evaluation import generation_kind
+
+    seen = {generation_kind(p) for p in trainer.run.policies.values()} - {""}
+    return f", generation {' / '.join(sorted(seen))}" if seen else ""
 
 
 def _print_estimate(trainer: Any) -> None:

@@ -29,6 +29,11 @@ Everything below is measured in one run, on one device, so the ratios compare li
   static cache (:mod:`adapters.policies.graphs`; CUDA graphs on CUDA) at each ``--rows``, and
   its greedy tokens/s beside the eager loop's on the same prompts (the first call, which
   compiles, timed apart; how many completions equal the eager loop's).
+* ``packed weights`` (CPU only, ``--packed``, default ``fp16``): the generation copy in float32
+  (what a CPU without native bfloat16 generates with) beside the same copy with float16-weight
+  or int8 linear layers (:mod:`adapters.policies.quantize`): one decode step at 1, 4 and each
+  ``--rows``, and greedy tokens/s on the prompts with how many completions equal float32's.
+  Under ``MAS_CPU_BF16=emulated`` it measures the AVX2 path.
 * ``update``: seconds per 1,000 tokens of one forward and backward pass of the LoRA policy over
   prompt + completion sequences (the update's unit of work), in float32 and under bfloat16
   autocast.
@@ -205,6 +210,49 @@ KINDS = ("transformers", "static", "ours")
 """The caches and attention :func:`_decode_ms` compares on a CPU."""
 
 
+def _packed_rows(pm: Any, tok: Any, prompts: list[str], args: Any, device: Any) -> None:
+    """The float32 generation copy beside copies with packed weights (``args.packed``)."""
+    import copy
+
+    import torch
+
+    from adapters.policies import SamplingParams, TransformersPolicy
+    from adapters.policies.quantize import available, quantize_linears
+    from adapters.training.backends import GenerationCopy
+
+    kinds = [k for k in args.packed.split(",") if k and k != "off"]
+    if not kinds:
+        return
+    ref = GenerationCopy(pm, torch.float32).model
+    params = SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens)
+
+    def greedy(module: Any) -> tuple[float, list[list[int]]]:
+        pol = TransformersPolicy(module, tok, device=device, batch_size=len(prompts))
+        t = time.perf_counter()
+        out = pol.generate(prompts, params)
+        ids = [list(cs[0].token_ids) for cs in out]
+        return sum(map(len, ids)) / (time.perf_counter() - t), ids
+
+    rate0, ids0 = greedy(ref)
+    rows = sorted({1, 4, *(int(r) for r in args.rows.split(","))})
+    ms0 = {r: _decode_ms(ref, r, args.cache, device, kind="ours") for r in rows}
+    for kind in kinds:
+        if not available(kind):
+            print(f"packed weights {kind}: this torch build has no fbgemm {kind} kernels")
+            continue
+        packed = quantize_linears(copy.deepcopy(ref), kind)
+        print(f"{'packed weights (CPU)':<34}{'float32':>16}{kind:>16}{'ratio':>8}")
+        for r in rows:
+            ms = _decode_ms(packed, r, args.cache, device, kind="ours")
+            label = f"decode step, {r} rows (ms)"
+            print(f"{label:<34}{ms0[r]:>16.1f}{ms:>16.1f}{ms0[r] / ms:>8.2f}")
+        rate, ids = greedy(packed)
+        label = f"{len(prompts)} prompts, greedy (tok/s)"
+        print(f"{label:<34}{rate0:>16.1f}{rate:>16.1f}{rate / rate0:>8.2f}")
+        same = sum(a == b for a, b in zip(ids0, ids))
+        print(f"{'  completions equal to float32':<34}{'':>16}{f'{same}/{len(ids)}':>16}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default="smollm2")
@@ -218,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=16, help="samples of one prompt (CPU decoding)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave)")
     p.add_argument("--update-length", type=int, default=256, help="tokens per update sequence")
+    p.add_argument(
+        "--packed",
+        default="fp16",
+        help="comma-separated packed-weight kinds for the CPU rows (fp16, int8; off: none)",
+    )
     p.add_argument(
         "--compile",
         default="on",
@@ -325,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label:<34}{ms[0]:>16.1f}{ms[2]:>16.1f}{ms[0] / ms[2]:>8.2f}")
             label = f"  static cache, {rows} rows (ms)"  # transformers' StaticCache, no graphs
             print(f"{label:<34}{ms[1]:>16.1f}{'':>16}{ms[0] / ms[1]:>8.2f}")
+        _packed_rows(pm, tok, prompts, args, device)
     pm.model.train()
     fp32 = _update_s_per_1k(pm.model, 4, args.update_length, False, device)
     bf16 = _update_s_per_1k(pm.model, 4, args.update_length, True, device)

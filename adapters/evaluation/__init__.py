@@ -12,6 +12,7 @@ from adapters.evaluation.runner import (
     EvalReport,
     compare_reports,
     evaluate,
+    generation_kind,
     role_token_limits,
     with_prompt_prefixes,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "compare_reports",
     "evaluate",
     "resolve_suite",
+    "generation_kind",
     "role_token_limits",
     "run_suite",
     "with_prompt_prefixes",

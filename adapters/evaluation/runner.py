@@ -49,6 +49,7 @@ __all__ = [
     "compare_reports",
     "episode_values",
     "evaluate",
+    "generation_kind",
     "role_token_limits",
     "task_measures",
     "with_prompt_prefixes",
@@ -77,6 +78,9 @@ class EvalReport:
     # each role's new-token limit (empty in records made before it was recorded: every role
     # then had the evaluation's max_new_tokens)
     token_limits: dict[str, int] = field(default_factory=dict)
+    # each model role's generation weights, e.g. "float32 + fp16" (adapters.policies.quantize);
+    # empty for scripted policies and in records made before it was recorded
+    generation: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -250,6 +254,7 @@ def evaluate(
         seconds=seconds,
         completion_tokens=sum(_completion_tokens(s) for s in result.samples),
         token_limits={r: int(limits.get(r, max_new_tokens)) for r in roles},
+        generation={r: g for r in roles if (g := _generation_kind(engine, r))},
         per_episode=[
             _episode_record(e, first, result.samples, specs[e.instance], list(shared)) for e in eps
         ],
@@ -306,6 +311,29 @@ def _policy_name(engine: RolloutEngine, role: str) -> str:
         return str(engine.policies[engine.policy_id_for(role)].name)
     except KeyError:
         return "?"
+
+
+def generation_kind(policy: Any) -> str:
+    """``"DTYPE"`` or ``"DTYPE + fp16|int8"`` (:mod:`adapters.policies.quantize`) of the local
+    model ``policy`` generates with (wrappers unwrapped), ``""`` for a policy without one
+    (scripted, a server)."""
+    for _ in range(8):  # ManagedPolicy and other wrappers keep the wrapped policy in .inner
+        if not hasattr(policy, "inner"):
+            break
+        policy = policy.inner
+    model = getattr(policy, "model", None)
+    if model is None or not hasattr(model, "parameters"):
+        return ""
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    packed = getattr(policy, "quantize", "none")
+    return dtype if packed in ("none", None) else f"{dtype} + {packed}"
+
+
+def _generation_kind(engine: RolloutEngine, role: str) -> str:
+    try:
+        return generation_kind(engine.policies[engine.policy_id_for(role)])
+    except KeyError:
+        return ""
 
 
 def with_prompt_prefixes(

@@ -16,7 +16,7 @@ module                      what lives there
                             own correct answer)
 ``wrappers``                :class:`ManagedPolicy` (prompt prefixes, adapter activation, timing)
 ``models``                  loading models: the embedded SmolLM2, tiny test models, configs
-``quantize``                int8 linear layers for generating on a CPU (opt-in: ``quantize``)
+``quantize``                float16-weight or int8 linear layers for generating on a CPU
 ``specs``                   policies from ``--policy`` spec strings
 ==========================  =====================================================================
 

@@ -482,9 +482,10 @@ class TransformersPolicy(TokenLevelPolicy):
             (:mod:`adapters.policies.graphs`: ``"on"``, ``"cudagraphs"`` or a ``torch.compile``
             backend); ``"off"``: the eager loop. A model with sliding-window layers keeps the
             eager loop (logged).
-        quantize: ``"int8"`` replaces the model's linear layers (in place) with int8 ones
-            (:mod:`adapters.policies.quantize`; CPU only); ``"auto"``: int8 for a float32 model
-            on a CPU without native bfloat16; ``"none"`` (default): the model as given.
+        quantize: ``"fp16"`` or ``"int8"`` replaces the model's linear layers (in place) with
+            float16-weight or int8 ones (:mod:`adapters.policies.quantize`; CPU only);
+            ``"auto"``: fp16 for a float32 model on a CPU without native bfloat16; ``"none"``
+            (default): the model as given.
 
     Attributes:
         stats: a :class:`GenerationStats` that the calls add their phases' times and tokens
@@ -518,8 +519,8 @@ class TransformersPolicy(TokenLevelPolicy):
         self.model = model.to(self.device)
         self.model.eval()
         self.quantize = resolve_quantize(quantize, self.device, next(model.parameters()).dtype)
-        if self.quantize == "int8":
-            quantize_linears(self.model)
+        if self.quantize != "none":
+            quantize_linears(self.model, self.quantize)
         self.tokenizer = prepare_tokenizer(tokenizer)
         self.batch_size = batch_size
         self.max_prompt_tokens = max_prompt_tokens

@@ -138,10 +138,10 @@ class GenerationCopy:
 
     Generating with it skips peft's per-layer Python work and the two extra small products of
     every adapted layer, and can run in a faster dtype than the update (bfloat16 where the device
-    has it), or with int8 linear layers on a CPU without it (``compute.generation_quant``,
-    :mod:`adapters.policies.quantize`: the policy quantizes the copy's layers when it is built,
-    :meth:`refresh` quantizes them again). Its log-probs are close to, not equal to, the
-    training model's: the update then recomputes the PPO ratio's denominator
+    has it), or with float16-weight or int8 linear layers on a CPU without it
+    (``compute.generation_quant``, :mod:`adapters.policies.quantize`: the policy packs the copy's
+    layers when it is built, :meth:`refresh` packs them again). Its log-probs are close to, not
+    equal to, the training model's: the update then recomputes the PPO ratio's denominator
     (``old_logprobs``) and clips the ratio.
     """
 
@@ -185,7 +185,7 @@ class GenerationCopy:
                 for name, mod in self._lora:
                     w = mod.base_layer.weight + mod.get_delta_weight(adapter)  # type: ignore[attr-defined]
                     self._targets[name].weight.copy_(w)
-        repack(self.model)  # an int8 copy (adapters.policies.quantize) quantizes the new weights
+        repack(self.model)  # a quantized copy (adapters.policies.quantize) packs the new weights
 
 
 def generation_dtype(cfg: TrainConfig, device: Any) -> Any:

@@ -431,11 +431,11 @@ class ComputeConfig(Section):
         "the device has it, refreshed after each update (merged) | on the training modules "
         "(train)",
     )
-    generation_quant: Literal["none", "int8", "auto"] = knob(
-        "none",
-        "transformers backend, merged copies: int8 linear layers in the generation copy "
-        "(adapters/policies/quantize.py; re-quantized after each update) | auto: int8 where the "
-        "copy is float32 on a CPU without native bfloat16 | none",
+    generation_quant: Literal["auto", "none", "fp16", "int8"] = knob(
+        "auto",
+        "transformers backend, merged copies: auto: float16-weight decode steps (fp16) where the "
+        "copy is float32 on a CPU without native bfloat16, else none | none | fp16 | int8 "
+        "(adapters/policies/quantize.py; packed again after each update)",
     )
     compile_decode: CompileMode = knob(
         "off",

@@ -254,3 +254,30 @@ def test_role_token_limits_cap_that_role_only(capsys):
     for bad, said in (("critic=3", "no role 'critic'"), ("planner=0", "positive integer")):
         assert main(["--env", "plan_path", "--policy", "oracle", "--role-max-new-tokens", bad])
         assert said in capsys.readouterr().err
+
+
+def test_report_says_what_each_role_generates_with():
+    """The report records each model role's weights (dtype, and fp16 or int8 packing:
+    adapters.policies.quantize), and nothing for a scripted policy."""
+    from adapters.policies import TransformersPolicy
+    from adapters.policies.models import tiny_model
+    from adapters.policies.quantize import available
+
+    if not available("fp16"):
+        pytest.skip("this torch build has no fbgemm float16-weight kernels")
+    model, tok = tiny_model(seed=0)
+    packed, _ = tiny_model(seed=0)
+    policies = {
+        "tool": TransformersPolicy(packed, tok, device="cpu", quantize="fp16"),
+        "planner": TransformersPolicy(model, tok, device="cpu"),
+    }
+    report = evaluate(
+        "plan_path",
+        policies,
+        role_policy={"tool": "tool", "planner": "planner"},
+        episodes=1,
+        env_config={**SMALL, "max_turns": 1},
+        max_new_tokens=4,
+    )
+    assert report.generation == {"tool": "float32 + fp16", "planner": "float32"}
+    assert evaluate("plan_path", OraclePolicy(), episodes=1).generation == {}
