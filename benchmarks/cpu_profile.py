@@ -40,7 +40,10 @@ lost elsewhere (padding, attention over long prompts, Python around the model).
 ``MAS_CPU_BF16=emulated`` (adapters/policies/models.py) takes the path of a CPU without native
 bfloat16 on a CPU that has it: generation in float32, the update without bfloat16 autocast, and
 torch's, oneDNN's and MKL's kernels capped at AVX2 (the bfloat16 row of the matmul line then
-shows the emulation's rate). ``--quick`` runs that way, with the tiny model, and trains every
+shows the emulation's rate). There the generation copy's small decode steps use float16 weights
+(``compute.generation_quant: auto``); ``--generation-quant none`` profiles plain float32 (with
+packed weights a decode phase's floor is still computed at float32's rate, so its ratio can read
+below 1). ``--quick`` runs that way, with the tiny model, and trains every
 sample (``--train-all``: a tiny model's rewards rarely differ, and the update would be skipped).
 """
 
@@ -83,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="train every sample (skip_zero_advantage off), not only those with an advantage",
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--generation-quant",
+        default=None,
+        choices=("auto", "none", "fp16", "int8"),
+        help="the generation copy's packed weights (default: the config's, auto)",
+    )
     p.add_argument("--prefill-rows", type=int, default=512, help="rows of the prefill matmuls")
     p.add_argument("--matmul-s", type=float, default=0.3, help="seconds per matmul measurement")
     p.add_argument("--json", default=None, help="also write the tables as JSON")
@@ -430,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             max_new_tokens=args.max_new_tokens,
             seed=args.seed,
             threads=args.threads or None,
+            **({"generation_quant": args.generation_quant} if args.generation_quant else {}),
             **({"skip_zero_advantage": False} if args.train_all else {}),
             progress=False,
             plot_every=0,
@@ -456,7 +466,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"bfloat16 on this CPU: {cpu_bf16_kind()} (torch kernels "
                 f"{torch.backends.cpu.get_cpu_capability()}); generation in "
-                f"{str(gen_dtype).removeprefix('torch.')}, update in {_update_dtype(trainer)}"
+                f"{str(gen_dtype).removeprefix('torch.')} (packed weights: {gen.quantize}), update in "
+                f"{_update_dtype(trainer)}"
             )
             print(
                 f"matmul GFLOP/s on the model's shapes ({shapes.body_params / 1e6:.1f} M "
