@@ -61,10 +61,11 @@ measured on an AVX2 CPU (docs/scaling.md), they are about 3x float32's speed at 
 1.9x at 8, 1.3x at 16 and slower than float32 from about 24 rows on."""
 
 
-def resolve_quantize(choice: str, device: Any, dtype: Any) -> str:
+def resolve_quantize(choice: str, device: Any, dtype: Any, compiled: bool = False) -> str:
     """``fp16``, ``int8`` or ``none`` for a model generating on ``device`` in ``dtype`` (module
-    docstring); ``fp16`` or ``int8`` asked for off a CPU, or without the kernels, is a
-    ``ValueError``.
+    docstring); ``fp16`` or ``int8`` asked for off a CPU, without the kernels, or for decode
+    steps that ``torch.compile`` traces (``compiled``: fbgemm's packed weights cannot be
+    traced), is a ``ValueError``; ``auto`` is then ``none``.
 
     >>> import torch
     >>> resolve_quantize("none", torch.device("cpu"), torch.float32)
@@ -79,8 +80,15 @@ def resolve_quantize(choice: str, device: Any, dtype: Any) -> str:
         raise ValueError(f"quantize {choice!r} runs on a CPU only (fbgemm's kernels)")
     if choice in ("int8", "fp16") and not available(choice):
         raise ValueError(f"quantize {choice!r}: this torch build has no fbgemm {choice} kernels")
+    if choice in ("int8", "fp16") and compiled:
+        raise ValueError(
+            f"quantize {choice!r} and compiled decode steps (compile_decode) exclude each other: "
+            "torch.compile cannot trace fbgemm's packed weights; turn one of them off"
+        )
     if choice != "auto":
         return choice
+    if compiled:
+        return "none"
     import torch
 
     from adapters.policies.models import native_bf16

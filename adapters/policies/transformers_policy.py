@@ -518,7 +518,9 @@ class TransformersPolicy(TokenLevelPolicy):
             self.device = resolve_device(device)
         self.model = model.to(self.device)
         self.model.eval()
-        self.quantize = resolve_quantize(quantize, self.device, next(model.parameters()).dtype)
+        self.quantize = resolve_quantize(
+            quantize, self.device, next(model.parameters()).dtype, compiled=compile_decode != "off"
+        )
         if self.quantize != "none":
             quantize_linears(self.model, self.quantize)
         self.tokenizer = prepare_tokenizer(tokenizer)

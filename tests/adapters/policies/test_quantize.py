@@ -70,6 +70,9 @@ def test_auto_is_fp16_only_for_float32_where_bfloat16_is_emulated(monkeypatch):
             q.resolve_quantize(kind, torch.device("cuda"), torch.float32)
     with pytest.raises(ValueError, match="use one of"):
         q.resolve_quantize("int4", cpu, torch.float32)
+    assert q.resolve_quantize("auto", cpu, torch.float32, compiled=True) == "none"
+    with pytest.raises(ValueError, match="compile_decode"):
+        q.resolve_quantize("fp16", cpu, torch.float32, compiled=True)
     monkeypatch.setattr(q, "available", lambda kind="int8": False)
     assert q.resolve_quantize("auto", cpu, torch.float32) == "none"
 
