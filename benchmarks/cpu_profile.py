@@ -466,8 +466,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"bfloat16 on this CPU: {cpu_bf16_kind()} (torch kernels "
                 f"{torch.backends.cpu.get_cpu_capability()}); generation in "
-                f"{str(gen_dtype).removeprefix('torch.')} (packed weights: {gen.quantize}), update in "
-                f"{_update_dtype(trainer)}"
+                f"{str(gen_dtype).removeprefix('torch.')} (packed weights: {gen.quantize}), "
+                f"update in {_update_dtype(trainer)}"
             )
             print(
                 f"matmul GFLOP/s on the model's shapes ({shapes.body_params / 1e6:.1f} M "
