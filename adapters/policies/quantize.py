@@ -35,6 +35,10 @@ adapters.evaluate``, ``compute.generation_quant`` of the trainer):
   bfloat16, else ``none`` (bfloat16 CPUs and GPUs are unaffected);
 * ``none``: the model as it is;
 * ``fp16``, ``int8``: always (CPU only: fbgemm's kernels).
+
+Packed layers and compiled decode steps (``compile_decode``) exclude each other:
+``torch.compile`` cannot trace fbgemm's packed weights, so ``auto`` is ``none`` there and an
+explicit ``fp16`` or ``int8`` is an error.
 """
 
 from __future__ import annotations
