@@ -39,10 +39,10 @@ def _run_config(card: dict) -> tuple[TrainConfig, ColdStartConfig]:
 
 
 def test_something_is_shipped():
-    assert [p.name.split("-")[0] for p in SHIPPED_DIRS] == ["plan_path", "sokoban"]
+    assert [p.name.split("-")[0] for p in SHIPPED_DIRS] == ["plan_path", "sokoban", "sudoku"]
 
 
-@pytest.mark.parametrize("env", ["sokoban", "plan_path"])
+@pytest.mark.parametrize("env", ["sokoban", "plan_path", "sudoku"])
 def test_the_default_cpu_run_names_a_shipped_one(env: str):
     cfg = TrainConfig(env=env).resolved(cuda=False)
     where = shipped_init(cfg.policy.init)

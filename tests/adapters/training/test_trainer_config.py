@@ -47,7 +47,7 @@ def test_defaults_resolve_per_device():
     assert "one optimizer step" in cpu.sources["old_logprobs"]
     exact = TrainConfig(generation_model="train", update_precision="float32").resolved(cuda=False)
     assert exact.update.old_logprobs == "rollout"
-    assert TrainConfig(env="sudoku").resolved(cuda=False).update.old_logprobs == "recompute"
+    assert TrainConfig(env="code").resolved(cuda=False).update.old_logprobs == "recompute"
     kl_reward = TrainConfig(env="sokoban", algorithm="reinforce++", kl_reward_coef=0.01)
     assert kl_reward.resolved(cuda=False).update.old_logprobs == "recompute"  # read before it
     for bad in ({"ppo_minibatches": 2}, {"ppo_epochs": 2}, {"minibatch_size": 8}):
@@ -90,7 +90,12 @@ def test_defaults_resolve_per_device():
     assert plan.policy.init.startswith("shipped:plan_path-")
     assert (plan.env_config["height"], plan.env_config["width"]) == (14, 14)
     sudoku = TrainConfig(env="sudoku").resolved(cuda=False)
-    assert (sudoku.update.lr, sudoku.update.ppo_minibatches) == (1e-3, 4)
+    assert (sudoku.update.lr, sudoku.update.ppo_minibatches) == (3e-4, 1)
+    assert sudoku.policy.init.startswith("shipped:sudoku-")  # made on 4 x 4, the size it plays
+    assert sudoku.generation.max_new_tokens == 384  # the oracle's program at 4 x 4 fits
+    # a grid-less AT-GRPO setting has no values of its own: the recipe's CPU scale-down
+    code = TrainConfig(env="code").resolved(cuda=False)
+    assert (code.update.lr, code.update.ppo_minibatches) == (1e-3, 4)
     # another algorithm than the recipe's brings its own sampling (GRPO: K parallel episodes)
     grpo = TrainConfig(algorithm="grpo").resolved(cuda=False)
     assert (
