@@ -47,7 +47,8 @@ The table is rewritten after every row, so a stopped run keeps the rows it finis
 the cold start's instances) is read instead of trained and evaluated again, and a row with a
 checkpoint in ``--out/SETTING/runs/ROW-TIME/checkpoints/`` continues from it (a row stopped
 part-way resumes at its last step; a trained row whose evaluation was lost is evaluated again
-without training). Sizes and
+without training; ``sa-train-mas-eval`` added to a run that recorded ``single-grpo`` takes its
+planner from that row's last checkpoint without evaluating it again). Sizes and
 learning rates are chosen on training or test splits, never on the validation instances reported
 here. ``docs/learning.md`` holds the measured tables.
 """
@@ -249,8 +250,19 @@ class Setting:
         )
         (self.out / "table.md").write_text(table(self) + "\n")
 
+    def train_and_record(self, row: str, trainer: Any) -> None:
+        """Train ``row`` to its last step and record its evaluation; a row that ``--resume``
+        found both trained to its last step and recorded is read, not evaluated again (the
+        record is of these weights), so a pass that adds rows built on it costs no evaluation."""
+        done = trainer.step >= trainer.cfg.schedule.steps and self.recorded(row)
+        self.train(row, trainer)
+        if not done:
+            self.record(row, _evaluate(trainer))
+
     def train(self, row: str, trainer: Any) -> None:
         cfg = trainer.cfg
+        if trainer.step >= cfg.schedule.steps and row in self.budget:
+            return  # resumed after its last step: the recorded budget stands
         t0 = time.perf_counter()
         while trainer.step < cfg.schedule.steps:
             trainer.train_step()
@@ -316,29 +328,24 @@ def run_setting(s: Setting, rows: set[str]) -> None:
     single = {**team_config, "mode": "single"}
     if "per-role" in rows and not s.recorded("per-role", "swapped"):
         with s.trainer("per-role", recipe="at-grpo-per-role") as t:
-            s.train("per-role", t)
-            if not s.recorded("per-role"):
-                s.record("per-role", _evaluate(t))
+            s.train_and_record("per-role", t)
             mapping = t.run.role_policy
             swapped = {"tool": mapping["planner"], "planner": mapping["tool"]}
             s.record("swapped", _evaluate(t, role_policy=swapped))
     if "mas-grpo" in rows and not s.recorded("mas-grpo"):
         with s.trainer("mas-grpo", algorithm="grpo", group_by="trajectory") as t:
-            s.train("mas-grpo", t)
-            s.record("mas-grpo", _evaluate(t))
+            s.train_and_record("mas-grpo", t)
     if "single" in rows and not s.recorded("single"):
         with s.trainer("single", single, steps=0) as t:
             s.record("single", _evaluate(t))
     sa_rows = ("sa-tool", "sa-train-mas-eval") if "sa-train-mas-eval" in rows else ()
     if "single-grpo" in rows and not s.recorded("single-grpo", *sa_rows):
         with s.trainer("single-grpo", single, algorithm="grpo") as planner:
-            s.train("single-grpo", planner)
-            s.record("single-grpo", _evaluate(planner))
+            s.train_and_record("single-grpo", planner)
             if "sa-train-mas-eval" in rows:
                 tool_alone = {**single, "single_agent": "tool"}
                 with s.trainer("sa-tool", tool_alone, algorithm="grpo") as tool:
-                    s.train("sa-tool", tool)
-                    s.record("sa-tool", _evaluate(tool))
+                    s.train_and_record("sa-tool", tool)
                     policies = {
                         "tool": _policy_of(tool, "tool"),
                         "planner": _policy_of(planner, "planner"),

@@ -137,3 +137,25 @@ def test_every_method_brings_known_rows():
     for rows in mod.METHODS.values():
         assert set(rows) <= set(mod.LABELS)
     assert set(mod.BASELINES) <= set(mod.LABELS)
+
+
+def test_sa_rows_added_later_reuse_the_recorded_single_grpo(tmp_path: Path) -> None:
+    """``--methods sa-train-mas-eval --resume`` after a run that recorded ``single-grpo``: the
+    planner comes from that row's last checkpoint, its record is left as it was (not evaluated
+    again), and the tool-alone and team rows are added."""
+    out = tmp_path / "bench"
+    base = _tiny_args(out, steps=1, episodes=1, max_new_tokens=8, instances=1)
+    i = base.index("--methods")
+    first = [*base[:i], "--methods", "single-grpo", *base[i + 2 :]]
+    assert _benchmark().main(first) == 0
+    where = out / "plan_path"
+    recorded = (where / "single-grpo.json.gz").read_bytes()
+    later = [*base[:i], "--methods", "sa-train-mas-eval", *base[i + 2 :], "--resume"]
+    assert _benchmark().main(later) == 0
+    assert (where / "single-grpo.json.gz").read_bytes() == recorded
+    assert len(list((where / "runs").glob("single-grpo-*"))) == 1  # not trained again
+    for row in ("sa-tool", "sa-train-mas-eval"):
+        assert (where / f"{row}.json.gz").is_file()
+    text = (where / "table.md").read_text()
+    assert "- `single-grpo`: (recorded by an earlier run, read by --resume)" in text
+    assert "- `sa-tool`: 1 steps x 1 instances x K=4" in text
